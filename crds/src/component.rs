@@ -1,0 +1,495 @@
+//! The five component resources (`components.kubeflow.org/v1alpha1`): `Istio`, `Dex`, `KFServing`,
+//! `Katib`, `Pipelines`. Each spec is the shared [`ComponentSpecCore`] (flattened) plus the fields
+//! that only matter to that component; all share [`ComponentStatus`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Condition, NameValue};
+
+pub const GROUP: &str = "components.kubeflow.org";
+pub const VERSION: &str = "v1alpha1";
+
+/// Accepted shape of a component version (`v1.2.0`, `1.2`, `v0.15.0-rc.1`). Whether the operator
+/// ships that version is checked at reconcile time, where the answer can list what it supports.
+pub const VERSION_PATTERN: &str = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?(-[0-9A-Za-z.-]+)?$";
+
+/// The components the operators manage.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ComponentKind {
+    Istio,
+    Dex,
+    #[serde(rename = "kfserving")]
+    KFServing,
+    Katib,
+    Pipelines,
+}
+
+impl ComponentKind {
+    pub const ALL: [ComponentKind; 5] = [Self::Istio, Self::Dex, Self::KFServing, Self::Katib, Self::Pipelines];
+
+    /// Lower-case name used in NATS subjects, labels and KfDef status keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Istio => "istio",
+            Self::Dex => "dex",
+            Self::KFServing => "kfserving",
+            Self::Katib => "katib",
+            Self::Pipelines => "pipelines",
+        }
+    }
+
+    /// Kubernetes kind of the component resource.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Istio => "Istio",
+            Self::Dex => "Dex",
+            Self::KFServing => "KFServing",
+            Self::Katib => "Katib",
+            Self::Pipelines => "Pipelines",
+        }
+    }
+}
+
+impl fmt::Display for ComponentKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Error for a component name that is none of [`ComponentKind::ALL`].
+#[derive(Debug, thiserror::Error)]
+#[error("unknown component {0:?}; allowed: istio, dex, kfserving, katib, pipelines")]
+pub struct UnknownComponent(pub String);
+
+impl FromStr for ComponentKind {
+    type Err = UnknownComponent;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(s) || k.kind() == s)
+            .ok_or_else(|| UnknownComponent(s.to_string()))
+    }
+}
+
+/// Whether the operator manages the component's objects.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ManagementState {
+    /// Install and keep the component converged (heal deletes, revert drift).
+    #[default]
+    Managed,
+    /// Uninstall the component's objects but keep this resource.
+    Removed,
+    /// Leave the objects as they are; the operator stops touching them.
+    Unmanaged,
+}
+
+/// What happens to the CRDs a component installed when it is removed.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum CrdRemovalPolicy {
+    /// Keep the CRDs and therefore every custom resource users created with them.
+    #[default]
+    Retain,
+    /// Delete the CRDs; Kubernetes then deletes every custom resource of those kinds.
+    Delete,
+}
+
+/// Spec fields every component resource has.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentSpecCore {
+    /// Component version to install, e.g. `v1.2.0`; must be one the operator ships.
+    #[schemars(regex(pattern = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?(-[0-9A-Za-z.-]+)?$"))]
+    pub version: String,
+    #[serde(default)]
+    pub management_state: ManagementState,
+    /// Namespace the component's namespaced objects go to; each component has a default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
+    pub target_namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Overrides::is_empty")]
+    pub overrides: Overrides,
+    /// Kustomize packages of the KfDef applications this component was built from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["application"]))]
+    pub sources: Vec<KustomizeSource>,
+    #[serde(default)]
+    pub crd_removal_policy: CrdRemovalPolicy,
+}
+
+/// Per-object adjustments applied on top of the built-in manifests.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Overrides {
+    /// Container image per container name, e.g. `{"katib-controller": "registry.local/katib:v1"}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub images: BTreeMap<String, String>,
+    /// Replica count per Deployment name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("additionalProperties" = {"type": "integer", "format": "int32", "minimum": 0}))]
+    pub replicas: BTreeMap<String, i32>,
+    /// Free parameters, as in kfctl `params.env`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<NameValue>,
+}
+
+impl Overrides {
+    pub fn is_empty(&self) -> bool {
+        self.images.is_empty() && self.replicas.is_empty() && self.parameters.is_empty()
+    }
+}
+
+/// A KfDef application's kustomize package, carried into the component that owns it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeSource {
+    /// KfDef application name, e.g. `katib-controller`.
+    #[schemars(length(min = 1))]
+    pub application: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlays: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<NameValue>,
+}
+
+/// Lifecycle phase of a component.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ComponentPhase {
+    #[default]
+    Pending,
+    Progressing,
+    Ready,
+    Degraded,
+    Removed,
+    Unmanaged,
+}
+
+/// Reference to an object the component applied.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InventoryEntry {
+    /// API group; empty for the core group.
+    #[serde(default)]
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    /// Empty for cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+/// Status every component resource reports.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ComponentPhase>,
+    /// Version whose objects are applied and ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installed_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Progressing`, `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Every object applied for `installedVersion`; what leaves this set is pruned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inventory: Vec<InventoryEntry>,
+}
+
+/// Service type of the Istio ingress gateway.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum GatewayServiceType {
+    #[default]
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+}
+
+/// The Istio ingress gateway Kubeflow is reached through.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IstioGateway {
+    #[serde(default)]
+    pub service_type: GatewayServiceType,
+    #[serde(default = "default_http_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub http_port: i32,
+    #[serde(default = "default_https_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub https_port: i32,
+}
+
+impl Default for IstioGateway {
+    fn default() -> Self {
+        Self { service_type: GatewayServiceType::default(), http_port: default_http_port(), https_port: default_https_port() }
+    }
+}
+
+fn default_http_port() -> i32 {
+    80
+}
+fn default_https_port() -> i32 {
+    443
+}
+fn default_true() -> bool {
+    true
+}
+
+/// Istio service mesh (`istio-crds`, `istio-install`, `cluster-local-gateway`, `istio`).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "components.kubeflow.org", version = "v1alpha1", kind = "Istio", plural = "istios",
+    category = "kubeflow", namespaced, status = "ComponentStatus",
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Installed","type":"string","jsonPath":".status.installedVersion"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct IstioSpec {
+    #[serde(flatten)]
+    pub core: ComponentSpecCore,
+    #[serde(default)]
+    pub gateway: IstioGateway,
+    /// Also install the cluster-local gateway KFServing uses for in-cluster traffic.
+    #[serde(default = "default_true")]
+    pub cluster_local_gateway: bool,
+}
+
+/// Reference to one key of a Secret in the component resource's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct SecretKeyRef {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+/// Dex connector types Kubeflow deployments use.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DexConnectorType {
+    Ldap,
+    Oidc,
+    Github,
+    Gitlab,
+    Google,
+    Microsoft,
+    Saml,
+}
+
+/// An upstream identity provider for Dex.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct DexConnector {
+    #[serde(rename = "type")]
+    pub type_: DexConnectorType,
+    #[schemars(length(min = 1))]
+    pub id: String,
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Connector configuration, passed to Dex as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::common::free_form_object")]
+    pub config: Option<serde_json::Value>,
+}
+
+/// Dex OpenID Connect provider (`dex`).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "components.kubeflow.org", version = "v1alpha1", kind = "Dex", plural = "dexes",
+    category = "kubeflow", namespaced, status = "ComponentStatus",
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Installed","type":"string","jsonPath":".status.installedVersion"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DexSpec {
+    #[serde(flatten)]
+    pub core: ComponentSpecCore,
+    /// Issuer URL Dex announces, e.g. `http://dex.auth.svc.cluster.local:5556/dex`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://"))]
+    pub issuer: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["id"]))]
+    pub connectors: Vec<DexConnector>,
+    /// Secret key holding Dex `staticPasswords` (YAML list of email/hash/username/userID).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub static_passwords_secret_ref: Option<SecretKeyRef>,
+}
+
+/// Database engine for Katib's experiment store.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum KatibDatabaseType {
+    #[default]
+    MySQL,
+    Postgres,
+}
+
+/// Where Katib keeps experiment observations.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.host) || has(self.secretRef)",
+    "message": "secretRef is required when host names an external database",
+}]))]
+pub struct KatibDatabase {
+    #[serde(default, rename = "type")]
+    pub type_: KatibDatabaseType,
+    /// External database host; when empty Katib runs its own database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Secret key with the database password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretKeyRef>,
+}
+
+/// Katib hyperparameter tuning (`katib-crds`, `katib-controller`, `katib-db`, `katib-ui`).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "components.kubeflow.org", version = "v1alpha1", kind = "Katib", plural = "katibs",
+    category = "kubeflow", namespaced, status = "ComponentStatus",
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Installed","type":"string","jsonPath":".status.installedVersion"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct KatibSpec {
+    #[serde(flatten)]
+    pub core: ComponentSpecCore,
+    #[serde(default)]
+    pub database: KatibDatabase,
+}
+
+/// KFServing model serving (`kfserving-crds`, `kfserving-install`).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "components.kubeflow.org", version = "v1alpha1", kind = "KFServing", plural = "kfservings",
+    category = "kubeflow", namespaced, status = "ComponentStatus",
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Installed","type":"string","jsonPath":".status.installedVersion"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct KFServingSpec {
+    #[serde(flatten)]
+    pub core: ComponentSpecCore,
+    /// Domain inference services get hostnames under, e.g. `models.example.com`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    pub ingress_domain: Option<String>,
+    /// Istio gateway (`namespace/name`) inference services are exposed through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9-]+/[a-z0-9-]+$"))]
+    pub ingress_gateway: Option<String>,
+}
+
+/// Pipelines' metadata database.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.host) || has(self.secretRef)",
+    "message": "secretRef is required when host names an external database",
+}]))]
+pub struct PipelinesDatabase {
+    /// External MySQL host; when empty Pipelines runs its own MySQL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretKeyRef>,
+}
+
+/// Pipelines' artifact store.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.endpoint) || has(self.secretRef)",
+    "message": "secretRef is required when endpoint names an external object store",
+}]))]
+pub struct ObjectStore {
+    /// External S3-compatible endpoint; when empty Pipelines runs its own MinIO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 3, max = 63))]
+    pub bucket: Option<String>,
+    /// Secret with `accesskey` and `secretkey`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretKeyRef>,
+}
+
+/// Kubeflow Pipelines (`api-service`, `pipelines-ui`, `minio`, `mysql`, `persistent-agent`, …).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "components.kubeflow.org", version = "v1alpha1", kind = "Pipelines", plural = "pipelines",
+    category = "kubeflow", namespaced, status = "ComponentStatus",
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Installed","type":"string","jsonPath":".status.installedVersion"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PipelinesSpec {
+    #[serde(flatten)]
+    pub core: ComponentSpecCore,
+    #[serde(default)]
+    pub database: PipelinesDatabase,
+    #[serde(default)]
+    pub object_store: ObjectStore,
+}
+
+/// Access to the parts every component resource shares, so the framework can treat all five alike.
+pub trait ComponentResource:
+    kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    + Clone
+    + fmt::Debug
+    + Serialize
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    const COMPONENT: ComponentKind;
+    fn core(&self) -> &ComponentSpecCore;
+    fn component_status(&self) -> Option<&ComponentStatus>;
+}
+
+macro_rules! component_resource {
+    ($($ty:ident => $kind:ident),* $(,)?) => {$(
+        impl ComponentResource for $ty {
+            const COMPONENT: ComponentKind = ComponentKind::$kind;
+            fn core(&self) -> &ComponentSpecCore {
+                &self.spec.core
+            }
+            fn component_status(&self) -> Option<&ComponentStatus> {
+                self.status.as_ref()
+            }
+        }
+    )*};
+}
+
+component_resource!(Istio => Istio, Dex => Dex, KFServing => KFServing, Katib => Katib, Pipelines => Pipelines);

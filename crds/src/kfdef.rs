@@ -1,0 +1,216 @@
+//! `KfDef` (`kfdef.apps.kubeflow.org/v1`): a whole Kubeflow deployment in kfctl's format.
+//!
+//! The spec mirrors kfctl's v1 `KfDef` field for field so existing kfctl files apply unchanged;
+//! plugin specs stay free-form because every kfctl plugin (GCP, AWS, existing-Arrikto…) has its
+//! own shape. The status adds, beside kfctl's conditions, one entry per component and one per
+//! application so nothing in the spec is silently ignored.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Condition, NameValue};
+
+/// Desired Kubeflow deployment (kfctl `KfDef` v1).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "kfdef.apps.kubeflow.org",
+    version = "v1",
+    kind = "KfDef",
+    plural = "kfdefs",
+    singular = "kfdef",
+    category = "kubeflow",
+    namespaced,
+    status = "KfDefStatus",
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Available","type":"string","jsonPath":".status.conditions[?(@.type==\"Available\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct KfDefSpec {
+    /// Kubeflow version of the deployment, e.g. `v1.2.0`; components default to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Applications to install; each maps to one component (see the README's mapping table).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub applications: Vec<Application>,
+    /// kfctl platform plugins (`KfGcpPlugin`, `KfAwsPlugin`, …); kept as written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<Plugin>,
+    /// Secrets kfctl plugins read (literal values or environment variables).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub secrets: Vec<KfSecret>,
+    /// Manifest repositories the applications' `repoRef`s point into.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub repos: Vec<Repo>,
+}
+
+/// One kfctl application: a kustomize package and how to configure it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Application {
+    /// Application name, e.g. `istio-crds`, `katib-controller`, `pipelines-ui`.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize_config: Option<KustomizeConfig>,
+}
+
+/// Where an application's manifests come from and how they are customised.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_ref: Option<RepoRef>,
+    /// Kustomize overlays to apply, in order (e.g. `istio`, `application`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlays: Vec<String>,
+    /// Parameters substituted into the package (kfctl `params.env`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<NameValue>,
+}
+
+/// A path inside one of `spec.repos`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct RepoRef {
+    /// Name of an entry in `spec.repos`.
+    #[serde(default)]
+    pub name: String,
+    /// Path of the package inside the repository.
+    #[serde(default)]
+    pub path: String,
+}
+
+/// A manifest repository.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct Repo {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Archive or repository URI, e.g. `https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz`.
+    #[serde(default)]
+    pub uri: String,
+}
+
+/// A kfctl plugin. Only `kind` is interpreted; the rest is kept as written.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Plugin {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::common::free_form_object")]
+    pub metadata: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::common::free_form_object")]
+    pub spec: Option<serde_json::Value>,
+}
+
+/// A kfctl secret (`spec.secrets[]`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KfSecret {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_source: Option<SecretSource>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretSource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub literal_source: Option<LiteralSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_source: Option<EnvSource>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct LiteralSource {
+    #[serde(default)]
+    pub value: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct EnvSource {
+    #[serde(default)]
+    pub name: String,
+}
+
+/// Summary phase of a KfDef.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum KfDefPhase {
+    #[default]
+    Pending,
+    Progressing,
+    Available,
+    Degraded,
+}
+
+/// Observed state of a KfDef.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KfDefStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<KfDefPhase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// kfctl-style conditions: `Available`, `Progressing`, `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// One entry per component, keyed by component name (`istio`, `dex`, …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub components: BTreeMap<String, ComponentSummary>,
+    /// One entry per application in the spec, mapped or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applications: Vec<ApplicationStatus>,
+    /// Detected platform, e.g. `Kubernetes` or `OpenShift`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// kfctl's cache of downloaded repositories, kept for compatibility.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub repos_cache: BTreeMap<String, RepoCache>,
+}
+
+/// State of one component as its operator reported it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentSummary {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// What became of one application of the spec.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationStatus {
+    pub name: String,
+    /// Component the application belongs to; empty when it maps to none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<String>,
+    /// `Mapped` or `Unmapped`.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RepoCache {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_path: Option<String>,
+}

@@ -1,0 +1,151 @@
+//! `KfUpgrade` (`kfupgrade.apps.kubeflow.org/v1alpha1`): move a KfDef's components to new versions.
+//!
+//! kfctl's fields `currentKfDef` and `newKfDef` are kept. What kfctl left to its CLI — which
+//! components move, in what order, how long each may take to become healthy and whether a failed
+//! step rolls back — is spelled out here so the operator can execute (and resume) the upgrade.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::Condition;
+use crate::component::ComponentKind;
+
+/// A request to upgrade one KfDef.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "kfupgrade.apps.kubeflow.org",
+    version = "v1alpha1",
+    kind = "KfUpgrade",
+    plural = "kfupgrades",
+    singular = "kfupgrade",
+    category = "kubeflow",
+    namespaced,
+    status = "KfUpgradeStatus",
+    printcolumn = r#"{"name":"KfDef","type":"string","jsonPath":".spec.currentKfDef.name"}"#,
+    printcolumn = r#"{"name":"From","type":"string","jsonPath":".spec.currentKfDef.version"}"#,
+    printcolumn = r#"{"name":"To","type":"string","jsonPath":".spec.newKfDef.version"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self == oldSelf",
+    "message": "spec is immutable once the upgrade exists; create a new KfUpgrade instead",
+}]))]
+pub struct KfUpgradeSpec {
+    /// The installed KfDef (same namespace) and the version it runs.
+    pub current_kf_def: KfDefReference,
+    /// The KfDef describing the target; its `version` is the Kubeflow version to reach.
+    pub new_kf_def: KfDefReference,
+    /// kfctl's path to the new configuration; accepted and unused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_config_path: Option<String>,
+    /// Explicit target version per component. Components not listed move to `newKfDef.version`;
+    /// when the list is non-empty and `onlyListed` is true, only the listed components move.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["component"]))]
+    pub components: Vec<ComponentTarget>,
+    /// Upgrade only the components in `components`.
+    #[serde(default)]
+    pub only_listed: bool,
+    /// Order to move components in; default Istio, Dex, KFServing, Katib, Pipelines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub order: Vec<ComponentKind>,
+    /// How long one component may take to report Ready at its new version.
+    #[serde(default = "default_health_timeout")]
+    #[schemars(range(min = 10, max = 86400))]
+    pub health_timeout_seconds: i64,
+    /// Roll every already-upgraded component back when a step fails or times out.
+    #[serde(default = "default_true")]
+    pub rollback_on_failure: bool,
+}
+
+fn default_health_timeout() -> i64 {
+    600
+}
+fn default_true() -> bool {
+    true
+}
+
+/// A KfDef by name (in the KfUpgrade's namespace) and version.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct KfDefReference {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?(-[0-9A-Za-z.-]+)?$"))]
+    pub version: Option<String>,
+}
+
+/// Target version of one component.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct ComponentTarget {
+    pub component: ComponentKind,
+    #[schemars(regex(pattern = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?(-[0-9A-Za-z.-]+)?$"))]
+    pub version: String,
+}
+
+/// Phase of an upgrade.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UpgradePhase {
+    #[default]
+    Pending,
+    Validating,
+    Upgrading,
+    RollingBack,
+    Succeeded,
+    Failed,
+    RolledBack,
+}
+
+/// Phase of one component's step.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum StepPhase {
+    #[default]
+    Pending,
+    Upgrading,
+    Succeeded,
+    Failed,
+    RollingBack,
+    RolledBack,
+}
+
+/// Progress of one component.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStep {
+    pub component: ComponentKind,
+    pub from_version: String,
+    pub to_version: String,
+    #[serde(default)]
+    pub phase: StepPhase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// Observed state of an upgrade.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KfUpgradeStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<UpgradePhase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// One entry per component that moves, in execution order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<UpgradeStep>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+}

@@ -1,0 +1,23 @@
+//! API types of the Kubeflow operators and the code that renders their CRDs.
+//!
+//! * [`kfdef`]: `KfDef` (`kfdef.apps.kubeflow.org/v1`), the kfctl deployment format.
+//! * [`kfupgrade`]: `KfUpgrade` (`kfupgrade.apps.kubeflow.org/v1alpha1`).
+//! * [`component`]: the five component resources (`components.kubeflow.org/v1alpha1`) with their
+//!   shared spec/status core.
+//!
+//! The YAML under `crds/generated/` is rendered from these types by `cargo run -p kubeflow-crds
+//! --bin crdgen`; a unit test fails when the committed YAML differs from what the types render.
+
+pub mod common;
+pub mod component;
+pub mod crdgen;
+pub mod kfdef;
+pub mod kfupgrade;
+
+pub use common::{Condition, ConditionStatus, NameValue};
+pub use component::{
+    ComponentKind, ComponentSpecCore, ComponentStatus, Dex, Istio, KFServing, Katib,
+    ManagementState, Pipelines,
+};
+pub use kfdef::KfDef;
+pub use kfupgrade::KfUpgrade;

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Starts (or reuses) the local environment: etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kwok with fake nodes, and nats-server with JetStream, all on loopback.
+# Writes $STATE_DIR/kubeconfig and $STATE_DIR/env (source it for KUBECONFIG, NATS_URL, PATH).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
+
+log() { printf '[env] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+"$ENV_DIR/build.sh"
+
+PKI=$STATE_DIR/pki LOGS=$STATE_DIR/logs PIDS=$STATE_DIR/pids
+mkdir -p "$PKI" "$LOGS" "$PIDS"
+
+# --- certificates and tokens (created once per state directory) -----------------------------
+cert() { # name cn ca-name [san]
+  local name=$1 cn=$2 ca=$3 san=${4:-}
+  [[ -f $PKI/$name.crt ]] && return 0
+  openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
+  openssl req -new -key "$PKI/$name.key" -subj "/CN=$cn" -out "$PKI/$name.csr" 2>/dev/null
+  local ext=$PKI/$name.ext
+  printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n' >"$ext"
+  [[ -n $san ]] && printf 'subjectAltName=%s\n' "$san" >>"$ext"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" -CAcreateserial \
+    -days 3650 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
+}
+ca() { # name cn
+  [[ -f $PKI/$1.crt ]] && return 0
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$PKI/$1.key" -out "$PKI/$1.crt" -days 3650 \
+    -subj "/CN=$2" -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+}
+ca ca kubeflow-operator-e2e-ca
+ca front-proxy-ca kubeflow-operator-e2e-front-proxy-ca
+cert apiserver kube-apiserver ca "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+cert front-proxy-client front-proxy-client front-proxy-ca
+if [[ ! -f $PKI/sa.key ]]; then
+  openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+fi
+if [[ ! -f $PKI/tokens.csv ]]; then
+  # Static admin token in system:masters; the operators under test get their own SA tokens.
+  printf '%s,admin,admin,system:masters\n' "$(openssl rand -hex 24)" >"$PKI/tokens.csv"
+fi
+ADMIN_TOKEN=$(cut -d, -f1 "$PKI/tokens.csv")
+
+cat >"$KUBECONFIG_FILE" <<KCFG
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 <"$PKI/ca.crt")
+users:
+- name: admin
+  user:
+    token: $ADMIN_TOKEN
+contexts:
+- name: local
+  context: {cluster: local, user: admin}
+current-context: local
+KCFG
+chmod 600 "$KUBECONFIG_FILE"
+
+# --- process helpers -------------------------------------------------------------------------
+running() { [[ -f $PIDS/$1 ]] && kill -0 "$(cat "$PIDS/$1")" 2>/dev/null; }
+start() { # name command...
+  local name=$1; shift
+  if running "$name"; then log "$name already running (pid $(cat "$PIDS/$name"))"; return 0; fi
+  log "starting $name"
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  echo $! >"$PIDS/$name"
+}
+wait_for() { # name seconds command...
+  local name=$1 timeout=$2; shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    running "$name" || { tail -n 30 "$LOGS/$name.log" >&2; die "$name exited; log: $LOGS/$name.log"; }
+    ((SECONDS < deadline)) || { tail -n 30 "$LOGS/$name.log" >&2; die "$name not healthy after ${timeout}s; log: $LOGS/$name.log"; }
+    sleep 0.2
+  done
+}
+healthz() { curl -sfk --max-time 2 -H "Authorization: Bearer $ADMIN_TOKEN" "$1" | grep -qx ok; }
+KUBECTL=("$KUBE_BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE")
+
+# --- etcd ------------------------------------------------------------------------------------
+start etcd "$KUBE_BIN/etcd" --name local --data-dir "$STATE_DIR/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
+wait_for etcd 30 sh -c "curl -sf http://127.0.0.1:$ETCD_PORT/health | grep -q '\"health\":\"true\"'"
+
+# --- nats-server -----------------------------------------------------------------------------
+start nats-server "$NATS_BIN/nats-server" -a 127.0.0.1 -p "$NATS_PORT" -m "$NATS_MONITOR_PORT" \
+  --jetstream --store_dir "$STATE_DIR/nats"
+wait_for nats-server 30 curl -sf "http://127.0.0.1:$NATS_MONITOR_PORT/healthz?js-enabled-only=true"
+
+# --- kube-apiserver --------------------------------------------------------------------------
+start kube-apiserver "$KUBE_BIN/kube-apiserver" \
+  --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+  --endpoint-reconciler-type none \
+  --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+  --client-ca-file "$PKI/ca.crt" --token-auth-file "$PKI/tokens.csv" \
+  --authorization-mode Node,RBAC \
+  --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
+  --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
+  --enable-aggregator-routing=true --profiling=false
+wait_for kube-apiserver 90 healthz "https://127.0.0.1:$APISERVER_PORT/readyz"
+
+# --- kube-controller-manager and kube-scheduler ----------------------------------------------
+start kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
+  --kubeconfig "$KUBECONFIG_FILE" --authentication-kubeconfig "$KUBECONFIG_FILE" \
+  --authorization-kubeconfig "$KUBECONFIG_FILE" \
+  --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
+  --controllers '*' \
+  --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+  --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+  --profiling=false
+start kube-scheduler "$KUBE_BIN/kube-scheduler" \
+  --kubeconfig "$KUBECONFIG_FILE" --authentication-kubeconfig "$KUBECONFIG_FILE" \
+  --authorization-kubeconfig "$KUBECONFIG_FILE" \
+  --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --leader-elect=false --profiling=false
+wait_for kube-controller-manager 60 healthz "https://127.0.0.1:$KCM_PORT/healthz"
+wait_for kube-scheduler 60 healthz "https://127.0.0.1:$SCHEDULER_PORT/healthz"
+
+# --- kwok and its fake nodes -----------------------------------------------------------------
+start kwok "$KWOK_BIN/kwok" --kubeconfig "$KUBECONFIG_FILE" -c "$ENV_DIR/kwok.yaml" \
+  --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+  --server-address "127.0.0.1:$KWOK_PORT" --node-lease-duration-seconds 40 \
+  --cidr 10.244.0.1/16 --node-ip 10.244.0.1
+"${KUBECTL[@]}" apply --server-side --field-manager kfop-e2e-env -f "$ENV_DIR/nodes.yaml" >/dev/null
+wait_for kwok 60 "${KUBECTL[@]}" wait --for=condition=Ready node --all --timeout=1s
+# The controller manager's serviceaccount controller creates `default` in every namespace; pods
+# need it, so wait for it as proof that the controllers run.
+wait_for kube-controller-manager 60 "${KUBECTL[@]}" -n default get serviceaccount default
+
+cat >"$ENV_FILE" <<ENVF
+export KUBECONFIG=$KUBECONFIG_FILE
+export NATS_URL=nats://127.0.0.1:$NATS_PORT
+export KFOP_KUBE_BIN=$KUBE_BIN
+export PATH=$KUBE_BIN:\$PATH
+ENVF
+log "environment ready: $("${KUBECTL[@]}" version -o json | grep -m1 gitVersion | tr -d ' ,"') API server https://127.0.0.1:$APISERVER_PORT, NATS nats://127.0.0.1:$NATS_PORT"
+log "use it with: source $ENV_FILE"

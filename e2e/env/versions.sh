@@ -1,0 +1,27 @@
+# Versions of everything the local environment builds. Sourced by the other scripts.
+# Changing a version here changes the cache key, so the next start rebuilds that piece.
+KUBE_VERSION=v1.34.4          # k8s.io/kubernetes; also pinned in kube/go.mod
+KWOK_VERSION=v0.7.0           # sigs.k8s.io/kwok
+NATS_SERVER_VERSION=v2.12.15  # github.com/nats-io/nats-server/v2
+
+ENV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE_DIR=${KFOP_CACHE_DIR:-$HOME/.cache/kubeflow-operator}
+# Runtime state of a running environment (etcd data, certificates, logs, kubeconfig).
+STATE_DIR=${KFOP_STATE_DIR:-$CACHE_DIR/run}
+KUBE_BIN=$CACHE_DIR/bin/kube-$KUBE_VERSION-$(sha256sum "$ENV_DIR/kube/go.sum" | cut -c1-12)
+KWOK_BIN=$CACHE_DIR/bin/kwok-$KWOK_VERSION
+NATS_BIN=$CACHE_DIR/bin/nats-server-$NATS_SERVER_VERSION
+
+# Loopback ports; override when they collide with something already running.
+ETCD_PORT=${KFOP_ETCD_PORT:-23790}
+ETCD_PEER_PORT=${KFOP_ETCD_PEER_PORT:-23800}
+APISERVER_PORT=${KFOP_APISERVER_PORT:-26443}
+NATS_PORT=${KFOP_NATS_PORT:-24222}
+NATS_MONITOR_PORT=${KFOP_NATS_MONITOR_PORT:-28222}
+KCM_PORT=${KFOP_KCM_PORT:-26257}
+SCHEDULER_PORT=${KFOP_SCHEDULER_PORT:-26259}
+KWOK_PORT=${KFOP_KWOK_PORT:-26250}
+
+# Files a running environment exposes to tests and operators.
+KUBECONFIG_FILE=$STATE_DIR/kubeconfig
+ENV_FILE=$STATE_DIR/env
