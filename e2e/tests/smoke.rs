@@ -1,1 +1,281 @@
-fn main(){}
+//! Smoke tests of the local environment: the real control plane, kwok and nats-server behave as
+//! the operators' end-to-end tests rely on, and the project's CRDs install and validate.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::pull, stream};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::{Api, Resource, ResourceExt};
+use kubeflow_crds::component::{ComponentSpecCore, ComponentStatus};
+use kubeflow_crds::{Dex, Istio, KFServing, Katib, KfDef, KfUpgrade, Pipelines};
+use kubeflow_e2e::*;
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn api_server_reports_the_version_it_was_built_as() {
+    let client = client().await;
+    let info = client.apiserver_version().await.unwrap();
+    let expected = std::env::var("KFOP_KUBE_VERSION").expect("KFOP_KUBE_VERSION from the env file");
+    assert_eq!(info.git_version, expected);
+    let (major, minor) = expected.trim_start_matches('v').split_once('.').unwrap();
+    assert_eq!(info.major, major);
+    assert_eq!(info.minor, minor.split('.').next().unwrap());
+}
+
+#[tokio::test]
+async fn all_crds_install_and_become_established() {
+    let client = client().await;
+    let names = install_crds(&client).await;
+    assert_eq!(names.len(), 7, "{names:?}");
+    for expected in ["kfdefs.kfdef.apps.kubeflow.org", "kfupgrades.kfupgrade.apps.kubeflow.org", "katibs.components.kubeflow.org"] {
+        assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
+    }
+}
+
+/// Creates the KfDef `yaml` in `ns` exactly as written (no typed round trip) and returns what the API server
+/// stored.
+async fn create_kfdef_untyped(client: &kube::Client, ns: &str, yaml: &str) -> (Value, Value) {
+    let mut original: Value = serde_yaml::from_str(yaml).unwrap();
+    original["metadata"]["namespace"] = json!(ns);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<KfDef>(&()));
+    let object: DynamicObject = serde_json::from_value(original.clone()).unwrap();
+    let created = api.create(&PostParams::default(), &object).await.unwrap();
+    let stored = api.get(&created.name_any()).await.unwrap();
+    (original, serde_json::to_value(stored).unwrap())
+}
+
+#[tokio::test]
+async fn kfctl_kfdefs_are_stored_unchanged() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-kfdef").await;
+    for file in ["kfdef-kfctl-istio-dex.yaml", "kfdef-kfctl-gcp.yaml"] {
+        let yaml = std::fs::read_to_string(format!("{}/../examples/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let (original, stored) = create_kfdef_untyped(&client, &ns.name, &yaml).await;
+        assert_eq!(original["spec"], stored["spec"], "{file}: the API server changed or pruned the spec");
+        // And the typed client reads it back.
+        let typed = Api::<KfDef>::namespaced(client.clone(), &ns.name)
+            .get(original["metadata"]["name"].as_str().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(serde_json::to_value(&typed.spec).unwrap(), original["spec"], "{file}");
+    }
+}
+
+fn core(version: &str) -> ComponentSpecCore {
+    ComponentSpecCore { version: version.into(), ..Default::default() }
+}
+
+/// Creates `object` and checks that what the API server returns has the same spec, defaults applied.
+async fn create_and_read_back<K>(client: &kube::Client, ns: &str, object: K) -> K
+where
+    K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    api.create(&PostParams::default(), &object).await.unwrap_or_else(|e| panic!("create {}: {e}", K::kind(&())));
+    api.get(&object.name_any()).await.unwrap()
+}
+
+#[tokio::test]
+async fn each_component_resource_is_created_and_read_back() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-components").await;
+    let n = &ns.name;
+
+    let mut istio = Istio::new("istio", serde_json::from_value(json!({"version": "1.9.6", "gateway": {"serviceType": "NodePort"}})).unwrap());
+    istio.spec.core.target_namespace = Some("istio-system".into());
+    let read = create_and_read_back(&client, n, istio.clone()).await;
+    assert_eq!(read.spec, istio.spec);
+
+    let dex: Dex = Dex::new("dex", serde_json::from_value(json!({
+        "version": "v2.24.0",
+        "issuer": "http://dex.auth.svc.cluster.local:5556/dex",
+        "connectors": [{"type": "ldap", "id": "ldap", "name": "LDAP", "config": {"host": "ldap.example.com:636"}}],
+        "staticPasswordsSecretRef": {"name": "dex-users", "key": "passwords.yaml"},
+    })).unwrap());
+    assert_eq!(create_and_read_back(&client, n, dex.clone()).await.spec, dex.spec);
+
+    let kfserving = KFServing::new("kfserving", serde_json::from_value(json!({"version": "v0.5.1", "ingressDomain": "models.example.com"})).unwrap());
+    assert_eq!(create_and_read_back(&client, n, kfserving.clone()).await.spec, kfserving.spec);
+
+    let katib = Katib::new("katib", serde_json::from_value(json!({"version": "v0.11.0", "managementState": "Unmanaged"})).unwrap());
+    assert_eq!(create_and_read_back(&client, n, katib.clone()).await.spec, katib.spec);
+
+    let mut pipelines = Pipelines::new("pipelines", serde_json::from_value(json!({
+        "version": "1.5.0",
+        "database": {"host": "mysql.example.com", "port": 3306, "secretRef": {"name": "db", "key": "password"}},
+    })).unwrap());
+    pipelines.spec.core = ComponentSpecCore { overrides: serde_json::from_value(json!({"replicas": {"ml-pipeline": 2}})).unwrap(), ..core("1.5.0") };
+    let read = create_and_read_back(&client, n, pipelines.clone()).await;
+    assert_eq!(read.spec, pipelines.spec);
+
+    // The status subresource accepts the shared status core.
+    let api: Api<Pipelines> = Api::namespaced(client.clone(), n);
+    let status = ComponentStatus { installed_version: Some("1.5.0".into()), observed_generation: Some(1), ..Default::default() };
+    api.patch_status("pipelines", &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Pipelines", "status": status,
+    })))
+    .await
+    .unwrap();
+    assert_eq!(api.get("pipelines").await.unwrap().status.unwrap().installed_version.as_deref(), Some("1.5.0"));
+}
+
+/// Creates an object from JSON and returns the API server's refusal message.
+async fn rejection<K: Resource<DynamicType = ()>>(client: &kube::Client, ns: &str, object: Value) -> String {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<K>(&()));
+    match api.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await {
+        Ok(created) => panic!("API server accepted an invalid object: {created:?}"),
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            status.message
+        }
+        Err(other) => panic!("unexpected error: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn invalid_specs_are_rejected_with_the_offending_field_named() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-invalid").await;
+    let n = &ns.name;
+
+    let msg = rejection::<Katib>(&client, n, json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib", "metadata": {"name": "bad"},
+        "spec": {"version": "v0.11.0", "managementState": "Sometimes"},
+    })).await;
+    assert!(msg.contains("spec.managementState") && msg.contains("\"Managed\", \"Removed\", \"Unmanaged\""), "{msg}");
+
+    let msg = rejection::<Dex>(&client, n, json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Dex", "metadata": {"name": "bad"},
+        "spec": {"version": "latest"},
+    })).await;
+    assert!(msg.contains("spec.version") && msg.contains("should match"), "{msg}");
+
+    // CEL: an external database needs credentials.
+    let msg = rejection::<Pipelines>(&client, n, json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Pipelines", "metadata": {"name": "bad"},
+        "spec": {"version": "1.5.0", "database": {"host": "mysql.example.com"}},
+    })).await;
+    assert!(msg.contains("spec.database") && msg.contains("secretRef is required"), "{msg}");
+
+    // Application names are the list's key: a duplicate is named.
+    let msg = rejection::<KfDef>(&client, n, json!({
+        "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "bad"},
+        "spec": {"applications": [{"name": "katib-crds"}, {"name": "katib-crds"}]},
+    })).await;
+    assert!(msg.contains("spec.applications[1]") && msg.contains("Duplicate value"), "{msg}");
+
+    // A KfUpgrade without the kfctl fields it needs.
+    let msg = rejection::<KfUpgrade>(&client, n, json!({
+        "apiVersion": "kfupgrade.apps.kubeflow.org/v1alpha1", "kind": "KfUpgrade", "metadata": {"name": "bad"},
+        "spec": {"currentKfDef": {"name": "kubeflow"}},
+    })).await;
+    assert!(msg.contains("spec.newKfDef") && msg.contains("Required value"), "{msg}");
+}
+
+#[tokio::test]
+async fn deployment_becomes_available_on_kwok_nodes() {
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "e2e-deploy").await;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "registry.invalid/web:1"}]},
+            },
+        },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &deployment).await.unwrap();
+    let available = eventually("Deployment web Available", || async {
+        let d = api.get("web").await.map_err(|e| e.to_string())?;
+        let status = d.status.clone().unwrap_or_default();
+        let available = status.conditions.iter().flatten().any(|c| c.type_ == "Available" && c.status == "True");
+        if available && status.available_replicas == Some(2) { Ok(status) } else { Err(format!("{status:?}")) }
+    })
+    .await;
+    assert_eq!(available.ready_replicas, Some(2));
+}
+
+#[tokio::test]
+async fn deleting_an_owner_cascades_to_its_dependent() {
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "e2e-gc").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let owner = api
+        .create(&PostParams::default(), &ConfigMap { metadata: ObjectMeta { name: Some("owner".into()), ..Default::default() }, ..Default::default() })
+        .await
+        .unwrap();
+    let dependent = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("dependent".into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: "owner".into(),
+                uid: owner.uid().unwrap(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &dependent).await.unwrap();
+    api.delete("owner", &DeleteParams::background()).await.unwrap();
+    eventually("garbage collector to delete the dependent", || async {
+        match api.get_opt("dependent").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn jetstream_stream_round_trips_and_deduplicates_a_message() {
+    let nats = within("connect to NATS", async_nats::connect(nats_url())).await.unwrap();
+    let js = jetstream::new(nats);
+    let name = unique_name("E2E").replace('-', "_");
+    let subject = format!("e2e.{name}");
+    js.create_stream(stream::Config {
+            name: name.clone(),
+            subjects: vec![subject.clone()],
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    for _ in 0..2 {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", "uid-1-gen-1-katib");
+        js.publish_with_headers(subject.clone(), headers, "desired: v0.11.0".into()).await.unwrap().await.unwrap();
+    }
+    let mut stream = js.get_stream(&name).await.unwrap();
+    assert_eq!(stream.info().await.unwrap().state.messages, 1, "the second publish with the same Nats-Msg-Id was stored");
+
+    let consumer = stream
+        .create_consumer(pull::Config { durable_name: Some("e2e".into()), ack_policy: jetstream::consumer::AckPolicy::Explicit, ..Default::default() })
+        .await
+        .unwrap();
+    let mut messages = consumer.fetch().max_messages(1).expires(Duration::from_secs(5)).messages().await.unwrap();
+    let message = within("a message from the consumer", messages.next()).await.expect("one message").unwrap();
+    assert_eq!(&message.payload[..], b"desired: v0.11.0");
+    message.ack().await.unwrap();
+    js.delete_stream(&name).await.unwrap();
+}

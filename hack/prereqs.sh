@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs or checks what building and testing needs: openssl and curl (Debian packages), Go >= 1.24
+# (older go commands fetch the toolchain go.mod asks for from the Go module proxy) and Rust >= 1.89.
+set -euo pipefail
+log() { printf '[prereqs] %s\n' "$*" >&2; }
+
+missing=()
+for tool in openssl curl; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null; then
+  log "installing Go from Debian packages (the toolchain e2e/env/kube/go.mod needs is then fetched from the Go module proxy)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null
+fi
+go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
+if ((go_minor < 21)); then
+  log "ERROR: $(go env GOVERSION) is too old to fetch newer toolchains; install Go >= 1.24"; exit 1
+fi
+
+if ! command -v cargo >/dev/null; then
+  log "ERROR: cargo not found; install Rust >= 1.89 with rustup"; exit 1
+fi
+rust_minor=$(rustc --version | sed -E 's/^rustc 1\.([0-9]+).*/\1/')
+if ((rust_minor < 89)); then
+  log "ERROR: $(rustc --version) is older than the workspace's rust-version 1.89; run 'rustup update'"; exit 1
+fi
+log "ok: $(go env GOVERSION), $(rustc --version | cut -d' ' -f1-2), $(openssl version | cut -d' ' -f1-2)"

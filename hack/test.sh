@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite: prerequisites, unit tests (no cluster), generated-file drift, then the
+# end-to-end tests against the local control plane and nats-server. Stops the environment at the
+# end unless it was already running before (e.g. from `make demo`) or KEEP_ENV=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source e2e/env/versions.sh
+start=$SECONDS
+step() { printf '\n=== %s (%ss)\n' "$*" "$((SECONDS - start))" >&2; }
+
+step "prerequisites"
+hack/prereqs.sh
+
+step "unit tests (cargo test --workspace)"
+cargo test --workspace --locked
+
+step "generated files are up to date"
+cargo run -q --locked -p kubeflow-crds --bin crdgen -- --check
+
+step "local environment (e2e/env/up.sh)"
+was_running=0
+[[ -f $ENV_FILE ]] && KUBECONFIG=$KUBECONFIG_FILE "$KUBE_BIN/kubectl" get --raw /readyz >/dev/null 2>&1 && was_running=1
+if ((was_running == 0)) && [[ ${KEEP_ENV:-0} != 1 ]]; then
+  trap 'e2e/env/down.sh' EXIT
+fi
+e2e/env/up.sh
+source "$ENV_FILE"
+
+step "end-to-end tests"
+cargo test --locked -p kubeflow-e2e --features e2e -- --test-threads 4
+
+step "done in $((SECONDS - start)) s"
