@@ -1,9 +1,31 @@
-//! The framework shared by the component operators. It re-exports `kube` and `k8s-openapi` so
-//! every operator builds against one version of each.
+//! The framework shared by the component operators: one reconcile pipeline for every component.
+//!
+//! dereference (read referenced Secrets) → validate + build the desired objects for `spec.version`
+//! ([`build`], pure) → server-side apply with the operator's field manager, skipping objects already
+//! as desired ([`reconcile`]) → prune what left the set (from the inventory in status) → status
+//! ([`status`], pure) → Events. A component only supplies its releases and parameters
+//! ([`component::Component`]).
+//!
+//! It re-exports `kube` and `k8s-openapi` so every operator builds against one version of each.
 
 pub use k8s_openapi;
 pub use kube;
 pub use kubeflow_crds as api;
+
+pub mod build;
+pub mod component;
+pub mod kinds;
+pub mod manifest;
+pub mod metrics;
+pub mod readiness;
+pub mod reconcile;
+pub mod run;
+pub mod server;
+pub mod status;
+
+pub use component::{Component, InvalidSpec, Inputs, Release};
+pub use manifest::Params;
+pub use run::run;
 
 use clap::Args;
 
@@ -23,7 +45,19 @@ pub struct OperatorArgs {
 
 /// Installs the `tracing` subscriber, filtered by `RUST_LOG` (default `info`).
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
+}
+
+/// `main` of a component operator: parse options, log, run until a signal.
+pub fn main<C: Component>(args: OperatorArgs) -> std::process::ExitCode {
+    init_tracing();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match runtime.block_on(run::<C>(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "operator stopped");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

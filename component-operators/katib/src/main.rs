@@ -1,9 +1,9 @@
-//! The katib component operator: reconciles `components.kubeflow.org` resources of its kind.
+//! The Katib component operator: reconciles `Katib` resources (`components.kubeflow.org/v1alpha1`).
 
 use clap::Parser;
 use component_framework::OperatorArgs;
 
-/// Kubeflow katib component operator.
+/// Kubeflow Katib component operator.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
@@ -12,8 +12,5 @@ struct Cli {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    component_framework::init_tracing();
-    tracing::error!(?cli, "the katib reconcile loop is not implemented in this release");
-    std::process::ExitCode::from(2)
+    component_framework::main::<katib_operator::KatibComponent>(Cli::parse().operator)
 }

@@ -1,0 +1,141 @@
+//! Building the desired object set of a component resource (pure): pick the release, gather
+//! parameters, render the template, place and label the objects, apply the spec's overrides.
+
+use std::collections::BTreeSet;
+
+use kube::ResourceExt;
+use kubeflow_crds::component::ComponentResource;
+use serde_json::{Value, json};
+
+use crate::component::{Component, InvalidSpec, Inputs, release};
+use crate::kinds;
+use crate::manifest::{self, Params};
+
+/// Label selecting every object a component operator manages (the value is the component name).
+pub const PART_OF_LABEL: &str = "components.kubeflow.org/part-of";
+/// Label with the component version an object was built for.
+pub const VERSION_LABEL: &str = "components.kubeflow.org/version";
+/// Annotation naming the component resource (`namespace/name`) an object belongs to.
+pub const OWNER_ANNOTATION: &str = "components.kubeflow.org/owner";
+/// Annotation with the hash of the object as last applied.
+pub const HASH_ANNOTATION: &str = "components.kubeflow.org/applied-hash";
+
+/// Namespace the component's namespaced objects go to.
+pub fn target_namespace<C: Component>(resource: &C::Resource) -> String {
+    resource.core().target_namespace.clone().unwrap_or_else(|| C::DEFAULT_NAMESPACE.to_string())
+}
+
+/// The desired objects for `resource.spec.version`, in apply order.
+pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) -> Result<Vec<Value>, InvalidSpec> {
+    let core = resource.core();
+    let release = release::<C>(&core.version)?;
+    let namespace = target_namespace::<C>(resource);
+    let mut params = parameters::<C>(resource, inputs, &namespace)?;
+    params.extend(release.params.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+
+    let mut objects = manifest::render(release.manifest, &params)
+        .map_err(|e| InvalidSpec::new("spec.version", format!("built-in manifest of {} cannot be rendered: {e}", release.version)))?;
+    let owner = format!("{}/{}", resource.namespace().unwrap_or_default(), resource.name_any());
+    for object in &mut objects {
+        let info = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default())
+            .ok_or_else(|| InvalidSpec::new("spec.version", format!("built-in manifest of {} has an unsupported kind {}", release.version, object["kind"])))?;
+        if !info.cluster_scoped && object["metadata"]["namespace"].is_null() {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
+        if !info.is_shared() {
+            object["metadata"]["labels"][PART_OF_LABEL] = json!(C::Resource::COMPONENT.name());
+            object["metadata"]["labels"][VERSION_LABEL] = json!(release.version);
+            object["metadata"]["annotations"][OWNER_ANNOTATION] = json!(owner);
+        }
+    }
+    apply_image_overrides(resource, &mut objects)?;
+    apply_replica_overrides(resource, &mut objects)?;
+    C::customize(resource, &mut objects)?;
+    for object in &mut objects {
+        manifest::normalize_secret(object);
+        let hash = manifest::content_hash(object);
+        object["metadata"]["annotations"][HASH_ANNOTATION] = json!(hash);
+    }
+    objects.sort_by_key(|o| kinds::lookup(o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap()).map_or(u8::MAX, |k| k.rank));
+    Ok(objects)
+}
+
+/// Built-in and component parameters, then KfDef application parameters, then `spec.overrides.parameters`.
+fn parameters<C: Component>(resource: &C::Resource, inputs: &Inputs, namespace: &str) -> Result<Params, InvalidSpec> {
+    let core = resource.core();
+    let mut params = C::default_parameters();
+    params.extend(C::parameters(resource, inputs)?);
+    params.insert("namespace".into(), namespace.into());
+    params.insert("version".into(), core.version.clone());
+    params.insert("instance".into(), resource.name_any());
+    params.insert("instanceNamespace".into(), resource.namespace().unwrap_or_default());
+    let known: BTreeSet<String> = C::default_parameters().into_keys().collect();
+    // kfctl application parameters outside this component's vocabulary do not apply to it.
+    for source in &core.sources {
+        for p in source.parameters.iter().filter(|p| known.contains(&p.name)) {
+            params.insert(p.name.clone(), p.value.clone());
+        }
+    }
+    for (i, p) in core.overrides.parameters.iter().enumerate() {
+        if !known.contains(&p.name) {
+            return Err(InvalidSpec::new(
+                format!("spec.overrides.parameters[{i}].name"),
+                format!("unknown parameter {:?}; allowed: {}", p.name, known.iter().cloned().collect::<Vec<_>>().join(", ")),
+            ));
+        }
+        params.insert(p.name.clone(), p.value.clone());
+    }
+    Ok(params)
+}
+
+/// Pod templates of the workloads in `objects`, with the workload's name.
+fn pod_specs(objects: &mut [Value]) -> impl Iterator<Item = (String, &mut Value)> {
+    objects.iter_mut().filter(|o| matches!(o["kind"].as_str(), Some("Deployment" | "StatefulSet"))).map(|o| {
+        let name = o["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        (name, &mut o["spec"]["template"]["spec"])
+    })
+}
+
+fn apply_image_overrides<R: ComponentResource>(resource: &R, objects: &mut [Value]) -> Result<(), InvalidSpec> {
+    let images = &resource.core().overrides.images;
+    let mut unused: BTreeSet<&String> = images.keys().collect();
+    let mut containers = BTreeSet::new();
+    for (_, pod) in pod_specs(objects) {
+        for list in ["initContainers", "containers"] {
+            for container in pod.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+                let name = container["name"].as_str().unwrap_or_default().to_string();
+                if let Some(image) = images.get(&name) {
+                    container["image"] = json!(image);
+                    unused.remove(&name);
+                }
+                containers.insert(name);
+            }
+        }
+    }
+    match unused.first() {
+        None => Ok(()),
+        Some(name) => Err(InvalidSpec::new(
+            format!("spec.overrides.images.{name}"),
+            format!("no container named {name:?} in version {}; containers: {}", resource.core().version, containers.into_iter().collect::<Vec<_>>().join(", ")),
+        )),
+    }
+}
+
+fn apply_replica_overrides<R: ComponentResource>(resource: &R, objects: &mut [Value]) -> Result<(), InvalidSpec> {
+    let replicas = &resource.core().overrides.replicas;
+    let mut workloads = Vec::new();
+    for object in objects.iter_mut().filter(|o| o["kind"] == "Deployment") {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        if let Some(count) = replicas.get(&name) {
+            object["spec"]["replicas"] = json!(count);
+        }
+        workloads.push(name);
+    }
+    match replicas.keys().find(|name| !workloads.contains(name)) {
+        None => Ok(()),
+        Some(name) => Err(InvalidSpec::new(
+            format!("spec.overrides.replicas.{name}"),
+            format!("no Deployment named {name:?} in version {}; Deployments: {}", resource.core().version, workloads.join(", ")),
+        )),
+    }
+}

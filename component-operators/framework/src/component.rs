@@ -1,0 +1,91 @@
+//! What a component operator provides to the framework: its resource type, its built-in versions,
+//! and the pure steps that turn a resource into parameters for the version's manifest.
+
+use std::collections::BTreeMap;
+
+use kubeflow_crds::component::{ComponentResource, SecretKeyRef};
+use serde_json::Value;
+
+use crate::manifest::Params;
+
+/// One built-in version of a component.
+#[derive(Debug, Clone, Copy)]
+pub struct Release {
+    pub version: &'static str,
+    /// Multi-document YAML template (see [`crate::manifest`]); usually shared by all releases.
+    pub manifest: &'static str,
+    /// Parameters that differ between releases (images, labels, optional objects).
+    pub params: &'static [(&'static str, &'static str)],
+    /// Versions a component may be upgraded from directly to this one.
+    pub upgrades_from: &'static [&'static str],
+}
+
+/// A field of the resource's spec that is invalid, with what is allowed instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidSpec {
+    /// JSON path of the field, e.g. `spec.overrides.images.katib-ui`.
+    pub field: String,
+    pub message: String,
+    /// Whether waiting may fix it (e.g. a referenced Secret not created yet).
+    pub retry: bool,
+}
+
+impl InvalidSpec {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into(), retry: false }
+    }
+    pub fn retryable(mut self) -> Self {
+        self.retry = true;
+        self
+    }
+}
+
+/// Data read from the cluster that the spec refers to (dereference step).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Inputs {
+    /// Values of referenced Secret keys, by (secret name, key).
+    pub secrets: BTreeMap<(String, String), String>,
+}
+
+impl Inputs {
+    pub fn secret(&self, reference: &SecretKeyRef) -> Option<&str> {
+        self.secrets.get(&(reference.name.clone(), reference.key.clone())).map(String::as_str)
+    }
+}
+
+/// A Kubeflow component as the framework sees it.
+pub trait Component: Send + Sync + 'static {
+    type Resource: ComponentResource;
+
+    /// Namespace the namespaced objects go to unless `spec.targetNamespace` says otherwise.
+    const DEFAULT_NAMESPACE: &'static str;
+
+    /// Built-in versions, oldest first.
+    fn releases() -> &'static [Release];
+
+    /// Secret keys the spec references, with the spec field that references each.
+    fn secret_refs(_resource: &Self::Resource) -> Vec<(String, SecretKeyRef)> {
+        Vec::new()
+    }
+
+    /// Default values of the parameters this component's templates use (besides the built-in
+    /// `namespace`, `version`, `instance` and `instanceNamespace`). Only these may be overridden.
+    fn default_parameters() -> Params;
+
+    /// Parameters derived from the component-specific spec fields and dereferenced inputs (pure).
+    fn parameters(resource: &Self::Resource, inputs: &Inputs) -> Result<Params, InvalidSpec>;
+
+    /// Last adjustments to the rendered objects (pure); most components need none.
+    fn customize(_resource: &Self::Resource, _objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+        Ok(())
+    }
+}
+
+/// The release for `version`, or an error listing the versions this operator ships.
+pub fn release<C: Component>(version: &str) -> Result<&'static Release, InvalidSpec> {
+    C::releases().iter().find(|r| r.version == version).ok_or_else(|| {
+        let supported: Vec<_> = C::releases().iter().map(|r| r.version).collect();
+        InvalidSpec::new("spec.version", format!("version {version:?} is not supported; supported versions: {}", supported.join(", ")))
+    })
+}

@@ -1,0 +1,94 @@
+//! Wiring a [`Component`] into a running controller: the watch on its resource, label-selected
+//! watches on every kind it ships (namespaced and cluster-scoped), the health/metrics endpoint.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::api::DynamicObject;
+use kube::core::DeserializeGuard;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client, ResourceExt};
+use kubeflow_crds::component::ComponentResource;
+use tracing::{info, warn};
+
+use crate::OperatorArgs;
+use crate::build::{OWNER_ANNOTATION, PART_OF_LABEL};
+use crate::component::Component;
+use crate::kinds::{self, KindInfo};
+use crate::manifest;
+use crate::metrics::Metrics;
+use crate::reconcile::{self, Context};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot build a Kubernetes client (KUBECONFIG or in-cluster config): {0}")]
+    Client(#[source] kube::Error),
+    #[error("health endpoint: {0}")]
+    Server(#[from] std::io::Error),
+}
+
+/// Kinds that appear in any built-in release of `C` and are watched (shared kinds are not).
+pub fn watched_kinds<C: Component>() -> Vec<&'static KindInfo> {
+    let mut params = C::default_parameters();
+    for builtin in ["namespace", "version", "instance", "instanceNamespace"] {
+        params.insert(builtin.into(), "x".into());
+    }
+    let mut seen = BTreeSet::new();
+    for release in C::releases() {
+        let mut params = params.clone();
+        params.extend(release.params.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let objects = manifest::render(release.manifest, &params).unwrap_or_else(|e| panic!("release {} of {}: {e}", release.version, C::Resource::COMPONENT));
+        for object in objects {
+            if let Some(info) = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()) {
+                seen.insert(info.kind);
+            }
+        }
+    }
+    kinds::KINDS.iter().filter(|k| seen.contains(k.kind) && !k.is_shared()).collect()
+}
+
+/// Maps an owned object to the component resource named in its owner annotation.
+fn owner_of<K: ComponentResource>(object: DynamicObject) -> Option<ObjectRef<DeserializeGuard<K>>> {
+    let owner = object.annotations().get(OWNER_ANNOTATION)?;
+    let (namespace, name) = owner.split_once('/')?;
+    Some(ObjectRef::new(name).within(namespace))
+}
+
+/// Runs the operator for component `C` until SIGTERM/SIGINT.
+pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
+    let component = C::Resource::COMPONENT;
+    let client = Client::try_default().await.map_err(RunError::Client)?;
+    let field_manager = format!("kubeflow-{component}-operator");
+    let metrics = Arc::new(Metrics::new(component.name()));
+    tokio::spawn(crate::server::serve(args.metrics_addr, metrics.clone()));
+
+    let resources: Api<DeserializeGuard<C::Resource>> = match &args.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let mut controller = Controller::new(resources, watcher::Config::default().any_semantic());
+    let selector = format!("{PART_OF_LABEL}={}", component.name());
+    for info in watched_kinds::<C>() {
+        let resource = info.api_resource();
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let config = watcher::Config::default().labels(&selector).any_semantic();
+        controller = controller.watches_with(api, resource, config, owner_of::<C::Resource>);
+    }
+    let recorder = Recorder::new(client.clone(), Reporter::from(field_manager.as_str()));
+    let ctx = Arc::new(Context::<C>::new(client, field_manager, recorder, metrics.clone()));
+    metrics.set_ready();
+    info!(%component, namespace = args.namespace.as_deref().unwrap_or("<all>"), "controller started");
+    controller
+        .shutdown_on_signal()
+        .run(reconcile::reconcile::<C>, reconcile::error_policy::<C>, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                warn!(error = %e, "reconcile failed");
+            }
+        })
+        .await;
+    Ok(())
+}
