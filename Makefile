@@ -18,7 +18,8 @@ unit: ## unit tests only (no cluster)
 	cargo test --workspace
 
 e2e: env-up ## end-to-end tests against a running environment (kept running)
-	source $$HOME/.cache/kubeflow-operator/run/env && cargo test -p kubeflow-e2e --features e2e
+	cargo build --workspace --bins
+	source e2e/env/versions.sh && source $$ENV_FILE && cargo test -p kubeflow-e2e --features e2e
 
 env-up: prereqs ## build (once) and start etcd, kube-apiserver, controller-manager, scheduler, kwok, nats-server
 	$(ENV)/up.sh

@@ -27,6 +27,9 @@ e2e/env/up.sh
 source "$ENV_FILE"
 
 step "end-to-end tests"
+# The e2e tests run the operator binaries as host processes.
+cargo build --locked --workspace --bins
+export KFOP_BIN_DIR=${CARGO_TARGET_DIR:-$PWD/target}/debug
 cargo test --locked -p kubeflow-e2e --features e2e -- --test-threads 4
 
 step "done in $((SECONDS - start)) s"

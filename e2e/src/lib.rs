@@ -103,10 +103,134 @@ impl Drop for TestNamespace {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
                 if let Ok(client) = Client::try_default().await {
-                    let _ = Api::<Namespace>::all(client).delete(&name, &DeleteParams::default()).await;
+                    let _ = Api::<Namespace>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
+                    // Volumes VolumeProvisioner created for this namespace's claims.
+                    let volumes: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client);
+                    let selector = kube::api::ListParams::default().labels(&format!("kubeflow-e2e/namespace={name}"));
+                    let _ = volumes.delete_collection(&DeleteParams::default(), &selector).await;
                 }
             });
         })
         .join();
+    }
+}
+
+/// Directory holding the built operator binaries (`KFOP_BIN_DIR`, else the workspace's
+/// `target/debug`).
+pub fn bin_dir() -> std::path::PathBuf {
+    match std::env::var_os("KFOP_BIN_DIR") {
+        Some(dir) => dir.into(),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug"),
+    }
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// An operator binary running on the host against the environment, killed on drop.
+pub struct OperatorProcess {
+    child: std::process::Child,
+    pub metrics_port: u16,
+    pub log: std::path::PathBuf,
+}
+
+impl OperatorProcess {
+    /// Starts `binary` with `args`, logging to `$TMPDIR/<binary>-<pid>.log`.
+    pub fn start(binary: &str, args: &[&str]) -> Self {
+        let metrics_port = free_port();
+        let path = bin_dir().join(binary);
+        let log = std::env::temp_dir().join(format!("{binary}-{}.log", unique_name("op")));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = std::process::Command::new(&path)
+            .args(args)
+            .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {} (build it with `cargo build --workspace --bins`): {e}", path.display()));
+        Self { child, metrics_port, log }
+    }
+
+    /// One sample of the operator's Prometheus metric `name` (first series).
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
+        let body = http_get(&url).await.ok()?;
+        body.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with('{')).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    /// Waits until the operator answers `/readyz`.
+    pub async fn wait_ready(&self) {
+        let url = format!("http://127.0.0.1:{}/readyz", self.metrics_port);
+        eventually(&format!("operator ready (log: {})", self.log.display()), || async { http_get(&url).await.map(|_| ()) }).await;
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Minimal HTTP/1.1 GET over loopback; errors on non-200 answers.
+pub async fn http_get(url: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").ok_or("not an http URL")?;
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let mut stream = tokio::net::TcpStream::connect(host).await.map_err(|e| e.to_string())?;
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).await.map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
+    let (head, body) = response.split_once("\r\n\r\n").ok_or("malformed response")?;
+    if head.starts_with("HTTP/1.1 200") { Ok(body.to_string()) } else { Err(head.lines().next().unwrap_or_default().to_string()) }
+}
+
+/// Binds every Pending PersistentVolumeClaim in `namespace` to a new hostPath PersistentVolume, as a
+/// static provisioner would (the environment has no storage driver). Stops when dropped.
+pub struct VolumeProvisioner(tokio::task::JoinHandle<()>);
+
+impl VolumeProvisioner {
+    pub fn start(client: &Client, namespace: &str) -> Self {
+        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+        let volumes: Api<PersistentVolume> = Api::all(client.clone());
+        let namespace = namespace.to_string();
+        Self(tokio::spawn(async move {
+            loop {
+                for claim in claims.list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
+                    if claim.spec.as_ref().and_then(|s| s.volume_name.as_ref()).is_some() {
+                        continue;
+                    }
+                    let name = claim.metadata.name.clone().unwrap_or_default();
+                    let size = claim.spec.as_ref().and_then(|s| s.resources.as_ref()).and_then(|r| r.requests.as_ref()).and_then(|r| r.get("storage").cloned());
+                    let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+                        "metadata": {"name": format!("{namespace}-{name}"), "labels": {"kubeflow-e2e/namespace": namespace}},
+                        "spec": {
+                            "capacity": {"storage": size.map_or("1Gi".to_string(), |q| q.0)},
+                            "accessModes": claim.spec.as_ref().and_then(|s| s.access_modes.clone()).unwrap_or_default(),
+                            "hostPath": {"path": format!("/tmp/kubeflow-e2e/{namespace}/{name}")},
+                            "claimRef": {"namespace": namespace, "name": name},
+                            "persistentVolumeReclaimPolicy": "Delete",
+                        },
+                    }))
+                    .unwrap();
+                    let _ = volumes.create(&PostParams::default(), &pv).await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }))
+    }
+}
+
+impl Drop for VolumeProvisioner {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
