@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := e2e/env
 
-.PHONY: help demo test unit e2e env-up env-down crds prereqs
+.PHONY: help demo test unit e2e env-up env-down generate prereqs bench-components
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,8 +27,14 @@ env-up: prereqs ## build (once) and start etcd, kube-apiserver, controller-manag
 env-down: ## stop the environment and delete its state (binaries stay cached)
 	$(ENV)/down.sh
 
-crds: ## regenerate the CRD YAML under crds/generated
-	cargo run -p kubeflow-crds --bin crdgen
+generate: ## regenerate what is generated from code: crds/generated, deploy/<component>
+	cargo run -q -p kubeflow-crds --bin crdgen
+	cargo run -q -p kubeflow-deploy --bin deploygen
+
+bench-components: env-up ## heal latency, no-op writes and RSS of the five component operators
+	cargo build --release --workspace --bins
+	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
+	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-components
 
 prereqs: ## install/check openssl, curl, Go and Rust
 	hack/prereqs.sh

@@ -16,6 +16,7 @@ cargo test --workspace --locked
 
 step "generated files are up to date"
 cargo run -q --locked -p kubeflow-crds --bin crdgen -- --check
+cargo run -q --locked -p kubeflow-deploy --bin deploygen -- --check
 
 step "local environment (e2e/env/up.sh)"
 was_running=0

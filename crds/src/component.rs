@@ -130,7 +130,7 @@ pub struct Overrides {
     /// Container image per container name, e.g. `{"katib-controller": "registry.local/katib:v1"}`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub images: BTreeMap<String, String>,
-    /// Replica count per Deployment name.
+    /// Replica count per Deployment or StatefulSet name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("additionalProperties" = {"type": "integer", "format": "int32", "minimum": 0}))]
     pub replicas: BTreeMap<String, i32>,

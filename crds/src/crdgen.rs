@@ -16,9 +16,7 @@ pub enum CrdgenError {
     Render { name: String, source: serde_yaml::Error },
     #[error("cannot {action} {path}: {source}")]
     Io { action: &'static str, path: PathBuf, source: std::io::Error },
-    #[error(
-        "generated CRDs are out of date: {0:?}; run `cargo run -p kubeflow-crds --bin crdgen` and commit the result"
-    )]
+    #[error("generated files are out of date: {0:?}; run `make generate` and commit the result")]
     Drift(Vec<String>),
 }
 
@@ -51,36 +49,45 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Crdge
 
 /// Writes every CRD into `dir`, removing YAML files of CRDs that no longer exist.
 pub fn write_all(dir: &Path) -> Result<Vec<String>, CrdgenError> {
-    fs::create_dir_all(dir).map_err(io("create", dir))?;
-    let rendered = render_all()?;
-    for entry in fs::read_dir(dir).map_err(io("read", dir))? {
-        let path = entry.map_err(io("read", dir))?.path();
-        let stale = path.extension().is_some_and(|e| e == "yaml")
-            && !rendered.iter().any(|(file, _)| path.file_name().is_some_and(|n| n == file.as_str()));
-        if stale {
-            fs::remove_file(&path).map_err(io("remove", &path))?;
-        }
-    }
-    for (file, yaml) in &rendered {
-        let path = dir.join(file);
-        fs::write(&path, yaml).map_err(io("write", &path))?;
-    }
-    Ok(rendered.into_iter().map(|(file, _)| file).collect())
+    write_files(dir, &render_all()?)
 }
 
 /// Files in `dir` that differ from what the types render (missing, changed or stale).
 pub fn check_all(dir: &Path) -> Result<(), CrdgenError> {
-    let rendered = render_all()?;
-    let mut drift: Vec<String> = rendered
+    check_files(dir, &render_all()?)
+}
+
+/// Writes generated `(file name, content)` pairs into `dir` and removes other `.yaml` files there,
+/// so the directory holds exactly what the generator renders.
+pub fn write_files(dir: &Path, files: &[(String, String)]) -> Result<Vec<String>, CrdgenError> {
+    fs::create_dir_all(dir).map_err(io("create", dir))?;
+    for entry in fs::read_dir(dir).map_err(io("read", dir))? {
+        let path = entry.map_err(io("read", dir))?.path();
+        let stale = path.extension().is_some_and(|e| e == "yaml")
+            && !files.iter().any(|(file, _)| path.file_name().is_some_and(|n| n == file.as_str()));
+        if stale {
+            fs::remove_file(&path).map_err(io("remove", &path))?;
+        }
+    }
+    for (file, content) in files {
+        let path = dir.join(file);
+        fs::write(&path, content).map_err(io("write", &path))?;
+    }
+    Ok(files.iter().map(|(file, _)| file.clone()).collect())
+}
+
+/// Fails with the names of files in `dir` that differ from `files` (missing, changed or stale).
+pub fn check_files(dir: &Path, files: &[(String, String)]) -> Result<(), CrdgenError> {
+    let mut drift: Vec<String> = files
         .iter()
-        .filter(|(file, yaml)| fs::read_to_string(dir.join(file)).ok().as_deref() != Some(yaml.as_str()))
-        .map(|(file, _)| file.clone())
+        .filter(|(file, content)| fs::read_to_string(dir.join(file)).ok().as_deref() != Some(content.as_str()))
+        .map(|(file, _)| dir.join(file).display().to_string())
         .collect();
     if let Ok(entries) = fs::read_dir(dir) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".yaml") && !rendered.iter().any(|(file, _)| *file == name) {
-                drift.push(name);
+            if name.ends_with(".yaml") && !files.iter().any(|(file, _)| *file == name) {
+                drift.push(dir.join(name).display().to_string());
             }
         }
     }

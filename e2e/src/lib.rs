@@ -80,6 +80,30 @@ pub async fn install_crds(client: &Client) -> Vec<String> {
     names
 }
 
+/// Drops the operators' finalizers from component resources left in `namespace` by a failed test
+/// (its operator is gone, so nobody else will), letting the namespace be deleted.
+async fn release_finalizers(client: &Client, namespace: &str) {
+    use kube::api::DynamicObject;
+    use kube::core::ApiResource;
+    for crd in kubeflow_crds::crdgen::all_crds() {
+        let version = &crd.spec.versions[0].name;
+        let resource = ApiResource {
+            group: crd.spec.group.clone(),
+            version: version.clone(),
+            api_version: format!("{}/{version}", crd.spec.group),
+            kind: crd.spec.names.kind.clone(),
+            plural: crd.spec.names.plural.clone(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        for object in api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
+            if let Some(name) = object.metadata.name {
+                let patch = serde_json::json!({"metadata": {"finalizers": null}});
+                let _ = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+            }
+        }
+    }
+}
+
 /// A namespace created for one test and deleted when the test ends (also on panic, best effort).
 pub struct TestNamespace {
     pub name: String,
@@ -103,6 +127,7 @@ impl Drop for TestNamespace {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
                 if let Ok(client) = Client::try_default().await {
+                    release_finalizers(&client, &name).await;
                     let _ = Api::<Namespace>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
                     // Volumes VolumeProvisioner created for this namespace's claims.
                     let volumes: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client);
@@ -137,8 +162,8 @@ pub struct OperatorProcess {
 }
 
 impl OperatorProcess {
-    /// Starts `binary` with `args`, logging to `$TMPDIR/<binary>-<pid>.log`.
-    pub fn start(binary: &str, args: &[&str]) -> Self {
+    /// Starts `binary` with `args` and extra environment `env`, logging to `$TMPDIR/<binary>-….log`.
+    pub fn start(binary: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         let metrics_port = free_port();
         let path = bin_dir().join(binary);
         let log = std::env::temp_dir().join(format!("{binary}-{}.log", unique_name("op")));
@@ -147,6 +172,7 @@ impl OperatorProcess {
             .args(args)
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .env("RUST_LOG", "info,kube=warn")
+            .envs(env.iter().copied())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .spawn()
@@ -161,10 +187,27 @@ impl OperatorProcess {
         body.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with('{')).and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
+    /// Waits until no reconcile is in flight (started == finished) and returns
+    /// (finished reconciles, writes) read in that idle moment.
+    pub async fn quiescent(&self) -> (f64, f64) {
+        eventually(&format!("operator idle (log: {})", self.log.display()), || async {
+            let started = self.metric("kfop_reconciles_total").await.ok_or("no metrics")?;
+            let finished = self.metric("kfop_reconcile_duration_seconds_count").await.ok_or("no metrics")?;
+            let writes = self.metric("kfop_writes_total").await.ok_or("no metrics")?;
+            let again = self.metric("kfop_reconciles_total").await.ok_or("no metrics")?;
+            if started == finished && again == started { Ok((finished, writes)) } else { Err(format!("{started} started, {finished} finished")) }
+        })
+        .await
+    }
+
     /// Waits until the operator answers `/readyz`.
     pub async fn wait_ready(&self) {
         let url = format!("http://127.0.0.1:{}/readyz", self.metrics_port);
         eventually(&format!("operator ready (log: {})", self.log.display()), || async { http_get(&url).await.map(|_| ()) }).await;
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn kill(&mut self) {
@@ -233,4 +276,41 @@ impl Drop for VolumeProvisioner {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Runs `kubectl` (from the environment's build) with `args`, failing the test on error.
+pub fn kubectl(args: &[&str]) -> String {
+    let kubectl = std::env::var("KFOP_KUBE_BIN").map_or_else(|_| "kubectl".into(), |dir| format!("{dir}/kubectl"));
+    let output = std::process::Command::new(&kubectl).args(args).output().unwrap_or_else(|e| panic!("run {kubectl}: {e}"));
+    assert!(output.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Installs `deploy/<package>` with `kubectl apply -k` (as a platform engineer would), waits for the
+/// operator Deployment to become Available, and returns a kubeconfig that authenticates as the
+/// operator's ServiceAccount, so a host process proves the package's RBAC is sufficient.
+pub async fn install_package(client: &Client, package: &str) -> std::path::PathBuf {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(package);
+    kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
+    let name = format!("{package}-operator");
+    let namespace = "kubeflow-operators";
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    eventually(&format!("Deployment {name} Available"), || async {
+        let d = deployments.get(&name).await.map_err(|e| e.to_string())?;
+        let available = d.status.as_ref().and_then(|s| s.conditions.as_ref()).into_iter().flatten().any(|c| c.type_ == "Available" && c.status == "True");
+        if available { Ok(()) } else { Err(format!("{:?}", d.status)) }
+    })
+    .await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let request = TokenRequest { spec: TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }, ..Default::default() };
+    let token = accounts.create_token_request(&name, &PostParams::default(), &request).await.unwrap().status.unwrap().token;
+    let admin = std::fs::read_to_string(std::env::var("KUBECONFIG").unwrap()).unwrap();
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&admin).unwrap();
+    config["users"][0]["user"] = serde_yaml::from_str(&format!("token: {token}")).unwrap();
+    let path = std::env::temp_dir().join(unique_name(&format!("kubeconfig-{name}")));
+    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    path
 }

@@ -13,7 +13,7 @@ struct Cli {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    component_framework::init_tracing();
+    let _telemetry = component_framework::telemetry::init("meta-operator");
     tracing::error!(?cli, "the KfDef reconcile loop is not implemented in this release");
     std::process::ExitCode::from(2)
 }

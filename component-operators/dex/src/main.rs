@@ -1,9 +1,9 @@
-//! The dex component operator: reconciles `components.kubeflow.org` resources of its kind.
+//! The Dex component operator: reconciles `Dex` resources (`components.kubeflow.org/v1alpha1`).
 
 use clap::Parser;
 use component_framework::OperatorArgs;
 
-/// Kubeflow dex component operator.
+/// Kubeflow Dex component operator.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
@@ -12,8 +12,5 @@ struct Cli {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    component_framework::init_tracing();
-    tracing::error!(?cli, "the dex reconcile loop is not implemented in this release");
-    std::process::ExitCode::from(2)
+    component_framework::main::<dex_operator::DexComponent>(Cli::parse().operator)
 }

@@ -124,7 +124,7 @@ fn apply_image_overrides<R: ComponentResource>(resource: &R, objects: &mut [Valu
 fn apply_replica_overrides<R: ComponentResource>(resource: &R, objects: &mut [Value]) -> Result<(), InvalidSpec> {
     let replicas = &resource.core().overrides.replicas;
     let mut workloads = Vec::new();
-    for object in objects.iter_mut().filter(|o| o["kind"] == "Deployment") {
+    for object in objects.iter_mut().filter(|o| matches!(o["kind"].as_str(), Some("Deployment" | "StatefulSet"))) {
         let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
         if let Some(count) = replicas.get(&name) {
             object["spec"]["replicas"] = json!(count);
@@ -135,7 +135,7 @@ fn apply_replica_overrides<R: ComponentResource>(resource: &R, objects: &mut [Va
         None => Ok(()),
         Some(name) => Err(InvalidSpec::new(
             format!("spec.overrides.replicas.{name}"),
-            format!("no Deployment named {name:?} in version {}; Deployments: {}", resource.core().version, workloads.join(", ")),
+            format!("no Deployment or StatefulSet named {name:?} in version {}; workloads: {}", resource.core().version, workloads.join(", ")),
         )),
     }
 }

@@ -14,10 +14,17 @@ pub struct KindInfo {
     /// Apply order: lower first (namespaces and CRDs before what uses them; webhooks last so they
     /// never intercept the component's own objects before its service exists).
     pub rank: u8,
+    /// Spec fields the API server refuses to change in place; a release that changes one gets
+    /// the object replaced (deleted and created again) instead of patched.
+    pub immutable_fields: &'static [&'static str],
 }
 
 const fn k(group: &'static str, version: &'static str, kind: &'static str, plural: &'static str, cluster_scoped: bool, rank: u8) -> KindInfo {
-    KindInfo { group, version, kind, plural, cluster_scoped, rank }
+    KindInfo { group, version, kind, plural, cluster_scoped, rank, immutable_fields: &[] }
+}
+
+const fn immutable(info: KindInfo, fields: &'static [&'static str]) -> KindInfo {
+    KindInfo { immutable_fields: fields, ..info }
 }
 
 /// Every kind a component manifest may contain.
@@ -33,8 +40,11 @@ pub const KINDS: &[KindInfo] = &[
     k("", "v1", "Secret", "secrets", false, 3),
     k("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", false, 3),
     k("", "v1", "Service", "services", false, 4),
-    k("apps", "v1", "Deployment", "deployments", false, 5),
-    k("apps", "v1", "StatefulSet", "statefulsets", false, 5),
+    immutable(k("apps", "v1", "Deployment", "deployments", false, 5), &["spec.selector"]),
+    immutable(
+        k("apps", "v1", "StatefulSet", "statefulsets", false, 5),
+        &["spec.selector", "spec.serviceName", "spec.volumeClaimTemplates", "spec.podManagementPolicy"],
+    ),
     k("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", true, 6),
     k("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", true, 6),
 ];

@@ -17,11 +17,13 @@ pub mod component;
 pub mod kinds;
 pub mod manifest;
 pub mod metrics;
+pub mod rbac;
 pub mod readiness;
 pub mod reconcile;
 pub mod run;
 pub mod server;
 pub mod status;
+pub mod telemetry;
 
 pub use component::{Component, InvalidSpec, Inputs, Release};
 pub use manifest::Params;
@@ -43,15 +45,10 @@ pub struct OperatorArgs {
     pub metrics_addr: std::net::SocketAddr,
 }
 
-/// Installs the `tracing` subscriber, filtered by `RUST_LOG` (default `info`).
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
-}
-
 /// `main` of a component operator: parse options, log, run until a signal.
 pub fn main<C: Component>(args: OperatorArgs) -> std::process::ExitCode {
-    init_tracing();
+    use kubeflow_crds::component::ComponentResource;
+    let _telemetry = telemetry::init(&format!("{}-operator", C::Resource::COMPONENT.name()));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run::<C>(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,

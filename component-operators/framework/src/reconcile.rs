@@ -211,11 +211,11 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                     info!(object = %what, "recreating deleted object");
                     changed.push(format!("recreated {what}"));
                 } else if let Some(live) = &live {
-                    if selector_changed(desired, live) {
-                        // A Deployment's selector is immutable: replace the Deployment.
+                    if let Some(field) = immutable_field_changed(desired, live, info) {
+                        // The API server refuses to change this field in place: replace the object.
                         ctx.metrics.write();
                         api.delete(&entry.name, &DeleteParams::background()).await?;
-                        changed.push(format!("replaced {what} (selector changed)"));
+                        changed.push(format!("replaced {what} ({field} changed)"));
                     } else if live["metadata"]["annotations"][HASH_ANNOTATION] == desired["metadata"]["annotations"][HASH_ANNOTATION] {
                         ctx.metrics.healed();
                         let path = manifest::first_difference(desired, live).unwrap_or_default();
@@ -248,7 +248,7 @@ async fn apply_with_retry(api: &Api<DynamicObject>, name: &str, params: &PatchPa
     let mut attempt = 0;
     loop {
         match api.patch(name, params, &Patch::Apply(desired)).await {
-            Err(kube::Error::Api(status)) if status.code == 409 && attempt < 20 && info.kind == "Deployment" => {
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < 20 && !info.immutable_fields.is_empty() => {
                 attempt += 1;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -266,8 +266,13 @@ fn up_to_date(desired: &Value, live: &Value, info: &KindInfo) -> bool {
         && manifest::is_subset(desired, live)
 }
 
-fn selector_changed(desired: &Value, live: &Value) -> bool {
-    desired["kind"] == "Deployment" && desired["spec"]["selector"] != live["spec"]["selector"]
+/// The first immutable field of `info`'s kind whose desired value differs from the live one.
+fn immutable_field_changed(desired: &Value, live: &Value, info: &KindInfo) -> Option<&'static str> {
+    info.immutable_fields.iter().copied().find(|path| {
+        let pointer = format!("/{}", path.replace('.', "/"));
+        let wanted = desired.pointer(&pointer);
+        wanted.is_some() && !wanted.zip(live.pointer(&pointer)).is_some_and(|(d, l)| manifest::is_subset(d, l))
+    })
 }
 
 fn qualified(entry: &InventoryEntry) -> String {

@@ -51,9 +51,13 @@ pub fn watched_kinds<C: Component>() -> Vec<&'static KindInfo> {
 }
 
 /// Maps an owned object to the component resource named in its owner annotation.
-fn owner_of<K: ComponentResource>(object: DynamicObject) -> Option<ObjectRef<DeserializeGuard<K>>> {
+/// Objects of resources outside the watched namespace (if any) are ignored.
+fn owner_of<K: ComponentResource>(object: &DynamicObject, watched: Option<&str>) -> Option<ObjectRef<DeserializeGuard<K>>> {
     let owner = object.annotations().get(OWNER_ANNOTATION)?;
     let (namespace, name) = owner.split_once('/')?;
+    if watched.is_some_and(|w| w != namespace) {
+        return None;
+    }
     Some(ObjectRef::new(name).within(namespace))
 }
 
@@ -75,7 +79,8 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
         let resource = info.api_resource();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let config = watcher::Config::default().labels(&selector).any_semantic();
-        controller = controller.watches_with(api, resource, config, owner_of::<C::Resource>);
+        let watched = args.namespace.clone();
+        controller = controller.watches_with(api, resource, config, move |o| owner_of::<C::Resource>(&o, watched.as_deref()));
     }
     let recorder = Recorder::new(client.clone(), Reporter::from(field_manager.as_str()));
     let ctx = Arc::new(Context::<C>::new(client, field_manager, recorder, metrics.clone()));

@@ -1,9 +1,9 @@
-//! The istio component operator: reconciles `components.kubeflow.org` resources of its kind.
+//! The Istio component operator: reconciles `Istio` resources (`components.kubeflow.org/v1alpha1`).
 
 use clap::Parser;
 use component_framework::OperatorArgs;
 
-/// Kubeflow istio component operator.
+/// Kubeflow Istio component operator.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
@@ -12,8 +12,5 @@ struct Cli {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    component_framework::init_tracing();
-    tracing::error!(?cli, "the istio reconcile loop is not implemented in this release");
-    std::process::ExitCode::from(2)
+    component_framework::main::<istio_operator::IstioComponent>(Cli::parse().operator)
 }

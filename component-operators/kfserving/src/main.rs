@@ -1,9 +1,9 @@
-//! The kfserving component operator: reconciles `components.kubeflow.org` resources of its kind.
+//! The KFServing component operator: reconciles `KFServing` resources (`components.kubeflow.org/v1alpha1`).
 
 use clap::Parser;
 use component_framework::OperatorArgs;
 
-/// Kubeflow kfserving component operator.
+/// Kubeflow KFServing component operator.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
@@ -12,8 +12,5 @@ struct Cli {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    component_framework::init_tracing();
-    tracing::error!(?cli, "the kfserving reconcile loop is not implemented in this release");
-    std::process::ExitCode::from(2)
+    component_framework::main::<kfserving_operator::KFServingComponent>(Cli::parse().operator)
 }

@@ -1,0 +1,53 @@
+//! The permissions a component operator needs, derived from what it actually calls: its own
+//! resource (watch, finalizer, status), Events, the Secrets it dereferences, and every kind its
+//! releases ship (watch + apply + prune). Used to generate the RBAC in deploy/ and bundle/.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use kube::Resource;
+
+use crate::component::Component;
+use crate::run::watched_kinds;
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// ClusterRole rules for the operator of component `C`.
+pub fn cluster_role_rules<C: Component>() -> Vec<PolicyRule> {
+    let group = C::Resource::group(&()).to_string();
+    let plural = C::Resource::plural(&()).to_string();
+    let mut rules = vec![
+        rule(&group, &[&plural], &["get", "list", "watch", "patch", "update"]),
+        rule(&group, &[&format!("{plural}/status"), &format!("{plural}/finalizers")], &["get", "patch", "update"]),
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+        // Namespaces are created when missing, never changed or deleted.
+        rule("", &["namespaces"], &["get", "create"]),
+    ];
+    let managed = watched_kinds::<C>();
+    // Managed kinds: read (watch + diff), apply (create/patch), prune (delete); one rule per group.
+    let mut by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for info in &managed {
+        by_group.entry(info.group).or_default().push(info.plural);
+    }
+    for (group, plurals) in &by_group {
+        rules.push(rule(group, plurals, &["get", "list", "watch", "create", "patch", "update", "delete"]));
+    }
+    // Referenced Secrets are read even when the component ships none of its own.
+    if !managed.iter().any(|k| k.kind == "Secret") {
+        rules.push(rule("", &["secrets"], &["get"]));
+    }
+    // Creating (Cluster)Roles that grant the component's workloads more than its operator holds
+    // needs escalate, and binding them needs bind.
+    let roles: Vec<&str> = managed.iter().filter(|k| k.group == "rbac.authorization.k8s.io" && !k.kind.ends_with("Binding")).map(|k| k.plural).collect();
+    if !roles.is_empty() {
+        rules.push(rule("rbac.authorization.k8s.io", &roles, &["escalate", "bind"]));
+    }
+    rules
+}

@@ -1,0 +1,180 @@
+//! Benchmark of the component operators against the local environment (not a test: it prints
+//! figures, asserts nothing). Run with `make bench-components`; results go to docs/benchmarks.md.
+//!
+//! * Heal latency: delete an owned Deployment (rotating over every component's Deployments) and
+//!   time until a new one with another uid exists, N times; p50/p99. Reference, measured in the
+//!   same run: the same delete followed at once by the benchmark's own create of the object —
+//!   the floor any operator could reach on this API server.
+//! * Writes issued by no-op reconciles: touch each resource's metadata K times and read the
+//!   operators' `kfop_writes_total` before and after.
+//! * Resident memory (VmRSS) of each operator process with its component installed.
+
+use std::time::{Duration, Instant};
+
+use component_framework::Component;
+use component_framework::api::component::{ComponentPhase, ComponentResource};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use kubeflow_e2e::*;
+use serde_json::json;
+
+struct Installed {
+    name: &'static str,
+    operator: OperatorProcess,
+    deployments: Vec<String>,
+    touch: Box<dyn Fn(u32) -> futures::future::BoxFuture<'static, ()>>,
+    remove: futures::future::BoxFuture<'static, ()>,
+}
+
+async fn install<C: Component>(client: &Client, ns: &str, binary: &str, spec: serde_json::Value) -> Installed {
+    let operator = OperatorProcess::start(binary, &["--namespace", ns], &[]);
+    operator.wait_ready().await;
+    let mut full = json!({"version": C::releases()[0].version, "targetNamespace": ns});
+    full.as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
+    let name = C::Resource::COMPONENT.name();
+    let resource: C::Resource = serde_json::from_value(json!({
+        "apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()), "metadata": {"name": name}, "spec": full,
+    }))
+    .unwrap();
+    let api: Api<C::Resource> = Api::namespaced(client.clone(), ns);
+    api.create(&PostParams::default(), &resource).await.unwrap();
+    eventually(&format!("{name} Ready"), || async {
+        let r = api.get(name).await.map_err(|e| e.to_string())?;
+        if r.component_status().and_then(|s| s.phase) == Some(ComponentPhase::Ready) { Ok(()) } else { Err(format!("{:?}", r.component_status())) }
+    })
+    .await;
+    let list = ListParams::default().labels(&format!("components.kubeflow.org/part-of={name}"));
+    let deployments = Api::<Deployment>::namespaced(client.clone(), ns).list(&list).await.unwrap().items.iter().map(|d| d.name_any()).collect();
+    let touch_api = api.clone();
+    let touch = Box::new(move |i: u32| {
+        let api = touch_api.clone();
+        Box::pin(async move {
+            api.patch(name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"bench/touch": i.to_string()}}}))).await.unwrap();
+        }) as futures::future::BoxFuture<'static, ()>
+    });
+    let remove = Box::pin(async move {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+        eventually(&format!("{name} removed"), || async {
+            match api.get_opt(name).await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    });
+    Installed { name, operator, deployments, touch, remove }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+async fn recreated(api: &Api<Deployment>, name: &str, old_uid: &str) {
+    loop {
+        if let Ok(Some(d)) = api.get_opt(name).await {
+            if d.uid().as_deref() != Some(old_uid) && d.metadata.deletion_timestamp.is_none() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()).unwrap_or(0)
+}
+
+#[tokio::main]
+async fn main() {
+    let heals: usize = std::env::var("BENCH_HEALS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let touches: u32 = std::env::var("BENCH_TOUCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "bench").await;
+    let _volumes = VolumeProvisioner::start(&client, &ns.name);
+    let dex_users = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "dex-users"}, "stringData": {"users.yaml": "- {email: admin@example.com, hash: '$2y$10$2b2cU8CPhOTaGrs1HRQuAueS7JTT5ZHsHSzYiFPm1leZck7Mc8T4W', username: admin, userID: '08a8684b'}\n"}});
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns.name).create(&PostParams::default(), &serde_json::from_value(dex_users).unwrap()).await.unwrap();
+
+    let started = Instant::now();
+    let installed = vec![
+        install::<istio_operator::IstioComponent>(&client, &ns.name, "istio-operator", json!({})).await,
+        install::<dex_operator::DexComponent>(&client, &ns.name, "dex-operator", json!({"staticPasswordsSecretRef": {"name": "dex-users", "key": "users.yaml"}})).await,
+        install::<kfserving_operator::KFServingComponent>(&client, &ns.name, "kfserving-operator", json!({})).await,
+        install::<katib_operator::KatibComponent>(&client, &ns.name, "katib-operator", json!({})).await,
+        install::<pipelines_operator::PipelinesComponent>(&client, &ns.name, "pipelines-operator", json!({})).await,
+    ];
+    let install_time = started.elapsed();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let targets: Vec<String> = installed.iter().flat_map(|i| i.deployments.clone()).collect();
+
+    // Heal latency.
+    let mut heal = Vec::with_capacity(heals);
+    for i in 0..heals {
+        let name = &targets[i % targets.len()];
+        let uid = deployments.get(name).await.unwrap().uid().unwrap();
+        let t0 = Instant::now();
+        deployments.delete(name, &DeleteParams::background()).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(30), recreated(&deployments, name, &uid)).await.expect("heal within 30 s");
+        heal.push(t0.elapsed());
+    }
+    // Reference: delete + our own immediate create of the same Deployment (operator not involved:
+    // the object is unlabelled so no operator watches it).
+    let template = deployments.get(&targets[0]).await.unwrap();
+    let mut reference = Vec::new();
+    for i in 0..heals.min(50) {
+        let mut d = Deployment { metadata: kube::api::ObjectMeta { name: Some(format!("bench-ref-{i}")), ..Default::default() }, spec: template.spec.clone(), status: None };
+        d.spec.as_mut().unwrap().template.metadata.as_mut().map(|m| m.labels.as_mut().map(|l| l.remove("components.kubeflow.org/part-of")));
+        deployments.create(&PostParams::default(), &d).await.unwrap();
+        let t0 = Instant::now();
+        deployments.delete(&format!("bench-ref-{i}"), &DeleteParams::background()).await.unwrap();
+        while deployments.get_opt(&format!("bench-ref-{i}")).await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        deployments.create(&PostParams::default(), &d).await.unwrap();
+        reference.push(t0.elapsed());
+        deployments.delete(&format!("bench-ref-{i}"), &DeleteParams::background()).await.unwrap();
+    }
+    heal.sort();
+    reference.sort();
+
+    // Writes issued by no-op reconciles.
+    let mut noop = Vec::new();
+    for inst in &installed {
+        let w0 = inst.operator.metric("kfop_writes_total").await.unwrap();
+        let r0 = inst.operator.metric("kfop_reconciles_total").await.unwrap();
+        for i in 0..touches {
+            (inst.touch)(i).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let r1 = inst.operator.metric("kfop_reconciles_total").await.unwrap();
+        let w1 = inst.operator.metric("kfop_writes_total").await.unwrap();
+        noop.push((inst.name, r1 - r0, w1 - w0));
+    }
+
+    println!("## Component operators (bench-components)\n");
+    println!("Five operators (debug build unless KFOP_BIN_DIR points at release), one resource each, first release; {} Deployments; all five Ready after {:.1} s.\n", targets.len(), install_time.as_secs_f64());
+    println!("| figure | value |\n| --- | --- |");
+    println!("| heal latency p50 (delete owned Deployment → new one exists), n={heals} | {:.0} ms |", percentile(&heal, 0.5).as_secs_f64() * 1e3);
+    println!("| heal latency p99 | {:.0} ms |", percentile(&heal, 0.99).as_secs_f64() * 1e3);
+    println!("| heal latency max | {:.0} ms |", heal.last().unwrap().as_secs_f64() * 1e3);
+    println!("| reference p50: delete + immediate re-create by the client itself, n={} | {:.0} ms |", reference.len(), percentile(&reference, 0.5).as_secs_f64() * 1e3);
+    println!("| reference p99 | {:.0} ms |", percentile(&reference, 0.99).as_secs_f64() * 1e3);
+    println!("| heal p50 / reference p50 | {:.2}× |", percentile(&heal, 0.5).as_secs_f64() / percentile(&reference, 0.5).as_secs_f64());
+    for (name, reconciles, writes) in &noop {
+        println!("| {name}: writes during {reconciles} no-op reconciles | {writes} |");
+    }
+    let mut total = 0;
+    for inst in &installed {
+        let rss = rss_kib(inst.operator.pid());
+        total += rss;
+        println!("| {}-operator RSS | {:.1} MiB |", inst.name, rss as f64 / 1024.0);
+    }
+    println!("| all five operators RSS | {:.1} MiB |", total as f64 / 1024.0);
+
+    // Uninstall while the operators still run, so their finalizers let the namespace go.
+    for inst in installed {
+        inst.remove.await;
+    }
+}
