@@ -15,6 +15,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_crds::component::{ComponentResource, CrdRemovalPolicy, InventoryEntry, ManagementState};
+use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
 
@@ -196,12 +197,27 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
     let mut inventory = Vec::new();
     let mut not_ready = Vec::new();
     let mut changed = Vec::new();
-    for desired in objects {
-        let info = kinds::lookup(desired["apiVersion"].as_str().unwrap_or_default(), desired["kind"].as_str().unwrap_or_default())
-            .expect("build only emits known kinds");
-        let entry = entry_of(desired, info);
+    // Read every live object first, several at a time (reads are the bulk of a no-op reconcile);
+    // writes then go out one by one in apply order.
+    let targets: Vec<(&Value, &KindInfo, InventoryEntry)> = objects
+        .iter()
+        .map(|desired| {
+            let info = kinds::lookup(desired["apiVersion"].as_str().unwrap_or_default(), desired["kind"].as_str().unwrap_or_default())
+                .expect("build only emits known kinds");
+            (desired, info, entry_of(desired, info))
+        })
+        .collect();
+    let reads: Vec<(Api<DynamicObject>, String)> =
+        targets.iter().map(|(_, info, entry)| (ctx.dynamic_api(info, entry.namespace.as_deref()), entry.name.clone())).collect();
+    let lives: Vec<Option<Value>> = futures::stream::iter(reads.into_iter().map(|(api, name)| async move {
+        let live = api.get_opt(&name).await?;
+        Ok::<_, Error>(live.map(|o| serde_json::to_value(o).expect("objects serialise")))
+    }))
+    .buffered(8)
+    .try_collect()
+    .await?;
+    for ((desired, info, entry), live) in targets.into_iter().zip(lives) {
         let api = ctx.dynamic_api(info, entry.namespace.as_deref());
-        let live = api.get_opt(&entry.name).await?.map(|o| serde_json::to_value(o).expect("objects serialise"));
         let live = match live {
             Some(live) if up_to_date(desired, &live, info) => live,
             live => {

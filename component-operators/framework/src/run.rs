@@ -90,8 +90,11 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
         .shutdown_on_signal()
         .run(reconcile::reconcile::<C>, reconcile::error_policy::<C>, ctx)
         .for_each(|result| async move {
-            if let Err(e) = result {
-                warn!(error = %e, "reconcile failed");
+            match result {
+                // Owned objects of a resource that is gone (e.g. deleted during cleanup).
+                Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => tracing::debug!(%obj, "resource gone"),
+                Err(e) => warn!(error = %e, "reconcile failed"),
+                Ok(_) => {}
             }
         })
         .await;
