@@ -26,6 +26,10 @@ if ((was_running == 0)) && [[ ${KEEP_ENV:-0} != 1 ]]; then
 fi
 e2e/env/up.sh
 source "$ENV_FILE"
+# Operators `make demo` left running would reconcile the tests' resources too.
+for pidfile in "$STATE_DIR"/pids/*-operator; do
+  [[ -f $pidfile ]] && { kill -TERM "$(cat "$pidfile")" 2>/dev/null || true; rm -f "$pidfile"; }
+done
 
 step "end-to-end tests"
 # The e2e tests run the operator binaries as host processes.

@@ -120,6 +120,51 @@ mod tests {
         check_all().unwrap();
     }
 
+    /// `kubectl get katib` must find the Katib resource: no CRD a component ships may use one of the
+    /// operators' resource names as its category, short name, singular or plural.
+    #[test]
+    fn shipped_crds_do_not_shadow_the_component_resource_names() {
+        use component_framework::manifest;
+        let ours: Vec<String> = kubeflow_crds::crdgen::all_crds()
+            .iter()
+            .flat_map(|c| [c.spec.names.plural.clone(), c.spec.names.singular.clone().unwrap_or_default(), c.spec.names.kind.to_lowercase()])
+            .collect();
+        fn shipped<C: Component>() -> Vec<serde_json::Value> {
+            let mut params = C::default_parameters();
+            for builtin in ["namespace", "version", "instance", "instanceNamespace"] {
+                params.insert(builtin.into(), "x".into());
+            }
+            C::releases()
+                .iter()
+                .flat_map(|r| {
+                    let mut p = params.clone();
+                    p.extend(r.params.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+                    manifest::render(r.manifest, &p).unwrap()
+                })
+                .filter(|o| o["kind"] == "CustomResourceDefinition")
+                .collect()
+        }
+        let crds = [
+            shipped::<istio_operator::IstioComponent>(),
+            shipped::<dex_operator::DexComponent>(),
+            shipped::<kfserving_operator::KFServingComponent>(),
+            shipped::<katib_operator::KatibComponent>(),
+            shipped::<pipelines_operator::PipelinesComponent>(),
+        ]
+        .concat();
+        assert!(crds.len() > 20);
+        for crd in crds {
+            let names = &crd["spec"]["names"];
+            let mut used: Vec<String> = ["plural", "singular"].iter().filter_map(|k| names[k].as_str().map(String::from)).collect();
+            for list in ["categories", "shortNames"] {
+                used.extend(names[list].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(String::from)));
+            }
+            for name in used {
+                assert!(!ours.contains(&name), "CRD {} uses {name:?}, which shadows a component resource", crd["metadata"]["name"]);
+            }
+        }
+    }
+
     #[test]
     fn rbac_has_no_wildcards_and_covers_the_component_resource() {
         for (dir, files) in render_all() {

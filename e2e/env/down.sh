@@ -5,6 +5,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
 
 PIDS=$STATE_DIR/pids
+for pidfile in "$PIDS"/*-operator; do
+  [[ -f $pidfile ]] && kill -TERM "$(cat "$pidfile")" 2>/dev/null || true
+done
 for name in kwok kube-scheduler kube-controller-manager kube-apiserver nats-server etcd; do
   [[ -f $PIDS/$name ]] || continue
   pid=$(cat "$PIDS/$name")

@@ -122,7 +122,7 @@ start kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
   --controllers '*' \
   --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
   --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
-  --profiling=false
+  --enable-hostpath-provisioner=true --profiling=false
 start kube-scheduler "$KUBE_BIN/kube-scheduler" \
   --kubeconfig "$KUBECONFIG_FILE" --authentication-kubeconfig "$KUBECONFIG_FILE" \
   --authorization-kubeconfig "$KUBECONFIG_FILE" \
@@ -137,6 +137,9 @@ start kwok "$KWOK_BIN/kwok" --kubeconfig "$KUBECONFIG_FILE" -c "$ENV_DIR/kwok.ya
   --cidr 10.244.0.1/16 --node-ip 10.244.0.1
 "${KUBECTL[@]}" apply --server-side --field-manager kfop-e2e-env -f "$ENV_DIR/nodes.yaml" >/dev/null
 wait_for kwok 60 "${KUBECTL[@]}" wait --for=condition=Ready node --all --timeout=1s
+# Default StorageClass served by the controller manager's hostPath provisioner, so claims bind
+# as they would on a cluster with a storage driver (no data is written; pods are kwok's).
+"${KUBECTL[@]}" apply --server-side --field-manager kfop-e2e-env -f "$ENV_DIR/storageclass.yaml" >/dev/null
 # The controller manager's serviceaccount controller creates `default` in every namespace; pods
 # need it, so wait for it as proof that the controllers run.
 wait_for kube-controller-manager 60 "${KUBECTL[@]}" -n default get serviceaccount default

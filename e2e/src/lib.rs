@@ -110,6 +110,11 @@ pub struct TestNamespace {
 }
 
 impl TestNamespace {
+    /// A namespace someone else (e.g. an operator) will create; deleted when the test ends.
+    pub fn adopt(name: String) -> Self {
+        Self { name }
+    }
+
     pub async fn create(client: &Client, prefix: &str) -> Self {
         let name = unique_name(prefix);
         let ns = Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() }, ..Default::default() };
@@ -129,10 +134,6 @@ impl Drop for TestNamespace {
                 if let Ok(client) = Client::try_default().await {
                     release_finalizers(&client, &name).await;
                     let _ = Api::<Namespace>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
-                    // Volumes VolumeProvisioner created for this namespace's claims.
-                    let volumes: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(client);
-                    let selector = kube::api::ListParams::default().labels(&format!("kubeflow-e2e/namespace={name}"));
-                    let _ = volumes.delete_collection(&DeleteParams::default(), &selector).await;
                 }
             });
         })
@@ -233,49 +234,6 @@ pub async fn http_get(url: &str) -> Result<String, String> {
     stream.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
     let (head, body) = response.split_once("\r\n\r\n").ok_or("malformed response")?;
     if head.starts_with("HTTP/1.1 200") { Ok(body.to_string()) } else { Err(head.lines().next().unwrap_or_default().to_string()) }
-}
-
-/// Binds every Pending PersistentVolumeClaim in `namespace` to a new hostPath PersistentVolume, as a
-/// static provisioner would (the environment has no storage driver). Stops when dropped.
-pub struct VolumeProvisioner(tokio::task::JoinHandle<()>);
-
-impl VolumeProvisioner {
-    pub fn start(client: &Client, namespace: &str) -> Self {
-        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-        let volumes: Api<PersistentVolume> = Api::all(client.clone());
-        let namespace = namespace.to_string();
-        Self(tokio::spawn(async move {
-            loop {
-                for claim in claims.list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
-                    if claim.spec.as_ref().and_then(|s| s.volume_name.as_ref()).is_some() {
-                        continue;
-                    }
-                    let name = claim.metadata.name.clone().unwrap_or_default();
-                    let size = claim.spec.as_ref().and_then(|s| s.resources.as_ref()).and_then(|r| r.requests.as_ref()).and_then(|r| r.get("storage").cloned());
-                    let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
-                        "metadata": {"name": format!("{namespace}-{name}"), "labels": {"kubeflow-e2e/namespace": namespace}},
-                        "spec": {
-                            "capacity": {"storage": size.map_or("1Gi".to_string(), |q| q.0)},
-                            "accessModes": claim.spec.as_ref().and_then(|s| s.access_modes.clone()).unwrap_or_default(),
-                            "hostPath": {"path": format!("/tmp/kubeflow-e2e/{namespace}/{name}")},
-                            "claimRef": {"namespace": namespace, "name": name},
-                            "persistentVolumeReclaimPolicy": "Delete",
-                        },
-                    }))
-                    .unwrap();
-                    let _ = volumes.create(&PostParams::default(), &pv).await;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }))
-    }
-}
-
-impl Drop for VolumeProvisioner {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Runs `kubectl` (from the environment's build) with `args`, failing the test on error.

@@ -59,7 +59,6 @@ async fn lifecycle<C: Component>(binary: &str, spec: Value) {
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, &format!("e2e-{}", C::Resource::COMPONENT.name())).await;
-    let _volumes = VolumeProvisioner::start(&client, &ns.name);
     // Installed the way a platform engineer would (kubectl apply -k deploy/<component>); the
     // operator process runs on the host with the package's ServiceAccount token.
     let kubeconfig = install_package(&client, C::Resource::COMPONENT.name()).await;
@@ -68,7 +67,9 @@ async fn lifecycle<C: Component>(binary: &str, spec: Value) {
 
     let releases = C::releases();
     let (first, second) = (releases[0].version, releases[1].version);
-    let mut full_spec = json!({"version": first, "targetNamespace": ns.name});
+    // The component's objects go to a namespace that does not exist yet: the operator creates it.
+    let target = TestNamespace::adopt(format!("{}-t", ns.name));
+    let mut full_spec = json!({"version": first, "targetNamespace": target.name});
     full_spec.as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
     let resource: C::Resource = serde_json::from_value(json!({
         "apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -220,6 +220,18 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
         let api = ctx.dynamic_api(info, entry.namespace.as_deref());
         let live = match live {
             Some(live) if up_to_date(desired, &live, info) => live,
+            // Shared objects (namespaces) are only ever created, so the operator needs no right
+            // to change existing ones.
+            None if info.is_shared() => {
+                ctx.metrics.write();
+                let object: DynamicObject = serde_json::from_value(desired.clone()).expect("desired objects are objects");
+                let post = PostParams { field_manager: Some(ctx.field_manager.clone()), ..Default::default() };
+                match api.create(&post, &object).await {
+                    Ok(created) => serde_json::to_value(created).expect("objects serialise"),
+                    Err(kube::Error::Api(status)) if status.code == 409 => desired.clone(),
+                    Err(e) => return Err(e.into()),
+                }
+            }
             live => {
                 let what = format!("{} {}", info.kind, qualified(&entry));
                 if live.is_none() && previous.contains(&entry) {

@@ -102,7 +102,6 @@ async fn main() {
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, "bench").await;
-    let _volumes = VolumeProvisioner::start(&client, &ns.name);
     let dex_users = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "dex-users"}, "stringData": {"users.yaml": "- {email: admin@example.com, hash: '$2y$10$2b2cU8CPhOTaGrs1HRQuAueS7JTT5ZHsHSzYiFPm1leZck7Mc8T4W', username: admin, userID: '08a8684b'}\n"}});
     Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns.name).create(&PostParams::default(), &serde_json::from_value(dex_users).unwrap()).await.unwrap();
 
