@@ -16,7 +16,7 @@ echo "--- building the operators" >&2
 cargo build -q --locked --workspace --bins
 
 echo "--- installing CRDs and the component operators (kubectl apply -k deploy/<component>)" >&2
-kubectl apply --server-side -f crds/generated/ >/dev/null
+kubectl apply --server-side --force-conflicts -f crds/generated/ >/dev/null
 kubectl wait --for=condition=Established --timeout=60s -f crds/generated/ >/dev/null
 for c in "${COMPONENTS[@]}"; do kubectl apply --server-side --force-conflicts -k "deploy/$c" >/dev/null; done
 

@@ -121,6 +121,18 @@ pub struct ComponentSpecCore {
     pub sources: Vec<KustomizeSource>,
     #[serde(default)]
     pub crd_removal_policy: CrdRemovalPolicy,
+    /// Platform the objects are built for; `OpenShift` drops fixed user and group ids from pods so
+    /// the restricted SCC can assign them. The meta-operator sets it from API discovery.
+    #[serde(default)]
+    pub platform: Platform,
+}
+
+/// Kubernetes distribution the component runs on.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Platform {
+    #[default]
+    Kubernetes,
+    OpenShift,
 }
 
 /// Per-object adjustments applied on top of the built-in manifests.

@@ -1,6 +1,21 @@
-//! The meta-operator: watches KfDef and KfUpgrade resources.
+//! The meta-operator: splits each KfDef into one desired spec per component, publishes them over
+//! NATS JetStream to the component operators, and folds their status reports into the KfDef.
+
+mod aggregate;
+mod controller;
+mod distribution;
+mod plan;
+
+use std::sync::Arc;
 
 use clap::Parser;
+use component_framework::metrics::Metrics;
+use futures::StreamExt;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client};
+use kubeflow_crds::KfDef;
+use tokio::sync::mpsc;
 
 /// Kubeflow meta-operator.
 #[derive(Parser, Debug)]
@@ -9,11 +24,64 @@ struct Cli {
     /// NATS server the component operators listen on.
     #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     nats_url: String,
+    /// Namespace to watch KfDefs in; all namespaces when unset.
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// Address of the health and metrics endpoint.
+    #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080")]
+    metrics_addr: std::net::SocketAddr,
 }
 
-fn main() -> std::process::ExitCode {
+fn receiver_stream<T: Send + 'static>(rx: mpsc::UnboundedReceiver<T>) -> impl futures::Stream<Item = T> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let _telemetry = component_framework::telemetry::init("meta-operator");
-    tracing::error!(?cli, "the KfDef reconcile loop is not implemented in this release");
-    std::process::ExitCode::from(2)
+    let client = match Client::try_default().await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build a Kubernetes client (KUBECONFIG or in-cluster config)");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let metrics = Arc::new(Metrics::new("meta"));
+    tokio::spawn(component_framework::server::serve(cli.metrics_addr, metrics.clone()));
+    let platform = match controller::detect_platform(&client).await {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "API discovery failed");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(?platform, "platform detected from API discovery");
+
+    let state = Arc::new(controller::BusState::default());
+    let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
+    let (all_tx, all_rx) = mpsc::unbounded_channel();
+    tokio::spawn(controller::watch_bus(cli.nats_url.clone(), state.clone(), trigger_tx, all_tx));
+
+    let kfdefs: Api<KfDef> = match &cli.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let recorder = Recorder::new(client.clone(), Reporter::from(controller::FIELD_MANAGER));
+    let ctx = Arc::new(controller::Context { client, state, platform, metrics: metrics.clone(), recorder });
+    metrics.set_ready();
+    Controller::new(kfdefs, watcher::Config::default().any_semantic())
+        .reconcile_on(receiver_stream(trigger_rx))
+        .reconcile_all_on(receiver_stream(all_rx))
+        .shutdown_on_signal()
+        .run(controller::reconcile, controller::error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => tracing::debug!(%obj, "KfDef gone"),
+                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+                Ok(_) => {}
+            }
+        })
+        .await;
+    std::process::ExitCode::SUCCESS
 }

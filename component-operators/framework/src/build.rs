@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use kube::ResourceExt;
-use kubeflow_crds::component::ComponentResource;
+use kubeflow_crds::component::{ComponentResource, Platform};
 use serde_json::{Value, json};
 
 use crate::component::{Component, InvalidSpec, Inputs, release};
@@ -47,6 +47,9 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
             object["metadata"]["labels"][VERSION_LABEL] = json!(release.version);
             object["metadata"]["annotations"][OWNER_ANNOTATION] = json!(owner);
         }
+    }
+    if core.platform == Platform::OpenShift {
+        drop_fixed_ids(&mut objects);
     }
     apply_image_overrides(resource, &mut objects)?;
     apply_replica_overrides(resource, &mut objects)?;
@@ -94,6 +97,27 @@ fn pod_specs(objects: &mut [Value]) -> impl Iterator<Item = (String, &mut Value)
         let name = o["metadata"]["name"].as_str().unwrap_or_default().to_string();
         (name, &mut o["spec"]["template"]["spec"])
     })
+}
+
+/// OpenShift's restricted SCC assigns each namespace's user and group ids; pods that ask for fixed
+/// ones are refused. Drops `runAsUser`, `runAsGroup` and `fsGroup` from pod and container security
+/// contexts of every workload.
+fn drop_fixed_ids(objects: &mut [Value]) {
+    fn strip(context: Option<&mut Value>) {
+        if let Some(Value::Object(map)) = context {
+            for field in ["runAsUser", "runAsGroup", "fsGroup"] {
+                map.remove(field);
+            }
+        }
+    }
+    for (_, pod) in pod_specs(objects) {
+        strip(pod.get_mut("securityContext"));
+        for list in ["initContainers", "containers"] {
+            for container in pod.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+                strip(container.get_mut("securityContext"));
+            }
+        }
+    }
 }
 
 fn apply_image_overrides<R: ComponentResource>(resource: &R, objects: &mut [Value]) -> Result<(), InvalidSpec> {

@@ -13,10 +13,12 @@ pub use kube;
 pub use kubeflow_crds as api;
 
 pub mod build;
+pub mod bus;
 pub mod component;
 pub mod kinds;
 pub mod manifest;
 pub mod metrics;
+pub mod nats_mode;
 pub mod rbac;
 pub mod readiness;
 pub mod reconcile;

@@ -24,7 +24,8 @@ pub fn cluster_role_rules<C: Component>() -> Vec<PolicyRule> {
     let group = C::Resource::group(&()).to_string();
     let plural = C::Resource::plural(&()).to_string();
     let mut rules = vec![
-        rule(&group, &[&plural], &["get", "list", "watch", "patch", "update"]),
+        // create/delete: in NATS mode the operator makes the resource from the KfDef's desired state.
+        rule(&group, &[&plural], &["get", "list", "watch", "create", "patch", "update", "delete"]),
         rule(&group, &[&format!("{plural}/status"), &format!("{plural}/finalizers")], &["get", "patch", "update"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
         // Namespaces are created when missing, never changed or deleted.

@@ -56,12 +56,23 @@ pub struct Context<C> {
     pub field_manager: String,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    /// In NATS mode, where status reports of KfDef-made resources go.
+    pub status_sender: Option<crate::nats_mode::StatusSender>,
     _component: PhantomData<fn() -> C>,
 }
 
 impl<C: Component> Context<C> {
-    pub fn new(client: Client, field_manager: String, recorder: Recorder, metrics: Arc<Metrics>) -> Self {
-        Self { client, field_manager, recorder, metrics, _component: PhantomData }
+    pub fn new(client: Client, field_manager: String, recorder: Recorder, metrics: Arc<Metrics>, status_sender: Option<crate::nats_mode::StatusSender>) -> Self {
+        Self { client, field_manager, recorder, metrics, status_sender, _component: PhantomData }
+    }
+
+    /// Hands the resource's status to the NATS publisher (NATS mode, KfDef-made resources only).
+    fn report(&self, resource: &C::Resource, status: Option<&kubeflow_crds::component::ComponentStatus>) {
+        let Some(sender) = &self.status_sender else { return };
+        let empty = kubeflow_crds::component::ComponentStatus::default();
+        if let Some((key, report)) = crate::nats_mode::report(resource, status.unwrap_or(&empty)) {
+            let _ = sender.send((key, status.map(|_| report)));
+        }
     }
 
     fn dynamic_api(&self, info: &KindInfo, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -350,6 +361,7 @@ async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
         delete_entries(ctx, &entries.into_iter().collect::<Vec<_>>(), core.crd_removal_policy).await?;
         ctx.event(resource, EventType::Normal, "Uninstalled", format!("removed the objects of {} {}", C::Resource::COMPONENT.kind(), resource.name_any())).await;
     }
+    ctx.report(resource, None);
     Ok(Action::await_change())
 }
 
@@ -358,6 +370,7 @@ async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, ou
     let now = Time(jiff_now());
     let current = resource.component_status();
     let next = status::next_status(current, resource.meta().generation, outcome, &now);
+    ctx.report(resource, Some(&next));
     if current == Some(&next) {
         return Ok(());
     }

@@ -83,7 +83,8 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
         controller = controller.watches_with(api, resource, config, move |o| owner_of::<C::Resource>(&o, watched.as_deref()));
     }
     let recorder = Recorder::new(client.clone(), Reporter::from(field_manager.as_str()));
-    let ctx = Arc::new(Context::<C>::new(client, field_manager, recorder, metrics.clone()));
+    let status_sender = args.nats_url.clone().map(|url| crate::nats_mode::start::<C>(client.clone(), url, args.namespace.clone()));
+    let ctx = Arc::new(Context::<C>::new(client, field_manager, recorder, metrics.clone(), status_sender));
     metrics.set_ready();
     info!(%component, namespace = args.namespace.as_deref().unwrap_or("<all>"), "controller started");
     controller

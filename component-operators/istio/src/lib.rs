@@ -374,3 +374,29 @@ mod tests {
         assert_eq!(local["spec"]["template"]["spec"]["containers"][0]["image"], "docker.io/istio/proxyv2:1.9.6");
     }
 }
+
+#[cfg(test)]
+mod platform_tests {
+    use super::*;
+    use component_framework::build::desired_objects;
+    use serde_json::{Value, json};
+
+    fn fixed_ids(objects: &[Value]) -> usize {
+        let text = serde_json::to_string(objects).unwrap();
+        ["\"runAsUser\"", "\"runAsGroup\"", "\"fsGroup\""].iter().map(|f| text.matches(f).count()).sum()
+    }
+
+    #[test]
+    fn openshift_drops_fixed_user_and_group_ids() {
+        let build = |platform: &str| {
+            let istio: Istio = serde_json::from_value(json!({
+                "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Istio",
+                "metadata": {"name": "istio", "namespace": "kubeflow"}, "spec": {"version": "1.9.6", "platform": platform},
+            }))
+            .unwrap();
+            desired_objects::<IstioComponent>(&istio, &Inputs::default()).unwrap()
+        };
+        assert!(fixed_ids(&build("Kubernetes")) > 0, "the Kubernetes manifests pin ids");
+        assert_eq!(fixed_ids(&build("OpenShift")), 0);
+    }
+}

@@ -1,0 +1,287 @@
+//! NATS mode of a component operator (enabled by `--nats-url`): consume this component's desired
+//! state from the `kubeflow-desired` bucket, materialise it as the component resource (named after
+//! the KfDef, in its namespace, owned by it), and publish the resource's status to
+//! `kubeflow-status`. The resource then goes through exactly the same reconcile as one created by
+//! hand. NATS being down never stops reconciling: the controller runs on the resources alone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use futures::StreamExt;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use kubeflow_crds::component::{ComponentPhase, ComponentResource, ComponentStatus};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::bus::{self, DesiredComponent, Heartbeat, StatusReport};
+use crate::component::Component;
+
+/// Label naming the KfDef a component resource was made for.
+pub const KFDEF_LABEL: &str = "kfdef.apps.kubeflow.org/name";
+/// Annotation with the hash of the desired spec the resource was last made from.
+pub const SPEC_HASH_ANNOTATION: &str = "kfdef.apps.kubeflow.org/spec-hash";
+
+/// Status updates from reconciles to the publisher: `None` removes the key.
+pub type StatusSender = mpsc::UnboundedSender<(String, Option<StatusReport>)>;
+
+/// The report for `resource` with `status`, if the resource came from a KfDef.
+pub fn report<K: ComponentResource>(resource: &K, status: &ComponentStatus) -> Option<(String, StatusReport)> {
+    let kfdef = resource.labels().get(KFDEF_LABEL)?;
+    let key = bus::key(K::COMPONENT, &resource.namespace().unwrap_or_default(), kfdef);
+    let condition = |t: &str| status.conditions.iter().find(|c| c.type_ == t);
+    let degraded = condition("Degraded").is_some_and(|c| c.status == kubeflow_crds::ConditionStatus::True);
+    let message = [condition("Degraded"), condition("Ready")]
+        .into_iter()
+        .flatten()
+        .find(|c| !c.message.is_empty() && (degraded || c.type_ == "Ready"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    Some((
+        key,
+        StatusReport {
+            spec_hash: resource.annotations().get(SPEC_HASH_ANNOTATION).cloned().unwrap_or_default(),
+            phase: status.phase.map(|p| format!("{p:?}")),
+            version: Some(resource.core().version.clone()),
+            installed_version: status.installed_version.clone(),
+            ready: status.phase == Some(ComponentPhase::Ready),
+            degraded,
+            message,
+            generation: resource.meta().generation,
+            observed_generation: status.observed_generation,
+        },
+    ))
+}
+
+/// Runs NATS mode until the process ends; returns the sender reconciles report status on.
+pub fn start<C: Component>(client: Client, url: String, namespace: Option<String>) -> StatusSender {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let failures = tx.clone();
+    tokio::spawn(async move {
+        let name = format!("{}-operator", C::Resource::COMPONENT.name());
+        let (nats, connected) = match bus::connect(&url, &name).await {
+            Ok(c) => c,
+            Err(e) => return warn!(error = %e, %url, "NATS mode disabled: invalid NATS options"),
+        };
+        let js = jetstream::new(nats);
+        tokio::spawn(publish_status(js.clone(), rx, name.clone()));
+        consume_desired::<C>(client, js, connected, namespace, failures).await;
+    });
+    tx
+}
+
+/// Opens the buckets, retrying while NATS is unreachable.
+async fn open_buckets(js: &jetstream::Context) -> (kv::Store, kv::Store, kv::Store) {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match bus::buckets(js).await {
+            Ok(b) => return b,
+            Err(e) => warn!(error = %e, "NATS not ready; retrying"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// List-then-watch the component's desired keys; after every reconnect, list again rather than
+/// trust the watch to resume.
+async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, mut connected: tokio::sync::watch::Receiver<u64>, namespace: Option<String>, failures: StatusSender) {
+    let component = C::Resource::COMPONENT;
+    let filter = match &namespace {
+        Some(ns) => format!("{}.{ns}.>", component.name()),
+        None => format!("{}.>", component.name()),
+    };
+    loop {
+        let (desired, _, _) = open_buckets(&js).await;
+        connected.mark_unchanged();
+        let mut watch = match desired.watch_with_history(&filter).await {
+            Ok(w) => w,
+            Err(e) => {
+                warn!(error = %e, "cannot watch desired state; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        info!(%filter, "listing desired state");
+        let mut present = BTreeSet::new();
+        let mut listed = false;
+        // Entries whose resource could not be written (e.g. API server briefly unavailable).
+        let mut retry: BTreeMap<String, kv::Entry> = BTreeMap::new();
+        let mut retry_tick = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tokio::select! {
+                entry = watch.next() => {
+                    let Some(Ok(entry)) = entry else { break };
+                    retry.remove(&entry.key);
+                    if !handle_entry::<C>(&client, &entry, &mut present, &failures).await {
+                        retry.insert(entry.key.clone(), entry.clone());
+                    }
+                    if entry.seen_current && !listed {
+                        listed = true;
+                        remove_orphans::<C>(&client, namespace.as_deref(), &present).await;
+                    }
+                }
+                _ = retry_tick.tick(), if !retry.is_empty() => {
+                    for (key, entry) in std::mem::take(&mut retry) {
+                        if !handle_entry::<C>(&client, &entry, &mut present, &failures).await {
+                            retry.insert(key, entry);
+                        }
+                    }
+                }
+                changed = connected.changed() => {
+                    if changed.is_err() { return; }
+                    info!("NATS reconnected; listing desired state again");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Applies one desired-state entry; `false` when it should be retried.
+async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present: &mut BTreeSet<String>, failures: &StatusSender) -> bool {
+    let Some((_, namespace, name)) = bus::parse_key(&entry.key) else {
+        warn!(key = %entry.key, "ignoring desired key that is not <component>.<namespace>.<name>");
+        return true;
+    };
+    let api: Api<C::Resource> = Api::namespaced(client.clone(), &namespace);
+    match entry.operation {
+        kv::Operation::Put => {
+            // Undecodable messages are reported and skipped; the next put of the key supersedes them.
+            let desired: DesiredComponent = match serde_json::from_slice(&entry.value) {
+                Ok(d) => d,
+                Err(e) => {
+                    warn!(key = %entry.key, error = %e, "ignoring undecodable desired state");
+                    return true;
+                }
+            };
+            present.insert(entry.key.clone());
+            let span = info_span!("apply_desired", key = %entry.key, kfdef_generation = desired.kfdef.generation);
+            async {
+                let object = json!({
+                    "apiVersion": C::Resource::api_version(&()),
+                    "kind": C::Resource::kind(&()),
+                    "metadata": {
+                        "name": name,
+                        "namespace": namespace,
+                        "labels": {KFDEF_LABEL: desired.kfdef.name},
+                        "annotations": {SPEC_HASH_ANNOTATION: desired.spec_hash},
+                        "ownerReferences": [{
+                            "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef",
+                            "name": desired.kfdef.name, "uid": desired.kfdef.uid,
+                        }],
+                    },
+                    "spec": desired.spec,
+                });
+                let manager = format!("kubeflow-{}-operator-nats", C::Resource::COMPONENT.name());
+                match api.patch(&name, &PatchParams::apply(&manager).force(), &Patch::Apply(&object)).await {
+                    Ok(applied) => {
+                        info!(generation = applied.meta().generation, "component resource applied from desired state");
+                        true
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot apply component resource from desired state; retrying");
+                        // Tell the KfDef why nothing happens.
+                        let report = StatusReport {
+                            spec_hash: desired.spec_hash.clone(),
+                            phase: Some("Degraded".into()),
+                            degraded: true,
+                            message: format!("cannot write {} {namespace}/{name}: {}", C::Resource::kind(&()), short_error(&e)),
+                            ..Default::default()
+                        };
+                        let _ = failures.send((entry.key.clone(), Some(report)));
+                        false
+                    }
+                }
+            }
+            .instrument(span)
+            .await
+        }
+        kv::Operation::Delete | kv::Operation::Purge => {
+            present.remove(&entry.key);
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    info!(key = %entry.key, "component removed from its KfDef; deleting the resource");
+                    true
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => true,
+                Err(e) => {
+                    warn!(key = %entry.key, error = %e, "cannot delete component resource; retrying");
+                    false
+                }
+            }
+        }
+    }
+}
+
+/// Deletes resources made from desired keys that no longer exist (removed while we were away).
+async fn remove_orphans<C: Component>(client: &Client, namespace: Option<&str>, present: &BTreeSet<String>) {
+    let api: Api<C::Resource> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let Ok(list) = api.list(&ListParams::default().labels(KFDEF_LABEL)).await else { return };
+    for resource in list.items {
+        let ns = resource.namespace().unwrap_or_default();
+        let kfdef = resource.labels().get(KFDEF_LABEL).cloned().unwrap_or_default();
+        if !present.contains(&bus::key(C::Resource::COMPONENT, &ns, &kfdef)) {
+            info!(namespace = %ns, name = %resource.name_any(), "desired state is gone; deleting the resource");
+            let _ = Api::<C::Resource>::namespaced(client.clone(), &ns).delete(&resource.name_any(), &DeleteParams::default()).await;
+        }
+    }
+}
+
+/// Publishes the latest report per key when it differs from what was last published; keeps
+/// what could not be sent and retries, and refreshes the heartbeat.
+async fn publish_status(js: jetstream::Context, mut rx: mpsc::UnboundedReceiver<(String, Option<StatusReport>)>, operator: String) {
+    let (_, status, operators) = open_buckets(&js).await;
+    let mut pending: BTreeMap<String, Option<StatusReport>> = BTreeMap::new();
+    let mut published: BTreeMap<String, Option<StatusReport>> = BTreeMap::new();
+    let mut heartbeat = tokio::time::interval(bus::HEARTBEAT_EVERY);
+    let component = operator.trim_end_matches("-operator").to_string();
+    loop {
+        tokio::select! {
+            message = rx.recv() => {
+                let Some((key, report)) = message else { return };
+                pending.insert(key, report);
+            }
+            _ = heartbeat.tick() => {
+                let beat = Heartbeat { operator: operator.clone(), version: env!("CARGO_PKG_VERSION").into(), at: bus::now_unix() };
+                if let Err(e) = operators.put(&component, serde_json::to_vec(&beat).unwrap().into()).await {
+                    warn!(error = %e, "cannot publish heartbeat");
+                }
+            }
+        }
+        let keys: Vec<String> = pending.keys().cloned().collect();
+        for key in keys {
+            let report = pending.remove(&key).unwrap();
+            if published.get(&key) == Some(&report) {
+                continue;
+            }
+            let result = match &report {
+                Some(r) => status.put(&key, serde_json::to_vec(r).unwrap().into()).await.map(|_| ()).map_err(|e| e.to_string()),
+                None => status.delete(&key).await.map_err(|e| e.to_string()),
+            };
+            match result {
+                Ok(()) => {
+                    published.insert(key, report);
+                }
+                Err(e) => {
+                    warn!(%key, error = %e, "cannot publish status; will retry");
+                    pending.insert(key, report);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The API server's own message for API errors (the full status is in the log).
+fn short_error(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}

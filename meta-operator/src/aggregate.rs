@@ -1,0 +1,166 @@
+//! KfDef status from the plan and what the component operators reported (pure).
+
+use std::collections::BTreeMap;
+
+use component_framework::bus::{HEARTBEAT_STALE, StatusReport};
+use component_framework::status::set_condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kubeflow_crds::ConditionStatus::{False, True};
+use kubeflow_crds::component::ComponentKind;
+use kubeflow_crds::kfdef::{ComponentSummary, KfDefPhase, KfDefStatus};
+
+use crate::plan::Plan;
+
+/// Everything known about the components of one KfDef.
+pub struct Observed<'a> {
+    /// Latest report per component.
+    pub reports: &'a BTreeMap<ComponentKind, StatusReport>,
+    /// Last heartbeat (unix seconds) per component operator.
+    pub heartbeats: &'a BTreeMap<ComponentKind, u64>,
+    pub now_unix: u64,
+    /// Why desired state could not be published, if it could not.
+    pub bus_error: Option<String>,
+}
+
+/// The KfDef's next status; `previous` keeps condition transition times.
+pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, plan: Result<&Plan, String>, observed: &Observed, platform: &str, now: &Time) -> KfDefStatus {
+    let mut status = previous.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    status.platform = Some(platform.to_string());
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(message) => {
+            status.phase = Some(KfDefPhase::Degraded);
+            set_condition(&mut status.conditions, "Degraded", True, "InvalidSpec", &message, generation, now);
+            set_condition(&mut status.conditions, "Progressing", False, "InvalidSpec", &message, generation, now);
+            set_condition(&mut status.conditions, "Available", False, "InvalidSpec", &message, generation, now);
+            return status;
+        }
+    };
+    status.applications = plan.applications.clone();
+    status.components = plan
+        .components
+        .iter()
+        .map(|(component, wanted)| {
+            let operator = format!("{component}-operator");
+            let alive = observed.heartbeats.get(component).is_some_and(|at| observed.now_unix.saturating_sub(*at) <= HEARTBEAT_STALE.as_secs());
+            let summary = match observed.reports.get(component) {
+                _ if !alive => ComponentSummary {
+                    phase: Some("WaitingForOperator".into()),
+                    version: None,
+                    ready: false,
+                    message: format!("waiting for {operator}: it has not reported on NATS in the last {} s", HEARTBEAT_STALE.as_secs()),
+                },
+                Some(report) if report.spec_hash == wanted.spec_hash => ComponentSummary {
+                    phase: report.phase.clone(),
+                    version: report.installed_version.clone(),
+                    ready: report.ready && report.installed_version.as_deref() == Some(wanted.version.as_str()) && report.observed_generation == report.generation,
+                    message: report.message.clone(),
+                },
+                _ => ComponentSummary { phase: Some("Pending".into()), version: None, ready: false, message: format!("{operator} has not reported on the current spec yet") },
+            };
+            (component.name().to_string(), summary)
+        })
+        .collect();
+
+    let degraded: Vec<String> = plan
+        .components
+        .keys()
+        .filter(|c| observed.reports.get(c).is_some_and(|r| r.degraded && r.spec_hash == plan.components[c].spec_hash))
+        .map(|c| format!("{c}: {}", observed.reports[c].message))
+        .collect();
+    let waiting: Vec<String> = status.components.iter().filter(|(_, s)| !s.ready).map(|(name, s)| format!("{name}: {}", s.message)).collect();
+    let all_ready = waiting.is_empty() && !plan.components.is_empty();
+    if let Some(error) = &observed.bus_error {
+        set_condition(&mut status.conditions, "Progressing", True, "NatsUnavailable", error, generation, now);
+    } else if all_ready {
+        set_condition(&mut status.conditions, "Progressing", False, "Converged", "", generation, now);
+    } else {
+        set_condition(&mut status.conditions, "Progressing", True, "WaitingForComponents", &waiting.join("; "), generation, now);
+    }
+    if degraded.is_empty() {
+        set_condition(&mut status.conditions, "Degraded", False, "AsExpected", "", generation, now);
+    } else {
+        set_condition(&mut status.conditions, "Degraded", True, "ComponentDegraded", &degraded.join("; "), generation, now);
+    }
+    let available_message = if plan.components.is_empty() { "the KfDef has no application of a managed component".to_string() } else { String::new() };
+    set_condition(&mut status.conditions, "Available", if all_ready { True } else { False }, if all_ready { "AllComponentsReady" } else { "ComponentsNotReady" }, &available_message, generation, now);
+    status.phase = Some(if all_ready {
+        KfDefPhase::Available
+    } else if !degraded.is_empty() {
+        KfDefPhase::Degraded
+    } else {
+        KfDefPhase::Progressing
+    });
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::ComponentPlan;
+
+    fn plan() -> Plan {
+        let entry = |v: &str| ComponentPlan { spec: serde_json::json!({}), spec_hash: format!("h-{v}"), version: v.into() };
+        Plan { components: [(ComponentKind::Katib, entry("v0.11.0")), (ComponentKind::Dex, entry("v2.24.0"))].into(), applications: vec![] }
+    }
+
+    fn report(hash: &str, version: &str, ready: bool) -> StatusReport {
+        StatusReport { spec_hash: hash.into(), phase: Some(if ready { "Ready" } else { "Progressing" }.into()), installed_version: Some(version.into()), ready, generation: Some(1), observed_generation: Some(1), ..Default::default() }
+    }
+
+    fn time() -> Time {
+        Time("2026-01-01T00:00:00Z".parse().unwrap())
+    }
+
+    fn cond<'a>(s: &'a KfDefStatus, t: &str) -> &'a kubeflow_crds::Condition {
+        s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn available_only_when_every_component_reports_ready_on_the_current_spec() {
+        let beats = [(ComponentKind::Katib, 100), (ComponentKind::Dex, 100)].into();
+        let p = plan();
+        let mut reports: BTreeMap<_, _> = [(ComponentKind::Katib, report("h-v0.11.0", "v0.11.0", true)), (ComponentKind::Dex, report("old", "v2.24.0", true))].into();
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None };
+        let s = kfdef_status(None, Some(3), Ok(&p), &observed, "Kubernetes", &time());
+        assert_eq!(s.phase, Some(KfDefPhase::Progressing));
+        assert_eq!(s.components["dex"].phase.as_deref(), Some("Pending"));
+        assert_eq!(cond(&s, "Available").status, False);
+        reports.insert(ComponentKind::Dex, report("h-v2.24.0", "v2.24.0", true));
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None };
+        let s = kfdef_status(Some(&s), Some(3), Ok(&p), &observed, "Kubernetes", &time());
+        assert_eq!(s.phase, Some(KfDefPhase::Available));
+        assert_eq!(cond(&s, "Available").observed_generation, Some(3));
+        assert_eq!(s.platform.as_deref(), Some("Kubernetes"));
+    }
+
+    #[test]
+    fn a_silent_operator_is_named() {
+        let beats = [(ComponentKind::Katib, 100)].into();
+        let reports = BTreeMap::new();
+        let p = plan();
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 200, bus_error: None };
+        let s = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
+        assert_eq!(s.components["dex"].phase.as_deref(), Some("WaitingForOperator"));
+        assert!(s.components["dex"].message.contains("dex-operator"));
+        assert!(s.components["katib"].message.contains("katib-operator"), "stale heartbeat too");
+    }
+
+    #[test]
+    fn a_degraded_component_degrades_the_kfdef_and_bad_specs_say_why() {
+        let beats = [(ComponentKind::Katib, 100), (ComponentKind::Dex, 100)].into();
+        let mut bad = report("h-v0.11.0", "v0.10.0", false);
+        bad.degraded = true;
+        bad.message = "spec.version: not supported".into();
+        let reports = [(ComponentKind::Katib, bad)].into();
+        let p = plan();
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None };
+        let s = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
+        assert_eq!(s.phase, Some(KfDefPhase::Degraded));
+        assert!(cond(&s, "Degraded").message.contains("katib: spec.version"));
+        let s = kfdef_status(None, Some(2), Err("spec.version: Kubeflow version \"v9\" is not supported".into()), &observed, "Kubernetes", &time());
+        assert_eq!(s.phase, Some(KfDefPhase::Degraded));
+        assert_eq!(cond(&s, "Degraded").reason, "InvalidSpec");
+    }
+}
