@@ -74,6 +74,114 @@ pub fn operator_rbac(name: &str, rules: &[k8s_openapi::api::rbac::v1::PolicyRule
     ]
 }
 
+/// The meta-operator's ClusterRole: it reads and finalizes KfDefs and KfUpgrades and writes
+/// their status and Events. It needs nothing on the components' objects.
+pub fn meta_operator_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    let rule = |group: &str, resources: &[&str], verbs: &[&str]| k8s_openapi::api::rbac::v1::PolicyRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    vec![
+        rule("kfdef.apps.kubeflow.org", &["kfdefs"], &["get", "list", "watch", "patch", "update"]),
+        rule("kfdef.apps.kubeflow.org", &["kfdefs/status", "kfdefs/finalizers"], &["get", "patch", "update"]),
+        rule("kfupgrade.apps.kubeflow.org", &["kfupgrades"], &["get", "list", "watch", "patch", "update"]),
+        rule("kfupgrade.apps.kubeflow.org", &["kfupgrades/status", "kfupgrades/finalizers"], &["get", "patch", "update"]),
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// URL the operators of `deploy/all` reach NATS at.
+pub const NATS_URL: &str = "nats://nats.kubeflow-operators.svc:4222";
+
+/// A single-node NATS server with JetStream on a persistent volume, for `deploy/all`.
+fn nats_server() -> Vec<Value> {
+    let labels = json!({"app.kubernetes.io/name": "nats", "app.kubernetes.io/part-of": "kubeflow-operator"});
+    vec![
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "nats", "namespace": OPERATOR_NAMESPACE, "labels": labels},
+               "spec": {"selector": {"app.kubernetes.io/name": "nats"}, "ports": [{"name": "client", "port": 4222}]}}),
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "nats", "namespace": OPERATOR_NAMESPACE, "labels": labels},
+               "spec": {
+                   "serviceName": "nats", "replicas": 1,
+                   "selector": {"matchLabels": {"app.kubernetes.io/name": "nats"}},
+                   "template": {"metadata": {"labels": labels}, "spec": {
+                       "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                       "containers": [{
+                           "name": "nats", "image": "docker.io/library/nats:2.12.1-alpine",
+                           "args": ["--jetstream", "--store_dir=/data", "--http_port=8222"],
+                           "ports": [{"name": "client", "containerPort": 4222}, {"name": "monitor", "containerPort": 8222}],
+                           "readinessProbe": {"httpGet": {"path": "/healthz?js-enabled-only=true", "port": "monitor"}},
+                           "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
+                           "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
+                           "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                       }],
+                   }},
+                   "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}}],
+               }}),
+    ]
+}
+
+fn with_nats(mut deployment: Value) -> Value {
+    deployment["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "NATS_URL", "value": NATS_URL}]);
+    deployment
+}
+
+fn kustomization(files: &[&str]) -> String {
+    let list: String = files.iter().map(|f| format!("- {f}\n")).collect();
+    format!("{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n{list}")
+}
+
+/// `deploy/meta-operator/`: the meta-operator with KfDef and KfUpgrade CRDs; expects NATS at
+/// [`NATS_URL`] (override with the NATS_URL environment variable of its Deployment).
+pub fn meta_operator_package() -> (String, Vec<(String, String)>) {
+    let name = "meta-operator";
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}});
+    let crds = [kubeflow_crds::KfDef::crd(), kubeflow_crds::KfUpgrade::crd()].map(|c| serde_json::to_value(c).unwrap());
+    let files = vec![
+        ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operator.yaml"])),
+        ("crd.yaml".to_string(), yaml_docs(&crds)),
+        ("rbac.yaml".to_string(), yaml_docs(&operator_rbac(name, &meta_operator_rules()))),
+        ("operator.yaml".to_string(), yaml_docs(&[namespace, with_nats(operator_deployment(name, env!("CARGO_PKG_VERSION")))])),
+    ];
+    (name.to_string(), files)
+}
+
+/// `deploy/all/`: NATS, the meta-operator and the five component operators in NATS mode.
+pub fn all_package() -> (String, Vec<(String, String)>) {
+    let mut crds = vec![serde_json::to_value(kubeflow_crds::KfDef::crd()).unwrap(), serde_json::to_value(kubeflow_crds::KfUpgrade::crd()).unwrap()];
+    let mut rbac = operator_rbac("meta-operator", &meta_operator_rules());
+    let mut deployments = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
+    deployments.extend(nats_server());
+    deployments.push(with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION"))));
+    for (component, crd, rules) in components() {
+        crds.push(crd);
+        rbac.extend(operator_rbac(&format!("{component}-operator"), &rules));
+        deployments.push(with_nats(operator_deployment(&format!("{component}-operator"), env!("CARGO_PKG_VERSION"))));
+    }
+    let files = vec![
+        ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operators.yaml"])),
+        ("crd.yaml".to_string(), yaml_docs(&crds)),
+        ("rbac.yaml".to_string(), yaml_docs(&rbac)),
+        ("operators.yaml".to_string(), yaml_docs(&deployments)),
+    ];
+    ("all".to_string(), files)
+}
+
+fn component<C: Component>() -> (&'static str, Value, Vec<k8s_openapi::api::rbac::v1::PolicyRule>) where C::Resource: CustomResourceExt {
+    (C::Resource::COMPONENT.name(), serde_json::to_value(C::Resource::crd()).unwrap(), component_framework::rbac::cluster_role_rules::<C>())
+}
+
+fn components() -> Vec<(&'static str, Value, Vec<k8s_openapi::api::rbac::v1::PolicyRule>)> {
+    vec![
+        component::<istio_operator::IstioComponent>(),
+        component::<dex_operator::DexComponent>(),
+        component::<kfserving_operator::KFServingComponent>(),
+        component::<katib_operator::KatibComponent>(),
+        component::<pipelines_operator::PipelinesComponent>(),
+    ]
+}
+
 /// Files of `deploy/<component>/` for component `C`.
 pub fn component_package<C: Component>() -> (String, Vec<(String, String)>) where C::Resource: CustomResourceExt {
     let component = C::Resource::COMPONENT.name();
@@ -81,7 +189,7 @@ pub fn component_package<C: Component>() -> (String, Vec<(String, String)>) wher
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}});
     let crd = serde_json::to_value(C::Resource::crd()).unwrap();
     let files = vec![
-        ("kustomization.yaml".to_string(), format!("{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- crd.yaml\n- rbac.yaml\n- operator.yaml\n")),
+        ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operator.yaml"])),
         ("crd.yaml".to_string(), yaml_docs(&[crd])),
         ("rbac.yaml".to_string(), yaml_docs(&operator_rbac(&name, &component_framework::rbac::cluster_role_rules::<C>()))),
         ("operator.yaml".to_string(), yaml_docs(&[namespace, operator_deployment(&name, env!("CARGO_PKG_VERSION"))])),
@@ -97,6 +205,8 @@ pub fn render_all() -> Vec<(String, Vec<(String, String)>)> {
         component_package::<kfserving_operator::KFServingComponent>(),
         component_package::<katib_operator::KatibComponent>(),
         component_package::<pipelines_operator::PipelinesComponent>(),
+        meta_operator_package(),
+        all_package(),
     ]
 }
 

@@ -244,16 +244,72 @@ pub fn kubectl(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// A nats-server of a test's own (JetStream on a temporary store), so a test can stop and restart
+/// it without disturbing others. Killed on drop.
+pub struct NatsServer {
+    pub port: u16,
+    store: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl NatsServer {
+    pub async fn start() -> Self {
+        let store = std::env::temp_dir().join(unique_name("nats-store"));
+        let mut server = Self { port: free_port(), store, child: None };
+        server.resume().await;
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the server (its JetStream store stays on disk).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and store.
+    pub async fn resume(&mut self) {
+        let binary = std::env::var("KFOP_NATS_SERVER").expect("KFOP_NATS_SERVER from the env file");
+        let child = std::process::Command::new(binary)
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "--jetstream", "--store_dir", self.store.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start nats-server");
+        self.child = Some(child);
+        let addr = format!("127.0.0.1:{}", self.port);
+        eventually("nats-server listening", || async { tokio::net::TcpStream::connect(&addr).await.map(|_| ()).map_err(|e| e.to_string()) }).await;
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.store);
+    }
+}
+
 /// Installs `deploy/<package>` with `kubectl apply -k` (as a platform engineer would), waits for the
 /// operator Deployment to become Available, and returns a kubeconfig that authenticates as the
 /// operator's ServiceAccount, so a host process proves the package's RBAC is sufficient.
 pub async fn install_package(client: &Client, package: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(package);
+    kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
+    operator_kubeconfig(client, &format!("{package}-operator")).await
+}
+
+/// Waits for operator `name`'s Deployment (from a deploy/ package) to be Available and returns a
+/// kubeconfig with a token of its ServiceAccount.
+pub async fn operator_kubeconfig(client: &Client, name: &str) -> std::path::PathBuf {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(package);
-    kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
-    let name = format!("{package}-operator");
+    let name = name.to_string();
     let namespace = "kubeflow-operators";
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     eventually(&format!("Deployment {name} Available"), || async {

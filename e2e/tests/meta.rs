@@ -1,0 +1,277 @@
+//! The meta-operator and the five component operators in NATS mode, each test with a nats-server of
+//! its own: KfDefs converge, report every application, survive NATS outages and operator restarts,
+//! and leave nothing behind when deleted. Tests in this file run one at a time (they start
+//! operators that watch every namespace).
+
+use std::collections::BTreeMap;
+
+use component_framework::api::component::{ComponentKind, ComponentResource};
+use component_framework::api::{Dex, Istio, KFServing, Katib, KfDef, Pipelines};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use kubeflow_crds::kfdef::KfDefPhase;
+use kubeflow_e2e::*;
+use serde_json::{Value, json};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// NATS plus the six operators, run on the host with the ServiceAccount tokens of deploy/all.
+struct Stack {
+    nats: NatsServer,
+    meta: OperatorProcess,
+    components: BTreeMap<ComponentKind, OperatorProcess>,
+    kubeconfigs: BTreeMap<String, std::path::PathBuf>,
+}
+
+impl Stack {
+    async fn start(client: &Client, without: &[ComponentKind]) -> Self {
+        install_crds(client).await;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
+        kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
+        let mut kubeconfigs = BTreeMap::new();
+        for name in ["meta-operator", "istio-operator", "dex-operator", "kfserving-operator", "katib-operator", "pipelines-operator"] {
+            kubeconfigs.insert(name.to_string(), operator_kubeconfig(client, name).await);
+        }
+        let nats = NatsServer::start().await;
+        let meta = OperatorProcess::start("meta-operator", &["--nats-url", &nats.url()], &[("KUBECONFIG", kubeconfigs["meta-operator"].to_str().unwrap())]);
+        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs };
+        for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
+            stack.start_component(component);
+        }
+        stack.meta.wait_ready().await;
+        stack
+    }
+
+    fn start_component(&mut self, component: ComponentKind) {
+        let binary = format!("{component}-operator");
+        let kubeconfig = self.kubeconfigs[&binary].to_str().unwrap().to_string();
+        let process = OperatorProcess::start(&binary, &["--nats-url", &self.nats.url()], &[("KUBECONFIG", &kubeconfig)]);
+        self.components.insert(component, process);
+    }
+}
+
+fn kfdef(namespace: &str, version: &str, applications: &[&str]) -> KfDef {
+    let apps: Vec<Value> = applications.iter().map(|a| json!({"name": a, "kustomizeConfig": {"repoRef": {"name": "manifests", "path": a}}})).collect();
+    serde_json::from_value(json!({
+        "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "kubeflow", "namespace": namespace},
+        "spec": {"version": version, "applications": apps, "repos": [{"name": "manifests", "uri": "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz"}]},
+    }))
+    .unwrap()
+}
+
+async fn wait_kfdef(api: &Api<KfDef>, what: &str, check: impl Fn(&KfDef) -> bool) -> KfDef {
+    eventually(what, || async {
+        let k = api.get("kubeflow").await.map_err(|e| e.to_string())?;
+        if check(&k) { Ok(k) } else { Err(serde_json::to_string(&k.status).unwrap()) }
+    })
+    .await
+}
+
+fn available(k: &KfDef) -> bool {
+    k.status.as_ref().is_some_and(|s| s.phase == Some(KfDefPhase::Available) && s.observed_generation == k.metadata.generation)
+}
+
+async fn component_versions(client: &Client, ns: &str) -> BTreeMap<&'static str, Option<String>> {
+    async fn installed<K: ComponentResource>(client: &Client, ns: &str) -> Option<String> {
+        Api::<K>::namespaced(client.clone(), ns).get_opt("kubeflow").await.unwrap().and_then(|k| k.component_status().and_then(|s| s.installed_version.clone()))
+    }
+    [
+        ("istio", installed::<Istio>(client, ns).await),
+        ("dex", installed::<Dex>(client, ns).await),
+        ("kfserving", installed::<KFServing>(client, ns).await),
+        ("katib", installed::<Katib>(client, ns).await),
+        ("pipelines", installed::<Pipelines>(client, ns).await),
+    ]
+    .into()
+}
+
+/// Objects any component operator made for resources in `ns` (namespaced ones in `ns`,
+/// cluster-scoped ones named after it), CRDs excepted.
+async fn leftovers(client: &Client, ns: &str) -> Vec<String> {
+    let selector = ListParams::default().labels(component_framework::build::PART_OF_LABEL);
+    let mut left: Vec<String> = Api::<Deployment>::namespaced(client.clone(), ns)
+        .list(&selector)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|d| d.metadata.deletion_timestamp.is_none())
+        .map(|d| format!("Deployment {}", d.name_any()))
+        .collect();
+    left.extend(Api::<ClusterRole>::all(client.clone()).list(&selector).await.unwrap().items.iter().map(|c| c.name_any()).filter(|n| n.ends_with(&format!("-{ns}"))).map(|n| format!("ClusterRole {n}")));
+    left
+}
+
+#[tokio::test]
+async fn full_kfdef_converges_reports_every_application_follows_edits_and_deletes_cleanly() {
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    let stack = Stack::start(&client, &[]).await;
+    let ns = TestNamespace::create(&client, "e2e-kfdef-full").await;
+    let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
+    let mut kfdef: KfDef = serde_yaml::from_str(&yaml).unwrap();
+    kfdef.metadata.namespace = Some(ns.name.clone());
+    let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &kfdef).await.unwrap();
+
+    let done = wait_kfdef(&api, "the kfctl KfDef Available", available).await;
+    let status = done.status.clone().unwrap();
+    assert_eq!(status.components.len(), 5);
+    assert!(status.components.values().all(|c| c.ready));
+    assert_eq!(status.applications.len(), kfdef.spec.applications.len(), "an application is missing from status");
+    let jupyter = status.applications.iter().find(|a| a.name == "jupyter-web-app").unwrap();
+    assert_eq!(jupyter.state, "Unmapped");
+    assert!(jupyter.message.contains("not installed"), "{}", jupyter.message);
+    assert_eq!(status.applications.iter().find(|a| a.name == "katib-controller").unwrap().component.as_deref(), Some("katib"));
+    for c in ["Available", "Progressing", "Degraded"] {
+        let cond = status.conditions.iter().find(|x| x.type_ == c).unwrap_or_else(|| panic!("no {c} condition"));
+        assert_eq!(cond.observed_generation, done.metadata.generation);
+    }
+    let katib = Api::<Katib>::namespaced(client.clone(), &ns.name).get("kubeflow").await.unwrap();
+    assert_eq!(katib.owner_references()[0].uid, done.uid().unwrap(), "component resource not owned by the KfDef");
+    assert_eq!(katib.spec.core.sources.len(), 2);
+    assert_eq!(component_versions(&client, &ns.name).await["katib"].as_deref(), Some("v0.10.0"));
+
+    // Edit: drop Katib's applications → Katib leaves the cluster; the rest stays.
+    let keep: Vec<Value> = kfdef.spec.applications.iter().filter(|a| !a.name.starts_with("katib")).map(|a| serde_json::to_value(a).unwrap()).collect();
+    api.patch("kubeflow", &PatchParams::default(), &Patch::Merge(json!({"spec": {"applications": keep}}))).await.unwrap();
+    wait_kfdef(&api, "Available without katib", |k| available(k) && !k.status.as_ref().unwrap().components.contains_key("katib")).await;
+    eventually("Katib resource and objects removed", || async {
+        let gone = Api::<Katib>::namespaced(client.clone(), &ns.name).get_opt("kubeflow").await.unwrap().is_none();
+        let left = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+            .list(&ListParams::default().labels("components.kubeflow.org/part-of=katib"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|d| d.metadata.deletion_timestamp.is_none())
+            .count();
+        if gone && left == 0 { Ok(()) } else { Err(format!("resource gone: {gone}, deployments left: {left}")) }
+    })
+    .await;
+
+    // Edit: a new Kubeflow version moves every remaining component.
+    api.patch("kubeflow", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": "v1.3.0"}}))).await.unwrap();
+    wait_kfdef(&api, "Available at v1.3.0", available).await;
+    let versions = component_versions(&client, &ns.name).await;
+    assert_eq!(versions["istio"].as_deref(), Some("1.9.6"));
+    assert_eq!(versions["pipelines"].as_deref(), Some("1.5.0"));
+
+    // Delete: nothing left but the CRDs.
+    api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
+    eventually("KfDef and everything it made gone", || async {
+        let kfdef_gone = api.get_opt("kubeflow").await.unwrap().is_none();
+        let left = leftovers(&client, &ns.name).await;
+        if kfdef_gone && left.is_empty() { Ok(()) } else { Err(format!("KfDef gone: {kfdef_gone}; left: {left:?}")) }
+    })
+    .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in ["experiments.kubeflow.org", "inferenceservices.serving.kubeflow.org", "virtualservices.networking.istio.io"] {
+        assert!(crds.get_opt(crd).await.unwrap().is_some(), "CRD {crd} was removed");
+    }
+    drop(stack);
+}
+
+#[tokio::test]
+async fn a_missing_operator_is_named_and_a_killed_one_catches_up_after_restart() {
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    let mut stack = Stack::start(&client, &[ComponentKind::Katib]).await;
+    let ns = TestNamespace::create(&client, "e2e-kfdef-wait").await;
+    let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &kfdef(&ns.name, "v1.3.0", &["dex", "katib-crds", "katib-controller"])).await.unwrap();
+    let waiting = wait_kfdef(&api, "katib waiting for its operator", |k| {
+        k.status.as_ref().and_then(|s| s.components.get("katib")).is_some_and(|c| c.phase.as_deref() == Some("WaitingForOperator"))
+    })
+    .await;
+    let message = &waiting.status.unwrap().components["katib"].message;
+    assert!(message.contains("katib-operator"), "{message}");
+
+    // Start it, kill it as soon as it has begun (its resource exists), start it again.
+    stack.start_component(ComponentKind::Katib);
+    let katibs: Api<Katib> = Api::namespaced(client.clone(), &ns.name);
+    eventually("katib resource created", || async { katibs.get_opt("kubeflow").await.map_err(|e| e.to_string())?.ok_or_else(|| "not yet".to_string()).map(|_| ()) }).await;
+    stack.components.get_mut(&ComponentKind::Katib).unwrap().kill();
+    stack.start_component(ComponentKind::Katib);
+    wait_kfdef(&api, "Available after the restart", available).await;
+    assert_eq!(component_versions(&client, &ns.name).await["katib"].as_deref(), Some("v0.11.0"));
+    api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
+    eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+}
+
+#[tokio::test]
+async fn two_kfdefs_in_two_namespaces_converge_independently() {
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    let _stack = Stack::start(&client, &[]).await;
+    let a = TestNamespace::create(&client, "e2e-kfdef-a").await;
+    let b = TestNamespace::create(&client, "e2e-kfdef-b").await;
+    let api_a: Api<KfDef> = Api::namespaced(client.clone(), &a.name);
+    let api_b: Api<KfDef> = Api::namespaced(client.clone(), &b.name);
+    api_a.create(&PostParams::default(), &kfdef(&a.name, "v1.2.0", &["katib-controller", "dex"])).await.unwrap();
+    api_b.create(&PostParams::default(), &kfdef(&b.name, "v1.3.0", &["katib-controller", "kfserving-install"])).await.unwrap();
+    wait_kfdef(&api_a, "KfDef a Available", available).await;
+    wait_kfdef(&api_b, "KfDef b Available", available).await;
+    assert_eq!(component_versions(&client, &a.name).await["katib"].as_deref(), Some("v0.10.0"));
+    assert_eq!(component_versions(&client, &b.name).await["katib"].as_deref(), Some("v0.11.0"));
+
+    api_a.delete("kubeflow", &DeleteParams::default()).await.unwrap();
+    eventually("KfDef a and its objects gone", || async {
+        let left = leftovers(&client, &a.name).await;
+        if api_a.get_opt("kubeflow").await.unwrap().is_none() && left.is_empty() { Ok(()) } else { Err(left) }
+    })
+    .await;
+    let b_now = api_b.get("kubeflow").await.unwrap();
+    assert!(available(&b_now), "deleting KfDef a disturbed KfDef b: {:?}", b_now.status);
+    assert!(!leftovers(&client, &b.name).await.is_empty(), "KfDef b's objects went with a's");
+    api_b.delete("kubeflow", &DeleteParams::default()).await.unwrap();
+    eventually("KfDef b gone", || async { if api_b.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+}
+
+#[tokio::test]
+async fn nats_outage_during_an_edit_loses_nothing_and_applies_once() {
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    let mut stack = Stack::start(&client, &[]).await;
+    let ns = TestNamespace::create(&client, "e2e-kfdef-nats").await;
+    let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &kfdef(&ns.name, "v1.3.0", &["katib-crds", "katib-controller"])).await.unwrap();
+    wait_kfdef(&api, "Available", available).await;
+    let katibs: Api<Katib> = Api::namespaced(client.clone(), &ns.name);
+    let generation_before = katibs.get("kubeflow").await.unwrap().metadata.generation.unwrap();
+
+    stack.nats.stop();
+    // Components keep healing from their resources while NATS is down.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let uid = deployments.get("katib-ui").await.unwrap().uid();
+    deployments.delete("katib-ui", &DeleteParams::background()).await.unwrap();
+    eventually("katib-ui recreated while NATS is down", || async {
+        match deployments.get_opt("katib-ui").await {
+            Ok(Some(d)) if d.uid() != uid => Ok(()),
+            other => Err(format!("{:?}", other.map(|d| d.map(|d| d.uid())))),
+        }
+    })
+    .await;
+    // Edit the KfDef while NATS is down: a new overlay for katib-controller.
+    let mut edited = api.get("kubeflow").await.unwrap();
+    edited.spec.applications.iter_mut().find(|a| a.name == "katib-controller").unwrap().kustomize_config.as_mut().unwrap().overlays.push("application".into());
+    let apps = serde_json::to_value(&edited.spec.applications).unwrap();
+    api.patch("kubeflow", &PatchParams::default(), &Patch::Merge(json!({"spec": {"applications": apps}}))).await.unwrap();
+    wait_kfdef(&api, "the KfDef saying NATS is unavailable", |k| {
+        k.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Progressing" && c.reason == "NatsUnavailable"))
+    })
+    .await;
+
+    stack.nats.resume().await;
+    let done = wait_kfdef(&api, "Available with the edit after NATS returned", available).await;
+    assert!(done.status.unwrap().components["katib"].ready);
+    let katib = katibs.get("kubeflow").await.unwrap();
+    let overlays = &katib.spec.core.sources.iter().find(|s| s.application == "katib-controller").unwrap().overlays;
+    assert_eq!(overlays, &["application".to_string()], "the edit made while NATS was down did not arrive");
+    assert_eq!(katib.metadata.generation.unwrap(), generation_before + 1, "the edit was applied more or less than once");
+    api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
+    eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+}
