@@ -275,3 +275,48 @@ async fn nats_outage_during_an_edit_loses_nothing_and_applies_once() {
     api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
     eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
 }
+
+#[tokio::test]
+async fn openshift_is_detected_from_discovery_and_fixed_user_ids_are_dropped() {
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    // The API group OpenShift serves for SecurityContextConstraints, as a CRD.
+    let scc: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "securitycontextconstraints.security.openshift.io"},
+        "spec": {"group": "security.openshift.io", "scope": "Cluster",
+                 "names": {"kind": "SecurityContextConstraints", "plural": "securitycontextconstraints", "singular": "securitycontextconstraints"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    }))
+    .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(&scc.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&scc)).await.unwrap();
+    eventually("security.openshift.io served", || async {
+        let groups = client.list_api_groups().await.map_err(|e| e.to_string())?;
+        if groups.groups.iter().any(|g| g.name == "security.openshift.io") { Ok(()) } else { Err("not yet".to_string()) }
+    })
+    .await;
+
+    let stack = Stack::start(&client, &[]).await;
+    let ns = TestNamespace::create(&client, "e2e-openshift").await;
+    let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &kfdef(&ns.name, "v1.3.0", &["istio-install"])).await.unwrap();
+    let done = wait_kfdef(&api, "Available on OpenShift", available).await;
+    assert_eq!(done.status.unwrap().platform.as_deref(), Some("OpenShift"));
+    let istio = Api::<Istio>::namespaced(client.clone(), &ns.name).get("kubeflow").await.unwrap();
+    assert_eq!(istio.spec.core.platform, component_framework::api::component::Platform::OpenShift);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns.name).list(&ListParams::default().labels("components.kubeflow.org/part-of=istio")).await.unwrap();
+    assert!(!deployments.items.is_empty());
+    let text = serde_json::to_string(&deployments.items.iter().map(|d| &d.spec).collect::<Vec<_>>()).unwrap();
+    assert!(!text.contains("runAsUser") && !text.contains("fsGroup"), "fixed ids left in OpenShift workloads");
+
+    api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
+    eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+    drop(stack);
+    crds.delete(&scc.name_any(), &DeleteParams::default()).await.unwrap();
+    eventually("security.openshift.io no longer served", || async {
+        let groups = client.list_api_groups().await.map_err(|e| e.to_string())?;
+        if groups.groups.iter().any(|g| g.name == "security.openshift.io") { Err("still served".to_string()) } else { Ok(()) }
+    })
+    .await;
+}

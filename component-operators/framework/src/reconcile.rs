@@ -143,7 +143,17 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                 return Ok(if retry { Action::requeue(Duration::from_secs(10)) } else { Action::await_change() });
             }
             Ok(objects) => {
-                let outcome = apply_objects(resource, ctx, &objects).await?;
+                let outcome = match apply_objects(resource, ctx, &objects).await {
+                    Ok(outcome) => outcome,
+                    // The API server refused an object (not a passing failure): say so in status,
+                    // then retry with backoff like any error.
+                    Err(Error::Kube(kube::Error::Api(status))) if (400..500).contains(&status.code) && ![409, 429].contains(&status.code) => {
+                        let failed = Outcome::Invalid { field: "apply".into(), message: status.message.clone() };
+                        write_status(resource, ctx, &failed, None).await?;
+                        return Err(Error::Kube(kube::Error::Api(status)));
+                    }
+                    Err(e) => return Err(e),
+                };
                 let previous = resource.component_status().map(|s| s.inventory.clone()).unwrap_or_default();
                 let Outcome::Applied { inventory, .. } = &outcome else { unreachable!() };
                 let keep: BTreeSet<&InventoryEntry> = inventory.iter().collect();
@@ -309,8 +319,13 @@ fn up_to_date(desired: &Value, live: &Value, info: &KindInfo) -> bool {
 fn immutable_field_changed(desired: &Value, live: &Value, info: &KindInfo) -> Option<&'static str> {
     info.immutable_fields.iter().copied().find(|path| {
         let pointer = format!("/{}", path.replace('.', "/"));
-        let wanted = desired.pointer(&pointer);
-        wanted.is_some() && !wanted.zip(live.pointer(&pointer)).is_some_and(|(d, l)| manifest::is_subset(d, l))
+        let Some(wanted) = desired.pointer(&pointer) else { return false };
+        match live.pointer(&pointer) {
+            None => true,
+            // Claim templates gain defaults on the server; selectors and names must match exactly.
+            Some(current) if path.ends_with("volumeClaimTemplates") => !manifest::is_subset(wanted, current),
+            Some(current) => wanted != current,
+        }
     })
 }
 
@@ -395,4 +410,28 @@ async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, ou
 
 fn jiff_now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_selector_that_drops_a_label_is_a_change_of_an_immutable_field() {
+        let info = kinds::lookup("apps/v1", "Deployment").unwrap();
+        let live = json!({"spec": {"selector": {"matchLabels": {"app": "ui", "app.kubernetes.io/name": "kfp"}}}});
+        let narrower = json!({"spec": {"selector": {"matchLabels": {"app": "ui"}}}});
+        assert_eq!(immutable_field_changed(&narrower, &live, info), Some("spec.selector"));
+        assert_eq!(immutable_field_changed(&live, &live, info), None);
+    }
+
+    #[test]
+    fn claim_templates_compare_ignoring_server_defaults() {
+        let info = kinds::lookup("apps/v1", "StatefulSet").unwrap();
+        let desired = json!({"spec": {"serviceName": "s", "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}]}});
+        let live = json!({"spec": {"serviceName": "s", "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"}, "status": {"phase": "Pending"}}]}});
+        assert_eq!(immutable_field_changed(&desired, &live, info), None);
+        let renamed = json!({"spec": {"serviceName": "t"}});
+        assert_eq!(immutable_field_changed(&renamed, &live, info), Some("spec.serviceName"));
+    }
 }
