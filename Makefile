@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := e2e/env
 
-.PHONY: help demo test unit e2e env-up env-down generate prereqs bench-components
+.PHONY: help demo test unit e2e env-up env-down generate prereqs bench-components bench-meta
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -38,3 +38,8 @@ bench-components: env-up ## heal latency, no-op writes and RSS of the five compo
 
 prereqs: ## install/check openssl, curl, Go and Rust
 	hack/prereqs.sh
+
+bench-meta: env-up ## cold KfDef converge vs kubectl apply, NATS hop latency, steady-state writes
+	cargo build --release --workspace --bins
+	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
+	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-meta

@@ -1,6 +1,7 @@
 //! Helpers shared by the end-to-end tests. They talk to the environment `e2e/env/up.sh` started,
 //! found through `KUBECONFIG` and `NATS_URL` (both written to `$STATE_DIR/env`).
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client};
+use kubeflow_crds::component::ComponentKind;
 
 /// Field manager the tests apply with.
 pub const FIELD_MANAGER: &str = "kubeflow-e2e";
@@ -328,3 +330,40 @@ pub async fn operator_kubeconfig(client: &Client, name: &str) -> std::path::Path
     std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
     path
 }
+
+/// NATS plus the six operators, run on the host with the ServiceAccount tokens of deploy/all
+/// (so the package's RBAC is what they run with). `without` leaves component operators out.
+pub struct OperatorStack {
+    pub nats: NatsServer,
+    pub meta: OperatorProcess,
+    pub components: BTreeMap<ComponentKind, OperatorProcess>,
+    kubeconfigs: BTreeMap<String, std::path::PathBuf>,
+}
+
+impl OperatorStack {
+    pub async fn start(client: &Client, without: &[ComponentKind]) -> Self {
+        install_crds(client).await;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
+        kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
+        let mut kubeconfigs = BTreeMap::new();
+        for name in ["meta-operator", "istio-operator", "dex-operator", "kfserving-operator", "katib-operator", "pipelines-operator"] {
+            kubeconfigs.insert(name.to_string(), operator_kubeconfig(client, name).await);
+        }
+        let nats = NatsServer::start().await;
+        let meta = OperatorProcess::start("meta-operator", &["--nats-url", &nats.url()], &[("KUBECONFIG", kubeconfigs["meta-operator"].to_str().unwrap())]);
+        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs };
+        for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
+            stack.start_component(component);
+        }
+        stack.meta.wait_ready().await;
+        stack
+    }
+
+    pub fn start_component(&mut self, component: ComponentKind) {
+        let binary = format!("{component}-operator");
+        let kubeconfig = self.kubeconfigs[&binary].to_str().unwrap().to_string();
+        let process = OperatorProcess::start(&binary, &["--nats-url", &self.nats.url()], &[("KUBECONFIG", &kubeconfig)]);
+        self.components.insert(component, process);
+    }
+}
+

@@ -18,41 +18,6 @@ use serde_json::{Value, json};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// NATS plus the six operators, run on the host with the ServiceAccount tokens of deploy/all.
-struct Stack {
-    nats: NatsServer,
-    meta: OperatorProcess,
-    components: BTreeMap<ComponentKind, OperatorProcess>,
-    kubeconfigs: BTreeMap<String, std::path::PathBuf>,
-}
-
-impl Stack {
-    async fn start(client: &Client, without: &[ComponentKind]) -> Self {
-        install_crds(client).await;
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
-        kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
-        let mut kubeconfigs = BTreeMap::new();
-        for name in ["meta-operator", "istio-operator", "dex-operator", "kfserving-operator", "katib-operator", "pipelines-operator"] {
-            kubeconfigs.insert(name.to_string(), operator_kubeconfig(client, name).await);
-        }
-        let nats = NatsServer::start().await;
-        let meta = OperatorProcess::start("meta-operator", &["--nats-url", &nats.url()], &[("KUBECONFIG", kubeconfigs["meta-operator"].to_str().unwrap())]);
-        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs };
-        for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
-            stack.start_component(component);
-        }
-        stack.meta.wait_ready().await;
-        stack
-    }
-
-    fn start_component(&mut self, component: ComponentKind) {
-        let binary = format!("{component}-operator");
-        let kubeconfig = self.kubeconfigs[&binary].to_str().unwrap().to_string();
-        let process = OperatorProcess::start(&binary, &["--nats-url", &self.nats.url()], &[("KUBECONFIG", &kubeconfig)]);
-        self.components.insert(component, process);
-    }
-}
-
 fn kfdef(namespace: &str, version: &str, applications: &[&str]) -> KfDef {
     let apps: Vec<Value> = applications.iter().map(|a| json!({"name": a, "kustomizeConfig": {"repoRef": {"name": "manifests", "path": a}}})).collect();
     serde_json::from_value(json!({
@@ -109,7 +74,7 @@ async fn leftovers(client: &Client, ns: &str) -> Vec<String> {
 async fn full_kfdef_converges_reports_every_application_follows_edits_and_deletes_cleanly() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
-    let stack = Stack::start(&client, &[]).await;
+    let stack = OperatorStack::start(&client, &[]).await;
     let ns = TestNamespace::create(&client, "e2e-kfdef-full").await;
     let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
     let mut kfdef: KfDef = serde_yaml::from_str(&yaml).unwrap();
@@ -179,7 +144,7 @@ async fn full_kfdef_converges_reports_every_application_follows_edits_and_delete
 async fn a_missing_operator_is_named_and_a_killed_one_catches_up_after_restart() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
-    let mut stack = Stack::start(&client, &[ComponentKind::Katib]).await;
+    let mut stack = OperatorStack::start(&client, &[ComponentKind::Katib]).await;
     let ns = TestNamespace::create(&client, "e2e-kfdef-wait").await;
     let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
     api.create(&PostParams::default(), &kfdef(&ns.name, "v1.3.0", &["dex", "katib-crds", "katib-controller"])).await.unwrap();
@@ -206,7 +171,7 @@ async fn a_missing_operator_is_named_and_a_killed_one_catches_up_after_restart()
 async fn two_kfdefs_in_two_namespaces_converge_independently() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
-    let _stack = Stack::start(&client, &[]).await;
+    let _stack = OperatorStack::start(&client, &[]).await;
     let a = TestNamespace::create(&client, "e2e-kfdef-a").await;
     let b = TestNamespace::create(&client, "e2e-kfdef-b").await;
     let api_a: Api<KfDef> = Api::namespaced(client.clone(), &a.name);
@@ -235,7 +200,7 @@ async fn two_kfdefs_in_two_namespaces_converge_independently() {
 async fn nats_outage_during_an_edit_loses_nothing_and_applies_once() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
-    let mut stack = Stack::start(&client, &[]).await;
+    let mut stack = OperatorStack::start(&client, &[]).await;
     let ns = TestNamespace::create(&client, "e2e-kfdef-nats").await;
     let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
     api.create(&PostParams::default(), &kfdef(&ns.name, "v1.3.0", &["katib-crds", "katib-controller"])).await.unwrap();
@@ -297,7 +262,7 @@ async fn openshift_is_detected_from_discovery_and_fixed_user_ids_are_dropped() {
     })
     .await;
 
-    let stack = Stack::start(&client, &[]).await;
+    let stack = OperatorStack::start(&client, &[]).await;
     let ns = TestNamespace::create(&client, "e2e-openshift").await;
     let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
     api.create(&PostParams::default(), &kfdef(&ns.name, "v1.3.0", &["istio-install"])).await.unwrap();
