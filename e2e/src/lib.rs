@@ -359,6 +359,12 @@ impl OperatorStack {
         stack
     }
 
+    /// Starts the meta-operator again (after `meta.kill()`).
+    pub fn restart_meta(&mut self) {
+        let kubeconfig = self.kubeconfigs["meta-operator"].to_str().unwrap().to_string();
+        self.meta = OperatorProcess::start("meta-operator", &["--nats-url", &self.nats.url()], &[("KUBECONFIG", &kubeconfig)]);
+    }
+
     pub fn start_component(&mut self, component: ComponentKind) {
         let binary = format!("{component}-operator");
         let kubeconfig = self.kubeconfigs[&binary].to_str().unwrap().to_string();

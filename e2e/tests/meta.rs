@@ -141,7 +141,7 @@ async fn full_kfdef_converges_reports_every_application_follows_edits_and_delete
 }
 
 #[tokio::test]
-async fn a_missing_operator_is_named_and_a_killed_one_catches_up_after_restart() {
+async fn a_missing_operator_is_named_and_killed_operators_catch_up_after_restart() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
     let mut stack = OperatorStack::start(&client, &[ComponentKind::Katib]).await;
@@ -163,6 +163,13 @@ async fn a_missing_operator_is_named_and_a_killed_one_catches_up_after_restart()
     stack.start_component(ComponentKind::Katib);
     wait_kfdef(&api, "Available after the restart", available).await;
     assert_eq!(component_versions(&client, &ns.name).await["katib"].as_deref(), Some("v0.11.0"));
+
+    // The meta-operator down during an edit: the edit converges once it is back.
+    stack.meta.kill();
+    api.patch("kubeflow", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": "v1.2.0"}}))).await.unwrap();
+    stack.restart_meta();
+    wait_kfdef(&api, "Available at v1.2.0 after the meta-operator restarted", available).await;
+    assert_eq!(component_versions(&client, &ns.name).await["katib"].as_deref(), Some("v0.10.0"));
     api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
     eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
 }

@@ -91,3 +91,53 @@ async fn reconcile_spans_are_exported_over_otlp_when_configured() {
     })
     .await;
 }
+
+/// Trace ids of the spans in an OTLP export: in a `Span` message, field 1 (`trace_id`, 16 bytes)
+/// is directly followed by field 2 (`span_id`, 8 bytes).
+fn trace_ids(body: &[u8]) -> Vec<Vec<u8>> {
+    body.windows(20).filter(|w| w[0] == 0x0a && w[1] == 0x10 && w[18] == 0x12 && w[19] == 0x08).map(|w| w[2..18].to_vec()).collect()
+}
+
+#[tokio::test]
+async fn one_trace_follows_a_kfdef_change_from_the_meta_operator_to_the_component_operator() {
+    use component_framework::api::KfDef;
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-trace").await;
+    let nats = NatsServer::start().await;
+    let (meta_port, meta_received) = otlp_receiver().await;
+    let (katib_port, katib_received) = otlp_receiver().await;
+    let otel = |port: u16| format!("http://127.0.0.1:{port}");
+    let (meta_endpoint, katib_endpoint) = (otel(meta_port), otel(katib_port));
+    let meta = OperatorProcess::start(
+        "meta-operator",
+        &["--nats-url", &nats.url(), "--namespace", &ns.name],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &meta_endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "200")],
+    );
+    let katib = OperatorProcess::start(
+        "katib-operator",
+        &["--nats-url", &nats.url(), "--namespace", &ns.name],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &katib_endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "200")],
+    );
+    meta.wait_ready().await;
+    katib.wait_ready().await;
+    let kfdef: KfDef = serde_json::from_value(json!({
+        "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "kubeflow"},
+        "spec": {"version": "v1.3.0", "applications": [{"name": "katib-controller"}]},
+    }))
+    .unwrap();
+    let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &kfdef).await.unwrap();
+    let contains = |body: &[u8], needle: &str| body.windows(needle.len()).any(|w| w == needle.as_bytes());
+    eventually("the component operator's apply_desired span in the meta-operator's trace", || async {
+        let meta_ids: Vec<Vec<u8>> = meta_received.lock().unwrap().iter().filter(|(p, _)| p == "/v1/traces").flat_map(|(_, b)| trace_ids(b)).collect();
+        let katib_bodies: Vec<Vec<u8>> = katib_received.lock().unwrap().iter().filter(|(p, b)| p == "/v1/traces" && contains(b, "apply_desired")).map(|(_, b)| b.clone()).collect();
+        let shared = katib_bodies.iter().flat_map(|b| trace_ids(b)).any(|id| meta_ids.contains(&id));
+        if shared { Ok(()) } else { Err(format!("{} meta ids, {} katib bodies with apply_desired", meta_ids.len(), katib_bodies.len())) }
+    })
+    .await;
+    api.delete("kubeflow", &Default::default()).await.unwrap();
+    eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+    drop(katib);
+    drop(meta);
+}

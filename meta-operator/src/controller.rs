@@ -152,7 +152,13 @@ async fn publish(kfdef: &KfDef, plan: &Plan, ctx: &Context) -> Result<(), Error>
                 if current.as_ref().is_some_and(|c| c.spec_hash == wanted.spec_hash && c.kfdef.uid == kfdef_ref.uid) {
                     continue;
                 }
-                let message = DesiredComponent { kfdef: kfdef_ref.clone(), component, spec_hash: wanted.spec_hash.clone(), spec: wanted.spec.clone() };
+                let message = DesiredComponent {
+                    kfdef: kfdef_ref.clone(),
+                    component,
+                    spec_hash: wanted.spec_hash.clone(),
+                    spec: wanted.spec.clone(),
+                    traceparent: bus::current_traceparent(),
+                };
                 let msg_id = format!("{}.{}.{component}", kfdef_ref.uid, kfdef_ref.generation);
                 bus::put_with_id(&bus.js, bus::DESIRED_BUCKET, &key, &msg_id, &message).await.map_err(|e| Error::Bus(e.to_string()))?;
                 info!(%key, version = %wanted.version, "published desired state");

@@ -49,6 +49,10 @@ pub struct DesiredComponent {
     pub spec_hash: String,
     /// The component resource's spec.
     pub spec: Value,
+    /// W3C trace context of the change (also in the message header; key-value watchers only see
+    /// the value), so the component operator's work joins the meta-operator's trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// A component operator's report on the resource it made from a [`DesiredComponent`].
@@ -188,16 +192,38 @@ pub fn inject_trace_context(headers: &mut HeaderMap) {
     propagator().inject_context(&context, &mut HeaderInjector(headers));
 }
 
-/// Makes `span` a child of the trace whose context `headers` carry.
-pub fn adopt_trace_context(span: &tracing::Span, headers: &HeaderMap) {
+/// The current span's W3C `traceparent`, if it is being traced.
+pub fn current_traceparent() -> Option<String> {
+    let mut headers = HeaderMap::new();
+    inject_trace_context(&mut headers);
+    headers.get("traceparent").map(|v| v.as_str().to_string())
+}
+
+/// Makes `span` a child of the trace `traceparent` names.
+pub fn adopt_traceparent(span: &tracing::Span, traceparent: &str) {
     use opentelemetry::propagation::TextMapPropagator;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let _ = span.set_parent(propagator().extract(&HeaderExtractor(headers)));
+    let mut headers = HeaderMap::new();
+    headers.insert("traceparent", HeaderValue::from(traceparent));
+    let _ = span.set_parent(propagator().extract(&HeaderExtractor(&headers)));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trace_context_survives_the_headers() {
+        use opentelemetry::propagation::TextMapPropagator;
+        use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+        let span = SpanContext::new(TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(), SpanId::from_hex("00f067aa0ba902b7").unwrap(), TraceFlags::SAMPLED, true, TraceState::default());
+        let context = opentelemetry::Context::new().with_remote_span_context(span.clone());
+        let mut headers = HeaderMap::new();
+        propagator().inject_context(&context, &mut HeaderInjector(&mut headers));
+        assert_eq!(headers.get("traceparent").unwrap().as_str(), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let extracted = propagator().extract(&HeaderExtractor(&headers));
+        assert_eq!(extracted.span().span_context().trace_id(), span.trace_id());
+    }
 
     #[test]
     fn keys_round_trip_even_with_dotted_names() {

@@ -159,6 +159,9 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
             };
             present.insert(entry.key.clone());
             let span = info_span!("apply_desired", key = %entry.key, kfdef_generation = desired.kfdef.generation);
+            if let Some(traceparent) = &desired.traceparent {
+                bus::adopt_traceparent(&span, traceparent);
+            }
             async {
                 let object = json!({
                     "apiVersion": C::Resource::api_version(&()),
