@@ -338,10 +338,16 @@ pub struct OperatorStack {
     pub meta: OperatorProcess,
     pub components: BTreeMap<ComponentKind, OperatorProcess>,
     kubeconfigs: BTreeMap<String, std::path::PathBuf>,
+    env: Vec<(String, String)>,
 }
 
 impl OperatorStack {
     pub async fn start(client: &Client, without: &[ComponentKind]) -> Self {
+        Self::start_with_env(client, without, &[]).await
+    }
+
+    /// As [`Self::start`], with extra environment for every operator.
+    pub async fn start_with_env(client: &Client, without: &[ComponentKind], env: &[(&str, &str)]) -> Self {
         install_crds(client).await;
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
         kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
@@ -350,8 +356,9 @@ impl OperatorStack {
             kubeconfigs.insert(name.to_string(), operator_kubeconfig(client, name).await);
         }
         let nats = NatsServer::start().await;
-        let meta = OperatorProcess::start("meta-operator", &["--nats-url", &nats.url()], &[("KUBECONFIG", kubeconfigs["meta-operator"].to_str().unwrap())]);
-        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs };
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let meta = Self::spawn("meta-operator", &nats.url(), &kubeconfigs["meta-operator"], &env);
+        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, env };
         for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
             stack.start_component(component);
         }
@@ -359,16 +366,20 @@ impl OperatorStack {
         stack
     }
 
+    fn spawn(binary: &str, nats: &str, kubeconfig: &std::path::Path, env: &[(String, String)]) -> OperatorProcess {
+        let mut all: Vec<(&str, &str)> = vec![("KUBECONFIG", kubeconfig.to_str().unwrap())];
+        all.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        OperatorProcess::start(binary, &["--nats-url", nats], &all)
+    }
+
     /// Starts the meta-operator again (after `meta.kill()`).
     pub fn restart_meta(&mut self) {
-        let kubeconfig = self.kubeconfigs["meta-operator"].to_str().unwrap().to_string();
-        self.meta = OperatorProcess::start("meta-operator", &["--nats-url", &self.nats.url()], &[("KUBECONFIG", &kubeconfig)]);
+        self.meta = Self::spawn("meta-operator", &self.nats.url(), &self.kubeconfigs["meta-operator"], &self.env);
     }
 
     pub fn start_component(&mut self, component: ComponentKind) {
         let binary = format!("{component}-operator");
-        let kubeconfig = self.kubeconfigs[&binary].to_str().unwrap().to_string();
-        let process = OperatorProcess::start(&binary, &["--nats-url", &self.nats.url()], &[("KUBECONFIG", &kubeconfig)]);
+        let process = Self::spawn(&binary, &self.nats.url(), &self.kubeconfigs[&binary], &self.env);
         self.components.insert(component, process);
     }
 }

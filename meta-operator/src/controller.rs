@@ -96,6 +96,12 @@ pub async fn reconcile(kfdef: Arc<KfDef>, ctx: Arc<Context>) -> Result<Action, E
     result
 }
 
+pub fn error_policy_upgrade(_up: Arc<kubeflow_crds::KfUpgrade>, error: &Error, ctx: Arc<Context>) -> Action {
+    warn!(%error, "KfUpgrade reconcile failed");
+    ctx.metrics.error(error.metric_label());
+    Action::requeue(Duration::from_secs(5))
+}
+
 pub fn error_policy(_kfdef: Arc<KfDef>, error: &Error, ctx: Arc<Context>) -> Action {
     warn!(%error, "reconcile failed");
     ctx.metrics.error(error.metric_label());
@@ -146,7 +152,9 @@ async fn publish(kfdef: &KfDef, plan: &Plan, ctx: &Context) -> Result<(), Error>
     let kfdef_ref = KfDefRef { namespace: namespace.clone(), name: name.clone(), uid: kfdef.uid().unwrap_or_default(), generation: kfdef.meta().generation.unwrap_or(0) };
     for component in ComponentKind::ALL {
         let key = bus::key(component, &namespace, &name);
-        let current: Option<DesiredComponent> = bus.desired.get(&key).await.map_err(|e| Error::Bus(e.to_string()))?.and_then(|v| serde_json::from_slice(&v).ok());
+        let entry = bus.desired.entry(&key).await.map_err(|e| Error::Bus(e.to_string()))?;
+        let revision = entry.as_ref().map_or(0, |e| e.revision);
+        let current: Option<DesiredComponent> = entry.filter(|e| e.operation == kv::Operation::Put).and_then(|e| serde_json::from_slice(&e.value).ok());
         match plan.components.get(&component) {
             Some(wanted) => {
                 if current.as_ref().is_some_and(|c| c.spec_hash == wanted.spec_hash && c.kfdef.uid == kfdef_ref.uid) {
@@ -159,7 +167,11 @@ async fn publish(kfdef: &KfDef, plan: &Plan, ctx: &Context) -> Result<(), Error>
                     spec: wanted.spec.clone(),
                     traceparent: bus::current_traceparent(),
                 };
-                let msg_id = format!("{}.{}.{component}", kfdef_ref.uid, kfdef_ref.generation);
+                // Besides uid, generation and component, the id carries the spec hash and the key's
+                // current revision: a KfUpgrade pin changes a spec without a new generation, and a
+                // rollback returns to an earlier spec; both must not be dropped as duplicates, while
+                // a retried publish of the same change (same revision) still is.
+                let msg_id = format!("{}.{}.{component}.{}.{revision}", kfdef_ref.uid, kfdef_ref.generation, wanted.spec_hash);
                 bus::put_with_id(&bus.js, bus::DESIRED_BUCKET, &key, &msg_id, &message).await.map_err(|e| Error::Bus(e.to_string()))?;
                 info!(%key, version = %wanted.version, "published desired state");
             }

@@ -5,6 +5,8 @@ mod aggregate;
 mod controller;
 mod distribution;
 mod plan;
+mod upgrade;
+mod upgrade_controller;
 
 use std::sync::Arc;
 
@@ -14,7 +16,7 @@ use futures::StreamExt;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client};
-use kubeflow_crds::KfDef;
+use kubeflow_crds::{KfDef, KfUpgrade};
 use tokio::sync::mpsc;
 
 /// Kubeflow meta-operator.
@@ -68,9 +70,21 @@ async fn main() -> std::process::ExitCode {
         None => Api::all(client.clone()),
     };
     let recorder = Recorder::new(client.clone(), Reporter::from(controller::FIELD_MANAGER));
+    let upgrades: Api<KfUpgrade> = match &cli.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let ctx = Arc::new(controller::Context { client, state, platform, metrics: metrics.clone(), recorder });
     metrics.set_ready();
-    Controller::new(kfdefs, watcher::Config::default().any_semantic())
+    let upgrade_controller = Controller::new(upgrades, watcher::Config::default().any_semantic())
+        .shutdown_on_signal()
+        .run(upgrade_controller::reconcile, controller::error_policy_upgrade, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "KfUpgrade reconcile ended with an error");
+            }
+        });
+    let kfdef_controller = Controller::new(kfdefs, watcher::Config::default().any_semantic())
         .reconcile_on(receiver_stream(trigger_rx))
         .reconcile_all_on(receiver_stream(all_rx))
         .shutdown_on_signal()
@@ -81,7 +95,7 @@ async fn main() -> std::process::ExitCode {
                 Err(e) => tracing::warn!(error = %e, "reconcile failed"),
                 Ok(_) => {}
             }
-        })
-        .await;
+        });
+    futures::join!(kfdef_controller, upgrade_controller);
     std::process::ExitCode::SUCCESS
 }

@@ -30,9 +30,19 @@ pub struct Plan {
     pub applications: Vec<ApplicationStatus>,
 }
 
+/// Annotation (JSON map component → version) pinning components to versions other than the
+/// KfDef's Kubeflow release; written by KfUpgrade while it moves components one at a time.
+pub const PINS_ANNOTATION: &str = "kfdef.apps.kubeflow.org/component-versions";
+
+/// Component versions pinned on `kfdef`.
+pub fn pins(kfdef: &KfDef) -> BTreeMap<ComponentKind, String> {
+    kfdef.annotations().get(PINS_ANNOTATION).and_then(|v| serde_json::from_str(v).ok()).unwrap_or_default()
+}
+
 pub fn plan(kfdef: &KfDef, platform: Platform) -> Result<Plan, UnsupportedRelease> {
     let version = kfdef.spec.version.clone().unwrap_or_default();
     let versions = distribution::component_versions(&version)?;
+    let pins = pins(kfdef);
     let repos: BTreeMap<&str, &str> = kfdef.spec.repos.iter().map(|r| (r.name.as_str(), r.uri.as_str())).collect();
     let mut sources: BTreeMap<ComponentKind, Vec<KustomizeSource>> = BTreeMap::new();
     let mut applications = Vec::new();
@@ -64,7 +74,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform) -> Result<Plan, UnsupportedReleas
     let components = sources
         .into_iter()
         .map(|(component, sources)| {
-            let version = versions.iter().find(|(c, _)| *c == component).map(|(_, v)| v.to_string()).unwrap_or_default();
+            let version = pins.get(&component).cloned().unwrap_or_else(|| versions.iter().find(|(c, _)| *c == component).map(|(_, v)| v.to_string()).unwrap_or_default());
             let target = sources.iter().flat_map(|s| &s.parameters).find(|p| p.name == "namespace").map_or(namespace.clone(), |p| p.value.clone());
             let spec = json!({"version": version, "targetNamespace": target, "platform": platform, "sources": sources});
             let spec_hash = component_framework::manifest::content_hash(&spec);

@@ -3,8 +3,8 @@
 //! Three JetStream key-value buckets (each a durable stream, file storage):
 //! * `kubeflow-desired` — key `<component>.<kfdef namespace>.<kfdef name>`, value
 //!   [`DesiredComponent`]: the component spec the meta-operator wants. Written by the meta-operator
-//!   with `Nats-Msg-Id = <kfdef uid>.<generation>.<component>` (JetStream drops a re-publish of the
-//!   same id) and W3C `traceparent`; deleted when the component leaves the KfDef. A key holds the
+//!   with `Nats-Msg-Id = <kfdef uid>.<generation>.<component>.<spec hash>.<key revision>`
+//!   (JetStream drops a re-publish of the same change) and W3C `traceparent`; deleted when the component leaves the KfDef. A key holds the
 //!   latest value, so a consumer that (re)lists sees exactly the current desired state: changes made
 //!   while it was away are never lost, and replays are harmless because applying the same spec twice
 //!   changes nothing.

@@ -17,12 +17,19 @@ pub fn not_ready_reason(live: &Value) -> Option<String> {
             let wanted = live["spec"]["replicas"].as_i64().unwrap_or(1);
             let count = |field: &str| live["status"][field].as_i64().unwrap_or(0);
             let (updated, ready) = (count("updatedReplicas"), count(if kind == "Deployment" { "availableReplicas" } else { "readyReplicas" }));
+            // Like `kubectl rollout status`: every replica runs the current template and is
+            // available; an old replica still serving does not make the new version ready.
+            let total = count("replicas");
             if observed < generation {
                 Some(format!("{kind} {name}: rollout of generation {generation} not observed yet"))
+            } else if updated < wanted {
+                Some(format!("{kind} {name}: {updated}/{wanted} replicas updated"))
+            } else if total > updated {
+                Some(format!("{kind} {name}: {} old replicas still running", total - updated))
+            } else if ready < updated.max(wanted) {
+                Some(format!("{kind} {name}: {ready}/{wanted} replicas available"))
             } else if kind == "Deployment" && wanted > 0 && !condition_true(live, "Available") {
-                Some(format!("{kind} {name}: not Available ({ready}/{wanted} available)"))
-            } else if updated < wanted || ready < wanted {
-                Some(format!("{kind} {name}: {updated}/{wanted} updated, {ready}/{wanted} ready"))
+                Some(format!("{kind} {name}: not Available"))
             } else {
                 None
             }
@@ -40,7 +47,7 @@ mod tests {
     fn deployment(generation: i64, observed: i64, available: &str, replicas: i64, ready: i64) -> Value {
         json!({"kind": "Deployment", "metadata": {"name": "d", "generation": generation},
                "spec": {"replicas": replicas},
-               "status": {"observedGeneration": observed, "updatedReplicas": ready, "availableReplicas": ready,
+               "status": {"observedGeneration": observed, "replicas": ready, "updatedReplicas": ready, "availableReplicas": ready,
                           "conditions": [{"type": "Available", "status": available}]}})
     }
 
@@ -48,8 +55,22 @@ mod tests {
     fn deployment_is_ready_only_when_the_current_generation_is_available() {
         assert_eq!(not_ready_reason(&deployment(2, 2, "True", 1, 1)), None);
         assert!(not_ready_reason(&deployment(2, 1, "True", 1, 1)).unwrap().contains("not observed"));
-        assert!(not_ready_reason(&deployment(2, 2, "False", 1, 0)).unwrap().contains("not Available"));
+        assert!(not_ready_reason(&deployment(2, 2, "False", 1, 1)).unwrap().contains("not Available"));
         assert!(not_ready_reason(&deployment(2, 2, "True", 2, 1)).unwrap().contains("1/2"));
+    }
+
+    #[test]
+    fn a_new_replica_that_is_not_available_is_not_ready_while_the_old_one_serves() {
+        // Rolling update: the old pod is still available (Deployment Available=True), the new pod
+        // of the current template is updated but Pending.
+        let live = json!({"kind": "Deployment", "metadata": {"name": "d", "generation": 3}, "spec": {"replicas": 1},
+            "status": {"observedGeneration": 3, "replicas": 2, "updatedReplicas": 1, "availableReplicas": 1,
+                       "conditions": [{"type": "Available", "status": "True"}]}});
+        assert!(not_ready_reason(&live).unwrap().contains("old replicas"));
+        let new_pending_only = json!({"kind": "Deployment", "metadata": {"name": "d", "generation": 3}, "spec": {"replicas": 1},
+            "status": {"observedGeneration": 3, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 0,
+                       "conditions": [{"type": "Available", "status": "False"}]}});
+        assert!(not_ready_reason(&new_pending_only).unwrap().contains("0/1"));
     }
 
     #[test]

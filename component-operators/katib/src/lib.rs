@@ -11,7 +11,7 @@ pub struct KatibComponent;
 
 const TEMPLATE: &str = include_str!("../manifests/katib.yaml");
 
-static RELEASES: [Release; 2] = [
+static RELEASES: [Release; 4] = [
     Release {
         version: "v0.10.0",
         manifest: TEMPLATE,
@@ -27,7 +27,34 @@ static RELEASES: [Release; 2] = [
         ],
         upgrades_from: &["v0.10.0"],
     },
+    // Test-only releases (KFOP_TEST_RELEASES=1): a later healthy one that must be reached through
+    // v0.11.0, and one whose controller can never be scheduled, for upgrade and rollback tests.
+    Release {
+        version: "v0.12.0",
+        manifest: TEMPLATE,
+        params: &[
+            ("uiSelectorKey", "katib.kubeflow.org/component"),
+            ("trialResources", "Job.v1.batch,TFJob.v1.kubeflow.org,PyTorchJob.v1.kubeflow.org,MPIJob.v1.kubeflow.org,XGBoostJob.v1.kubeflow.org"),
+        ],
+        upgrades_from: &["v0.11.0"],
+    },
+    Release {
+        version: "v0.13.0-unready",
+        manifest: TEMPLATE,
+        params: &[
+            ("uiSelectorKey", "katib.kubeflow.org/component"),
+            ("trialResources", "Job.v1.batch"),
+            ("controllerNodeOs", "no-such-os"),
+        ],
+        upgrades_from: &["v0.10.0", "v0.11.0", "v0.12.0"],
+    },
 ];
+
+/// Whether the test-only releases are offered (`KFOP_TEST_RELEASES=1`).
+fn test_releases() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("KFOP_TEST_RELEASES").is_ok_and(|v| v == "1"))
+}
 
 fn params(pairs: &[(&str, &str)]) -> Params {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -38,7 +65,7 @@ impl Component for KatibComponent {
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
 
     fn releases() -> &'static [Release] {
-        &RELEASES
+        if test_releases() { &RELEASES } else { &RELEASES[..2] }
     }
 
     fn secret_refs(resource: &Katib) -> Vec<(String, SecretKeyRef)> {
@@ -54,6 +81,7 @@ impl Component for KatibComponent {
             ("dbSecretKey", "MYSQL_ROOT_PASSWORD"),
             ("builtinDatabase", "true"),
             ("builtinDatabasePassword", "katib"),
+            ("controllerNodeOs", "linux"),
         ])
     }
 

@@ -1,0 +1,167 @@
+//! KfUpgrade, executed by the meta-operator over NATS: ordered, health-gated, rolled back on
+//! failure, refused when unsafe, resumed after a restart. The operators run with
+//! KFOP_TEST_RELEASES=1, which adds Katib v0.12.0 (reachable only through v0.11.0) and
+//! v0.13.0-unready (its controller can never be scheduled).
+
+use component_framework::api::component::ComponentKind;
+use component_framework::api::{KfDef, KfUpgrade};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
+use kube::{Api, Client};
+use kubeflow_crds::kfdef::KfDefPhase;
+use kubeflow_crds::kfupgrade::{StepPhase, UpgradePhase};
+use kubeflow_e2e::*;
+use serde_json::{Value, json};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+const TEST_RELEASES: &[(&str, &str)] = &[("KFOP_TEST_RELEASES", "1")];
+
+fn kfdef(version: &str) -> KfDef {
+    let apps = ["istio-install", "dex", "kfserving-install", "katib-controller", "api-service"];
+    serde_json::from_value(json!({
+        "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "kubeflow"},
+        "spec": {"version": version, "applications": apps.iter().map(|a| json!({"name": a})).collect::<Vec<_>>()},
+    }))
+    .unwrap()
+}
+
+fn upgrade(name: &str, spec: Value) -> KfUpgrade {
+    serde_json::from_value(json!({"apiVersion": "kfupgrade.apps.kubeflow.org/v1alpha1", "kind": "KfUpgrade", "metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+async fn kfdef_available(api: &Api<KfDef>) -> KfDef {
+    eventually("KfDef Available", || async {
+        let k = api.get("kubeflow").await.map_err(|e| e.to_string())?;
+        let s = k.status.clone().unwrap_or_default();
+        if s.phase == Some(KfDefPhase::Available) && s.observed_generation == k.metadata.generation { Ok(k) } else { Err(format!("{:?}", s.phase)) }
+    })
+    .await
+}
+
+/// Waits (up to 4× the usual bound, upgrades take several health gates) for `phase`.
+async fn upgrade_phase(api: &Api<KfUpgrade>, name: &str, phase: UpgradePhase) -> KfUpgrade {
+    for _ in 0..3 {
+        if let Ok(Some(u)) = api.get_opt(name).await {
+            if u.status.as_ref().and_then(|s| s.phase) == Some(phase) {
+                return u;
+            }
+        }
+        let r = tokio::time::timeout(WAIT, async {
+            loop {
+                let u = api.get(name).await.unwrap();
+                if u.status.as_ref().and_then(|s| s.phase) == Some(phase) {
+                    return u;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        })
+        .await;
+        if let Ok(u) = r {
+            return u;
+        }
+    }
+    let u = api.get(name).await.unwrap();
+    panic!("KfUpgrade {name} never reached {phase:?}: {:?}", u.status);
+}
+
+fn versions(k: &KfDef) -> Vec<(String, Option<String>)> {
+    k.status.as_ref().unwrap().components.iter().map(|(c, s)| (c.clone(), s.version.clone())).collect()
+}
+
+async fn delete_kfdef(api: &Api<KfDef>) {
+    api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
+    eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+}
+
+#[tokio::test]
+async fn release_upgrade_succeeds_in_order_keeps_user_resources_and_survives_a_restart() {
+    let _serial = SERIAL.lock().await;
+    let client: Client = client().await;
+    let mut stack = OperatorStack::start_with_env(&client, &[], TEST_RELEASES).await;
+    let ns = TestNamespace::create(&client, "e2e-upgrade").await;
+    let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    kfdefs.create(&PostParams::default(), &kfdef("v1.2.0")).await.unwrap();
+    kfdef_available(&kfdefs).await;
+
+    // A user's Katib experiment, created before the upgrade.
+    let experiments: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("kubeflow.org", "v1beta1", "Experiment")));
+    let experiment: DynamicObject = serde_json::from_value(json!({"apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": "mnist"}, "spec": {"maxTrialCount": 3}})).unwrap();
+    experiments.create(&PostParams::default(), &experiment).await.unwrap();
+
+    let upgrades: Api<KfUpgrade> = Api::namespaced(client.clone(), &ns.name);
+    upgrades.create(&PostParams::default(), &upgrade("to-1-3", json!({"currentKfDef": {"name": "kubeflow", "version": "v1.2.0"}, "newKfDef": {"name": "kubeflow", "version": "v1.3.0"}}))).await.unwrap();
+    // Restart the meta-operator once the first step is done.
+    eventually("first step done", || async {
+        let u = upgrades.get("to-1-3").await.map_err(|e| e.to_string())?;
+        let steps = u.status.map(|s| s.steps).unwrap_or_default();
+        if steps.first().is_some_and(|s| s.phase == StepPhase::Succeeded) { Ok(()) } else { Err(format!("{steps:?}")) }
+    })
+    .await;
+    stack.meta.kill();
+    stack.restart_meta();
+    let done = upgrade_phase(&upgrades, "to-1-3", UpgradePhase::Succeeded).await;
+    let status = done.status.unwrap();
+    let order: Vec<ComponentKind> = status.steps.iter().map(|s| s.component).collect();
+    assert_eq!(order, [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines]);
+    for step in &status.steps {
+        assert_eq!(step.phase, StepPhase::Succeeded);
+        assert!(step.start_time.is_some() && step.end_time.is_some());
+    }
+    let k = kfdef_available(&kfdefs).await;
+    assert_eq!(k.spec.version.as_deref(), Some("v1.3.0"));
+    assert!(!k.metadata.annotations.clone().unwrap_or_default().contains_key("kfdef.apps.kubeflow.org/component-versions"));
+    let v = versions(&k);
+    assert!(v.contains(&("katib".into(), Some("v0.11.0".into()))) && v.contains(&("istio".into(), Some("1.9.6".into()))), "{v:?}");
+    assert!(experiments.get_opt("mnist").await.unwrap().is_some(), "the user's Experiment was lost");
+
+    // Refused: a downgrade, and a version skip (Katib v0.11.0 → v0.13.0-unready is allowed, but
+    // v0.11.0 → v0.12.0 → … is the only road to v0.12.0 from v0.10.0; from v0.11.0 it is direct).
+    upgrades.create(&PostParams::default(), &upgrade("back", json!({"currentKfDef": {"name": "kubeflow"}, "newKfDef": {"name": "kubeflow", "version": "v1.2.0"}}))).await.unwrap();
+    let refused = upgrade_phase(&upgrades, "back", UpgradePhase::Failed).await;
+    let msg = refused.status.clone().unwrap().conditions.iter().find(|c| c.type_ == "Validated").unwrap().message.clone();
+    assert!(msg.contains("downgrade") && msg.contains("istio"), "{msg}");
+    assert_eq!(kfdefs.get("kubeflow").await.unwrap().spec.version.as_deref(), Some("v1.3.0"), "a refused upgrade changed the KfDef");
+    delete_kfdef(&kfdefs).await;
+}
+
+#[tokio::test]
+async fn a_step_that_never_becomes_healthy_rolls_everything_back_and_concurrent_or_skipping_upgrades_are_refused() {
+    let _serial = SERIAL.lock().await;
+    let client: Client = client().await;
+    let _stack = OperatorStack::start_with_env(&client, &[], TEST_RELEASES).await;
+    let ns = TestNamespace::create(&client, "e2e-rollback").await;
+    let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    kfdefs.create(&PostParams::default(), &kfdef("v1.2.0")).await.unwrap();
+    let before = versions(&kfdef_available(&kfdefs).await);
+    let upgrades: Api<KfUpgrade> = Api::namespaced(client.clone(), &ns.name);
+
+    // A skip: Katib v0.12.0 can only be reached from v0.11.0.
+    upgrades.create(&PostParams::default(), &upgrade("skip", json!({"currentKfDef": {"name": "kubeflow"}, "newKfDef": {"name": "kubeflow"}, "components": [{"component": "katib", "version": "v0.12.0"}]}))).await.unwrap();
+    let skip = upgrade_phase(&upgrades, "skip", UpgradePhase::Failed).await;
+    let msg = skip.status.clone().unwrap().conditions.iter().find(|c| c.type_ == "Validated").unwrap().message.clone();
+    assert!(msg.contains("katib") && msg.contains("v0.10.0 → v0.11.0 → v0.12.0"), "{msg}");
+
+    // Katib's new version can never become healthy: everything upgraded before it goes back.
+    let spec = json!({
+        "currentKfDef": {"name": "kubeflow"}, "newKfDef": {"name": "kubeflow", "version": "v1.3.0"},
+        "components": [{"component": "katib", "version": "v0.13.0-unready"}], "healthTimeoutSeconds": 10,
+    });
+    upgrades.create(&PostParams::default(), &upgrade("doomed", spec)).await.unwrap();
+    upgrade_phase(&upgrades, "doomed", UpgradePhase::Upgrading).await;
+    // A second upgrade of the same KfDef while this one runs is refused.
+    upgrades.create(&PostParams::default(), &upgrade("second", json!({"currentKfDef": {"name": "kubeflow"}, "newKfDef": {"name": "kubeflow", "version": "v1.3.0"}}))).await.unwrap();
+    let second = upgrade_phase(&upgrades, "second", UpgradePhase::Failed).await;
+    let msg = second.status.clone().unwrap().conditions.iter().find(|c| c.type_ == "Validated").unwrap().message.clone();
+    assert!(msg.contains("already upgrading"), "{msg}");
+
+    let rolled = upgrade_phase(&upgrades, "doomed", UpgradePhase::RolledBack).await.status.unwrap();
+    let katib = rolled.steps.iter().find(|s| s.component == ComponentKind::Katib).unwrap();
+    assert!(katib.message.contains("did not become Ready"), "{}", katib.message);
+    for step in &rolled.steps {
+        assert!(matches!(step.phase, StepPhase::RolledBack | StepPhase::Pending), "{step:?}");
+    }
+    assert!(rolled.steps.iter().filter(|s| s.phase == StepPhase::RolledBack).count() >= 4, "{:?}", rolled.steps);
+    let after = kfdef_available(&kfdefs).await;
+    assert_eq!(versions(&after), before, "not every component is back at its old version");
+    assert_eq!(after.spec.version.as_deref(), Some("v1.2.0"));
+    delete_kfdef(&kfdefs).await;
+}

@@ -1,0 +1,258 @@
+//! The KfUpgrade driver: validate, then move one component at a time by pinning its version on
+//! the KfDef (the KfDef driver publishes it), wait until the KfDef reports the component Ready at
+//! that version (health gate with timeout), and on failure roll the moved components back in
+//! reverse order. All progress lives in the KfUpgrade's status and the KfDef's pins, so a
+//! restarted meta-operator resumes where it stopped.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt};
+use kubeflow_crds::ConditionStatus::{False, True};
+use kubeflow_crds::component::ComponentKind;
+use kubeflow_crds::kfdef::{KfDef, KfDefPhase};
+use kubeflow_crds::kfupgrade::{KfUpgrade, KfUpgradeStatus, StepPhase, UpgradePhase};
+use serde_json::json;
+use tracing::{info, instrument};
+
+use crate::controller::{Context, Error, FIELD_MANAGER};
+use crate::plan::{self, PINS_ANNOTATION};
+use crate::upgrade;
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn seconds_since(t: &Option<Time>) -> i64 {
+    t.as_ref().map_or(0, |t| (k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second()).max(0))
+}
+
+#[instrument(skip_all, fields(kfupgrade = %up.name_any(), namespace = up.namespace().unwrap_or_default()))]
+pub async fn reconcile(up: Arc<KfUpgrade>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = up.namespace().unwrap_or_default();
+    let kfdefs: Api<KfDef> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut status = up.status.clone().unwrap_or_default();
+    let phase = status.phase.unwrap_or_default();
+    let action = match phase {
+        UpgradePhase::Pending | UpgradePhase::Validating => validate(&up, &mut status, &kfdefs, &ctx).await?,
+        UpgradePhase::Upgrading => advance(&up, &mut status, &kfdefs, &ctx).await?,
+        UpgradePhase::RollingBack => roll_back(&up, &mut status, &kfdefs, &ctx).await?,
+        UpgradePhase::Succeeded | UpgradePhase::Failed | UpgradePhase::RolledBack => return Ok(Action::await_change()),
+    };
+    status.observed_generation = up.meta().generation;
+    if up.status.as_ref() != Some(&status) {
+        let api: Api<KfUpgrade> = Api::namespaced(ctx.client.clone(), &namespace);
+        let patch = json!({"apiVersion": "kfupgrade.apps.kubeflow.org/v1alpha1", "kind": "KfUpgrade", "status": status});
+        ctx.metrics.write();
+        api.patch_status(&up.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+    }
+    Ok(action)
+}
+
+async fn event(ctx: &Context, up: &KfUpgrade, type_: EventType, reason: &str, note: String) {
+    info!(reason, %note, "upgrade event");
+    ctx.metrics.write();
+    let event = Event { type_, reason: reason.into(), note: Some(note), action: "Upgrade".into(), secondary: None };
+    let _ = ctx.recorder.publish(&event, &up.object_ref(&())).await;
+}
+
+fn condition(status: &mut KfUpgradeStatus, type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) {
+    component_framework::status::set_condition(&mut status.conditions, type_, if ok { True } else { False }, reason, message, generation, &now());
+}
+
+async fn refuse(up: &KfUpgrade, status: &mut KfUpgradeStatus, ctx: &Context, message: String) -> Action {
+    status.phase = Some(UpgradePhase::Failed);
+    status.completion_time = Some(now());
+    condition(status, "Validated", false, "Refused", &message, up.meta().generation);
+    event(ctx, up, EventType::Warning, "Refused", message).await;
+    Action::await_change()
+}
+
+/// Checks everything before anything changes; refusals end the upgrade as Failed.
+async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, Error> {
+    let spec = &up.spec;
+    let Some(kfdef) = kfdefs.get_opt(&spec.current_kf_def.name).await? else {
+        return Ok(refuse(up, status, ctx, format!("spec.currentKfDef.name: KfDef {:?} not found in this namespace", spec.current_kf_def.name)).await);
+    };
+    if let (Some(want), Some(have)) = (&spec.current_kf_def.version, &kfdef.spec.version) {
+        if want != have {
+            return Ok(refuse(up, status, ctx, format!("spec.currentKfDef.version: {want} given, but KfDef {} runs {have}", kfdef.name_any())).await);
+        }
+    }
+    if spec.new_kf_def.name != spec.current_kf_def.name {
+        return Ok(refuse(up, status, ctx, format!("spec.newKfDef.name: upgrades move KfDef {:?} in place; set newKfDef.name to it (got {:?})", spec.current_kf_def.name, spec.new_kf_def.name)).await);
+    }
+    let api: Api<KfUpgrade> = Api::namespaced(ctx.client.clone(), &up.namespace().unwrap_or_default());
+    let busy = api.list(&Default::default()).await?.items.into_iter().find(|other| {
+        other.name_any() != up.name_any()
+            && other.spec.current_kf_def.name == spec.current_kf_def.name
+            && matches!(other.status.as_ref().and_then(|s| s.phase), Some(UpgradePhase::Upgrading | UpgradePhase::RollingBack))
+    });
+    if let Some(other) = busy {
+        return Ok(refuse(up, status, ctx, format!("KfUpgrade {} is already upgrading KfDef {}; one upgrade at a time", other.name_any(), kfdef.name_any())).await);
+    }
+    let phase = kfdef.status.as_ref().and_then(|s| s.phase);
+    if phase != Some(KfDefPhase::Available) {
+        return Ok(refuse(up, status, ctx, format!("KfDef {} is {:?}, not Available; upgrade a healthy deployment", kfdef.name_any(), phase.unwrap_or_default())).await);
+    }
+    let current: BTreeMap<ComponentKind, String> = match plan::plan(&kfdef, ctx.platform) {
+        Ok(p) => p.components.into_iter().map(|(c, p)| (c, p.version)).collect(),
+        Err(e) => return Ok(refuse(up, status, ctx, e.to_string()).await),
+    };
+    match upgrade::steps(spec, &current) {
+        Err(refusal) => Ok(refuse(up, status, ctx, refusal.0).await),
+        Ok(steps) => {
+            let plan: Vec<String> = steps.iter().map(|s| format!("{} {} → {}", s.component, s.from_version, s.to_version)).collect();
+            status.steps = steps;
+            status.phase = Some(UpgradePhase::Upgrading);
+            status.start_time = Some(now());
+            condition(status, "Validated", true, "Validated", &plan.join(", "), up.meta().generation);
+            event(ctx, up, EventType::Normal, "Validated", plan.join(", ")).await;
+            Ok(Action::requeue(Duration::from_millis(100)))
+        }
+    }
+}
+
+/// Pins `component` to `version` on the KfDef (only when it differs).
+async fn pin(kfdef: &KfDef, kfdefs: &Api<KfDef>, component: ComponentKind, version: &str, ctx: &Context) -> Result<(), Error> {
+    let mut pins = plan::pins(kfdef);
+    if pins.get(&component).map(String::as_str) == Some(version) {
+        return Ok(());
+    }
+    pins.insert(component, version.to_string());
+    ctx.metrics.write();
+    let patch = json!({"metadata": {"annotations": {PINS_ANNOTATION: serde_json::to_string(&pins).unwrap()}}});
+    kfdefs.patch(&kfdef.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// Whether the KfDef reports `component` Ready at `version`, and its message.
+fn health(kfdef: &KfDef, component: ComponentKind, version: &str) -> (bool, String) {
+    let summary = kfdef.status.as_ref().and_then(|s| s.components.get(component.name()));
+    let ready = summary.is_some_and(|s| s.ready && s.version.as_deref() == Some(version));
+    (ready, summary.map(|s| s.message.clone()).unwrap_or_default())
+}
+
+async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, Error> {
+    let Some(kfdef) = kfdefs.get_opt(&up.spec.current_kf_def.name).await? else {
+        status.phase = Some(UpgradePhase::Failed);
+        condition(status, "Succeeded", false, "KfDefDeleted", "the KfDef was deleted during the upgrade", up.meta().generation);
+        return Ok(Action::await_change());
+    };
+    let Some(index) = status.steps.iter().position(|s| s.phase != StepPhase::Succeeded) else {
+        return finish(up, status, &kfdef, kfdefs, ctx).await;
+    };
+    let step = status.steps[index].clone();
+    match step.phase {
+        StepPhase::Pending => {
+            pin(&kfdef, kfdefs, step.component, &step.to_version, ctx).await?;
+            let s = &mut status.steps[index];
+            s.phase = StepPhase::Upgrading;
+            s.start_time = Some(now());
+            event(ctx, up, EventType::Normal, "StepStarted", format!("{} {} → {}", step.component, step.from_version, step.to_version)).await;
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        _ => {
+            let (ready, message) = health(&kfdef, step.component, &step.to_version);
+            if ready {
+                let s = &mut status.steps[index];
+                s.phase = StepPhase::Succeeded;
+                s.end_time = Some(now());
+                s.message = format!("Ready at {}", step.to_version);
+                event(ctx, up, EventType::Normal, "StepSucceeded", format!("{} is Ready at {}", step.component, step.to_version)).await;
+                return Ok(Action::requeue(Duration::from_millis(100)));
+            }
+            if seconds_since(&step.start_time) > up.spec.health_timeout_seconds {
+                let reason = format!("{} did not become Ready at {} within {} s: {message}", step.component, step.to_version, up.spec.health_timeout_seconds);
+                let s = &mut status.steps[index];
+                s.phase = StepPhase::Failed;
+                s.end_time = Some(now());
+                s.message = reason.clone();
+                event(ctx, up, EventType::Warning, "StepFailed", reason.clone()).await;
+                if up.spec.rollback_on_failure {
+                    status.phase = Some(UpgradePhase::RollingBack);
+                    condition(status, "Succeeded", false, "RollingBack", &reason, up.meta().generation);
+                } else {
+                    status.phase = Some(UpgradePhase::Failed);
+                    status.completion_time = Some(now());
+                    condition(status, "Succeeded", false, "StepFailed", &reason, up.meta().generation);
+                }
+                return Ok(Action::requeue(Duration::from_millis(100)));
+            }
+            Ok(Action::requeue(Duration::from_secs(2)))
+        }
+    }
+}
+
+/// Every step succeeded: record the new Kubeflow version on the KfDef when all its components now
+/// run that release (the pins then say nothing the version does not), else keep the pins.
+async fn finish(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdef: &KfDef, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, Error> {
+    if let Some(version) = &up.spec.new_kf_def.version {
+        let mut moved = kfdef.clone();
+        moved.spec.version = Some(version.clone());
+        let mut without_pins = moved.clone();
+        without_pins.annotations_mut().remove(PINS_ANNOTATION);
+        let same = |k: &KfDef| plan::plan(k, ctx.platform).ok().map(|p| p.components.into_iter().map(|(c, p)| (c, p.version)).collect::<BTreeMap<_, _>>());
+        if same(&without_pins).is_some() && same(&without_pins) == same(&moved) {
+            ctx.metrics.write();
+            let patch = json!({"metadata": {"annotations": {PINS_ANNOTATION: null}}, "spec": {"version": version}});
+            kfdefs.patch(&kfdef.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        }
+    }
+    status.phase = Some(UpgradePhase::Succeeded);
+    status.completion_time = Some(now());
+    let done: Vec<String> = status.steps.iter().map(|s| format!("{} {}", s.component, s.to_version)).collect();
+    condition(status, "Succeeded", true, "Succeeded", &done.join(", "), up.meta().generation);
+    event(ctx, up, EventType::Normal, "Succeeded", done.join(", ")).await;
+    Ok(Action::await_change())
+}
+
+/// Moves every component this upgrade touched back to its previous version, last one first.
+async fn roll_back(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, Error> {
+    let Some(kfdef) = kfdefs.get_opt(&up.spec.current_kf_def.name).await? else {
+        status.phase = Some(UpgradePhase::Failed);
+        return Ok(Action::await_change());
+    };
+    let touched = |s: &kubeflow_crds::kfupgrade::UpgradeStep| !matches!(s.phase, StepPhase::Pending | StepPhase::RolledBack);
+    let Some(index) = status.steps.iter().rposition(touched) else {
+        let reason = status.steps.iter().find(|s| !s.message.is_empty() && s.message.contains("did not become Ready")).map(|s| s.message.clone()).unwrap_or_default();
+        status.phase = Some(UpgradePhase::RolledBack);
+        status.completion_time = Some(now());
+        condition(status, "Succeeded", false, "RolledBack", &format!("rolled back: {reason}"), up.meta().generation);
+        event(ctx, up, EventType::Warning, "RolledBack", reason).await;
+        return Ok(Action::await_change());
+    };
+    let step = status.steps[index].clone();
+    if step.phase != StepPhase::RollingBack {
+        pin(&kfdef, kfdefs, step.component, &step.from_version, ctx).await?;
+        let s = &mut status.steps[index];
+        s.phase = StepPhase::RollingBack;
+        s.start_time = Some(now());
+        event(ctx, up, EventType::Normal, "RollingBack", format!("{} back to {}", step.component, step.from_version)).await;
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let (ready, message) = health(&kfdef, step.component, &step.from_version);
+    if ready {
+        let s = &mut status.steps[index];
+        s.phase = StepPhase::RolledBack;
+        s.end_time = Some(now());
+        if !s.message.contains("did not become Ready") {
+            s.message = format!("rolled back to {}", step.from_version);
+        }
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+    if seconds_since(&step.start_time) > 2 * up.spec.health_timeout_seconds {
+        status.phase = Some(UpgradePhase::Failed);
+        status.completion_time = Some(now());
+        let reason = format!("rollback of {} to {} did not become Ready: {message}", step.component, step.from_version);
+        condition(status, "Succeeded", false, "RollbackFailed", &reason, up.meta().generation);
+        event(ctx, up, EventType::Warning, "RollbackFailed", reason).await;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(Duration::from_secs(2)))
+}
