@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := e2e/env
 
-.PHONY: help demo test unit e2e env-up env-down generate prereqs bench-components bench-meta
+.PHONY: help demo test unit e2e env-up env-down generate prereqs bench-components bench-meta bench-upgrade
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -43,3 +43,8 @@ bench-meta: env-up ## cold KfDef converge vs kubectl apply, NATS hop latency, st
 	cargo build --release --workspace --bins
 	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
 	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-meta
+
+bench-upgrade: env-up ## KfUpgrade duration vs raw kubectl apply, zero-availability moments
+	cargo build --release --workspace --bins
+	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
+	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-upgrade

@@ -1,0 +1,180 @@
+//! Benchmark of KfUpgrade (prints figures, asserts nothing). `make bench-upgrade`.
+//!
+//! * Duration: a five-component KfDef upgraded v1.2.0 → v1.3.0 by a KfUpgrade (one component at
+//!   a time, each health-gated), against, in the same run, a raw `kubectl apply --server-side` of
+//!   the v1.3.0 objects over the v1.2.0 ones in another namespace (first deleting the Deployments
+//!   whose selector changed, as an admin without the operator must) until every workload is ready.
+//! * Availability: during the operator's upgrade every Deployment is polled every 50 ms; a
+//!   "moment" is a Deployment going from some available replicas to none. Deployments that are
+//!   replaced (immutable selector changed) are counted apart from those updated in place.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use component_framework::Component;
+use component_framework::api::{KfDef, KfUpgrade};
+use component_framework::build::desired_objects;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use kubeflow_crds::kfdef::KfDefPhase;
+use kubeflow_crds::kfupgrade::UpgradePhase;
+use kubeflow_e2e::*;
+use serde_json::{Value, json};
+
+fn render<C: Component>(version: &str, namespace: &str) -> Vec<Value> {
+    let resource: C::Resource = serde_json::from_value(json!({
+        "apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()),
+        "metadata": {"name": "reference", "namespace": namespace}, "spec": {"version": version, "targetNamespace": namespace},
+    }))
+    .unwrap();
+    let mut objects = desired_objects::<C>(&resource, &Default::default()).unwrap();
+    for o in &mut objects {
+        if let Some(labels) = o["metadata"]["labels"].as_object_mut() {
+            labels.remove(component_framework::build::PART_OF_LABEL);
+        }
+    }
+    objects
+}
+
+fn release(kubeflow: &str, namespace: &str) -> Vec<Value> {
+    let v = |c| kubeflow_crds_versions(kubeflow, c);
+    [
+        render::<istio_operator::IstioComponent>(&v("istio"), namespace),
+        render::<dex_operator::DexComponent>(&v("dex"), namespace),
+        render::<kfserving_operator::KFServingComponent>(&v("kfserving"), namespace),
+        render::<katib_operator::KatibComponent>(&v("katib"), namespace),
+        render::<pipelines_operator::PipelinesComponent>(&v("pipelines"), namespace),
+    ]
+    .concat()
+}
+
+fn kubeflow_crds_versions(kubeflow: &str, component: &str) -> String {
+    let table: [(&str, [&str; 5]); 2] = [("v1.2.0", ["1.3.1", "v2.22.0", "v0.4.1", "v0.10.0", "1.0.4"]), ("v1.3.0", ["1.9.6", "v2.24.0", "v0.5.1", "v0.11.0", "1.5.0"])];
+    let i = ["istio", "dex", "kfserving", "katib", "pipelines"].iter().position(|c| *c == component).unwrap();
+    table.iter().find(|(k, _)| *k == kubeflow).unwrap().1[i].to_string()
+}
+
+async fn ready(client: &Client, objects: &[Value]) -> bool {
+    for o in objects.iter().filter(|o| matches!(o["kind"].as_str(), Some("Deployment" | "StatefulSet"))) {
+        let info = component_framework::kinds::lookup(o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap()).unwrap();
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), o["metadata"]["namespace"].as_str().unwrap(), &info.api_resource());
+        match api.get_opt(o["metadata"]["name"].as_str().unwrap()).await {
+            Ok(Some(live)) if component_framework::readiness::not_ready_reason(&serde_json::to_value(&live).unwrap()).is_none() => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn apply(objects: &[Value]) {
+    let file = std::env::temp_dir().join(unique_name("bench-upgrade.yaml"));
+    std::fs::write(&file, objects.iter().map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap())).collect::<String>()).unwrap();
+    kubectl(&["apply", "--server-side", "--force-conflicts", "--field-manager", "bench-reference", "-f", file.to_str().unwrap()]);
+}
+
+#[tokio::main]
+async fn main() {
+    let client = client().await;
+    let stack = OperatorStack::start(&client, &[]).await;
+    for p in stack.components.values() {
+        p.wait_ready().await;
+    }
+    let ns = TestNamespace::create(&client, "bench-upgrade").await;
+    let reference = TestNamespace::create(&client, "bench-upgrade-ref").await;
+    let apps = ["istio-install", "dex", "kfserving-install", "katib-controller", "api-service"];
+    let kfdef: KfDef = serde_json::from_value(json!({
+        "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "kubeflow"},
+        "spec": {"version": "v1.2.0", "applications": apps.iter().map(|a| json!({"name": a})).collect::<Vec<_>>()},
+    }))
+    .unwrap();
+    let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    kfdefs.create(&PostParams::default(), &kfdef).await.unwrap();
+    eventually("KfDef Available", || async {
+        let k = kfdefs.get("kubeflow").await.map_err(|e| e.to_string())?;
+        if k.status.and_then(|s| s.phase) == Some(KfDefPhase::Available) { Ok(()) } else { Err("not yet".to_string()) }
+    })
+    .await;
+
+    // Operator upgrade, with an availability monitor.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let monitor_api = deployments.clone();
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let monitor = tokio::spawn(async move {
+        let mut last: BTreeMap<String, (String, i32)> = BTreeMap::new();
+        let mut drops: BTreeMap<String, u32> = BTreeMap::new();
+        let mut replaced: BTreeSet<String> = BTreeSet::new();
+        loop {
+            if stop_rx.try_recv().is_ok() {
+                return (drops, replaced);
+            }
+            for d in monitor_api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
+                let name = d.name_any();
+                let uid = d.uid().unwrap_or_default();
+                let available = d.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0);
+                if let Some((old_uid, old_available)) = last.get(&name) {
+                    if *old_uid != uid {
+                        replaced.insert(name.clone());
+                    }
+                    if *old_available > 0 && available == 0 {
+                        *drops.entry(name.clone()).or_default() += 1;
+                    }
+                }
+                last.insert(name, (uid, available));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let upgrades: Api<KfUpgrade> = Api::namespaced(client.clone(), &ns.name);
+    let up: KfUpgrade = serde_json::from_value(json!({"apiVersion": "kfupgrade.apps.kubeflow.org/v1alpha1", "kind": "KfUpgrade", "metadata": {"name": "bench"},
+        "spec": {"currentKfDef": {"name": "kubeflow"}, "newKfDef": {"name": "kubeflow", "version": "v1.3.0"}}})).unwrap();
+    let t0 = Instant::now();
+    upgrades.create(&PostParams::default(), &up).await.unwrap();
+    let mut phase = None;
+    for _ in 0..600 {
+        phase = upgrades.get("bench").await.unwrap().status.and_then(|s| s.phase);
+        if matches!(phase, Some(UpgradePhase::Succeeded | UpgradePhase::Failed | UpgradePhase::RolledBack)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let operator_time = t0.elapsed();
+    let _ = stop_tx.send(());
+    let (drops, replaced) = monitor.await.unwrap();
+
+    // Reference: raw apply in another namespace.
+    let old = release("v1.2.0", &reference.name);
+    apply(&old);
+    eventually("reference v1.2.0 ready", || async { if ready(&client, &old).await { Ok(()) } else { Err("not yet") } }).await;
+    let new = release("v1.3.0", &reference.name);
+    let t0 = Instant::now();
+    let ref_deployments: Api<Deployment> = Api::namespaced(client.clone(), &reference.name);
+    for o in new.iter().filter(|o| o["kind"] == "Deployment") {
+        let name = o["metadata"]["name"].as_str().unwrap();
+        if let Ok(Some(live)) = ref_deployments.get_opt(name).await {
+            if serde_json::to_value(&live.spec.as_ref().unwrap().selector).unwrap() != o["spec"]["selector"] {
+                ref_deployments.delete(name, &DeleteParams::background()).await.unwrap();
+                while ref_deployments.get_opt(name).await.unwrap().is_some() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+    apply(&new);
+    eventually("reference v1.3.0 ready", || async { if ready(&client, &new).await { Ok(()) } else { Err("not yet") } }).await;
+    let reference_time = t0.elapsed();
+
+    let in_place: u32 = drops.iter().filter(|(n, _)| !replaced.contains(*n)).map(|(_, c)| c).sum();
+    let replaced_drops: u32 = drops.iter().filter(|(n, _)| replaced.contains(*n)).map(|(_, c)| c).sum();
+    println!("## KfUpgrade (bench-upgrade)\n");
+    println!("| figure | value |\n| --- | --- |");
+    println!("| KfUpgrade v1.2.0 → v1.3.0, five components one at a time, each health-gated ({phase:?}) | {:.1} s |", operator_time.as_secs_f64());
+    println!("| reference: raw `kubectl apply --server-side` of the v1.3.0 objects (+ deleting changed-selector Deployments) → ready | {:.1} s |", reference_time.as_secs_f64());
+    println!("| upgrade / reference | {:.2}× |", operator_time.as_secs_f64() / reference_time.as_secs_f64());
+    println!("| moments a Deployment updated in place had zero available replicas | {in_place} |");
+    println!("| Deployments replaced (selector changed): {} — moments with zero available | {replaced_drops} |", replaced.iter().cloned().collect::<Vec<_>>().join(", "));
+
+    kfdefs.delete("kubeflow", &Default::default()).await.unwrap();
+    eventually("KfDef removed", || async { if kfdefs.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+    drop(stack);
+}
