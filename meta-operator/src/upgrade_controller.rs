@@ -24,6 +24,10 @@ use crate::controller::{Context, Error, FIELD_MANAGER};
 use crate::plan::{self, PINS_ANNOTATION};
 use crate::upgrade;
 
+/// How often a running step checks its component's health (reads only; a step ends as soon as
+/// the KfDef reports the component Ready, so this bounds the gate's added latency).
+const HEALTH_POLL: Duration = Duration::from_millis(250);
+
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
@@ -155,7 +159,7 @@ async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDe
             s.phase = StepPhase::Upgrading;
             s.start_time = Some(now());
             event(ctx, up, EventType::Normal, "StepStarted", format!("{} {} → {}", step.component, step.from_version, step.to_version)).await;
-            Ok(Action::requeue(Duration::from_secs(1)))
+            Ok(Action::requeue(HEALTH_POLL))
         }
         _ => {
             let (ready, message) = health(&kfdef, step.component, &step.to_version);
@@ -184,7 +188,7 @@ async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDe
                 }
                 return Ok(Action::requeue(Duration::from_millis(100)));
             }
-            Ok(Action::requeue(Duration::from_secs(2)))
+            Ok(Action::requeue(HEALTH_POLL))
         }
     }
 }
@@ -234,7 +238,7 @@ async fn roll_back(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<Kf
         s.phase = StepPhase::RollingBack;
         s.start_time = Some(now());
         event(ctx, up, EventType::Normal, "RollingBack", format!("{} back to {}", step.component, step.from_version)).await;
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return Ok(Action::requeue(HEALTH_POLL));
     }
     let (ready, message) = health(&kfdef, step.component, &step.from_version);
     if ready {
@@ -254,5 +258,5 @@ async fn roll_back(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<Kf
         event(ctx, up, EventType::Warning, "RollbackFailed", reason).await;
         return Ok(Action::await_change());
     }
-    Ok(Action::requeue(Duration::from_secs(2)))
+    Ok(Action::requeue(HEALTH_POLL))
 }
