@@ -135,16 +135,20 @@ fn kustomization(files: &[&str]) -> String {
 /// `deploy/meta-operator/`: the meta-operator with KfDef and KfUpgrade CRDs; expects NATS at
 /// [`NATS_URL`] (override with the NATS_URL environment variable of its Deployment).
 pub fn meta_operator_package() -> (String, Vec<(String, String)>) {
-    let name = "meta-operator";
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}});
     let crds = [kubeflow_crds::KfDef::crd(), kubeflow_crds::KfUpgrade::crd()].map(|c| serde_json::to_value(c).unwrap());
-    let files = vec![
+    let deployment = with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION")));
+    ("meta-operator".to_string(), operator_package("meta-operator", &crds, &meta_operator_rules(), deployment))
+}
+
+/// Files of a package that installs one operator: its CRDs, RBAC and Deployment.
+fn operator_package(name: &str, crds: &[Value], rules: &[k8s_openapi::api::rbac::v1::PolicyRule], deployment: Value) -> Vec<(String, String)> {
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}});
+    vec![
         ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operator.yaml"])),
-        ("crd.yaml".to_string(), yaml_docs(&crds)),
-        ("rbac.yaml".to_string(), yaml_docs(&operator_rbac(name, &meta_operator_rules()))),
-        ("operator.yaml".to_string(), yaml_docs(&[namespace, with_nats(operator_deployment(name, env!("CARGO_PKG_VERSION")))])),
-    ];
-    (name.to_string(), files)
+        ("crd.yaml".to_string(), yaml_docs(crds)),
+        ("rbac.yaml".to_string(), yaml_docs(&operator_rbac(name, rules))),
+        ("operator.yaml".to_string(), yaml_docs(&[namespace, deployment])),
+    ]
 }
 
 /// `deploy/all/`: NATS, the meta-operator and the five component operators in NATS mode.
@@ -184,17 +188,9 @@ fn components() -> Vec<(&'static str, Value, Vec<k8s_openapi::api::rbac::v1::Pol
 
 /// Files of `deploy/<component>/` for component `C`.
 pub fn component_package<C: Component>() -> (String, Vec<(String, String)>) where C::Resource: CustomResourceExt {
-    let component = C::Resource::COMPONENT.name();
+    let (component, crd, rules) = component::<C>();
     let name = format!("{component}-operator");
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}});
-    let crd = serde_json::to_value(C::Resource::crd()).unwrap();
-    let files = vec![
-        ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operator.yaml"])),
-        ("crd.yaml".to_string(), yaml_docs(&[crd])),
-        ("rbac.yaml".to_string(), yaml_docs(&operator_rbac(&name, &component_framework::rbac::cluster_role_rules::<C>()))),
-        ("operator.yaml".to_string(), yaml_docs(&[namespace, operator_deployment(&name, env!("CARGO_PKG_VERSION"))])),
-    ];
-    (component.to_string(), files)
+    (component.to_string(), operator_package(&name, &[crd], &rules, operator_deployment(&name, env!("CARGO_PKG_VERSION"))))
 }
 
 /// Every package: `(directory under deploy/, files)`.
@@ -234,25 +230,12 @@ mod tests {
     /// operators' resource names as its category, short name, singular or plural.
     #[test]
     fn shipped_crds_do_not_shadow_the_component_resource_names() {
-        use component_framework::manifest;
         let ours: Vec<String> = kubeflow_crds::crdgen::all_crds()
             .iter()
             .flat_map(|c| [c.spec.names.plural.clone(), c.spec.names.singular.clone().unwrap_or_default(), c.spec.names.kind.to_lowercase()])
             .collect();
         fn shipped<C: Component>() -> Vec<serde_json::Value> {
-            let mut params = C::default_parameters();
-            for builtin in ["namespace", "version", "instance", "instanceNamespace"] {
-                params.insert(builtin.into(), "x".into());
-            }
-            C::releases()
-                .iter()
-                .flat_map(|r| {
-                    let mut p = params.clone();
-                    p.extend(r.params.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-                    manifest::render(r.manifest, &p).unwrap()
-                })
-                .filter(|o| o["kind"] == "CustomResourceDefinition")
-                .collect()
+            component_framework::component::shipped_objects::<C>().into_iter().filter(|o| o["kind"] == "CustomResourceDefinition").collect()
         }
         let crds = [
             shipped::<istio_operator::IstioComponent>(),

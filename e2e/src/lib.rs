@@ -64,6 +64,22 @@ where
     }
 }
 
+/// Waits until object `name` no longer exists (finalizers done), failing with its finalizers and
+/// deletion time if it lingers.
+pub async fn gone<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + Debug,
+{
+    eventually(&format!("{} {name} deleted", std::any::type_name::<K>().rsplit("::").next().unwrap_or_default()), || async {
+        match api.get_opt(name).await {
+            Ok(None) => Ok(()),
+            Ok(Some(o)) => Err(format!("still there: finalizers {:?}, deletionTimestamp {:?}", o.meta().finalizers, o.meta().deletion_timestamp)),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+}
+
 /// Applies every CRD the project generates and waits until each is Established.
 pub async fn install_crds(client: &Client) -> Vec<String> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());

@@ -163,13 +163,7 @@ async fn lifecycle<C: Component>(binary: &str, spec: Value) {
 
     // Delete: every object goes, cluster-scoped included; CRDs stay.
     api.delete("e2e", &DeleteParams::default()).await.unwrap();
-    eventually("the resource's finalizer to finish", || async {
-        match api.get_opt("e2e").await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{:?}", other.map(|o| o.map(|o| o.meta().finalizers.clone())))),
-        }
-    })
-    .await;
+    gone(&api, "e2e").await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for entry in &inventory {
         let present = dynamic_api(&client, entry).get_opt(&entry.name).await.unwrap();
@@ -235,11 +229,5 @@ async fn dex_reports_a_missing_secret_and_recovers_when_it_appears() {
     Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns.name).create(&PostParams::default(), &serde_json::from_value(secret).unwrap()).await.unwrap();
     wait_phase(&api, "dex", "Ready once the Secret exists", ready_at::<Dex>("v2.24.0")).await;
     api.delete("dex", &DeleteParams::default()).await.unwrap();
-    eventually("dex removed", || async {
-        match api.get_opt("dex").await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    gone(&api, "dex").await;
 }

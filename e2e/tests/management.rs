@@ -71,20 +71,8 @@ async fn unmanaged_leaves_objects_removed_uninstalls_and_crd_deletion_is_opt_in(
     api.patch("katib", &PatchParams::default(), &Patch::Merge(json!({"spec": {"managementState": "Managed", "crdRemovalPolicy": "Delete"}}))).await.unwrap();
     phase(&api, ComponentPhase::Ready).await;
     api.delete("katib", &DeleteParams::default()).await.unwrap();
-    eventually("katib deleted", || async {
-        match api.get_opt("katib").await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    gone(&api, "katib").await;
     for crd in ["experiments.kubeflow.org", "suggestions.kubeflow.org", "trials.kubeflow.org"] {
-        eventually(&format!("CRD {crd} deleted"), || async {
-            match crds.get_opt(crd).await {
-                Ok(None) => Ok(()),
-                other => Err(format!("{:?}", other.map(|c| c.map(|c| c.metadata.deletion_timestamp)))),
-            }
-        })
-        .await;
+        gone(&crds, crd).await;
     }
 }

@@ -171,7 +171,7 @@ async fn a_missing_operator_is_named_and_killed_operators_catch_up_after_restart
     wait_kfdef(&api, "Available at v1.2.0 after the meta-operator restarted", available).await;
     assert_eq!(component_versions(&client, &ns.name).await["katib"].as_deref(), Some("v0.10.0"));
     api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
-    eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+    gone(&api, "kubeflow").await;
 }
 
 #[tokio::test]
@@ -200,7 +200,7 @@ async fn two_kfdefs_in_two_namespaces_converge_independently() {
     assert!(available(&b_now), "deleting KfDef a disturbed KfDef b: {:?}", b_now.status);
     assert!(!leftovers(&client, &b.name).await.is_empty(), "KfDef b's objects went with a's");
     api_b.delete("kubeflow", &DeleteParams::default()).await.unwrap();
-    eventually("KfDef b gone", || async { if api_b.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+    gone(&api_b, "kubeflow").await;
 }
 
 #[tokio::test]
@@ -245,7 +245,7 @@ async fn nats_outage_during_an_edit_loses_nothing_and_applies_once() {
     assert_eq!(overlays, &["application".to_string()], "the edit made while NATS was down did not arrive");
     assert_eq!(katib.metadata.generation.unwrap(), generation_before + 1, "the edit was applied more or less than once");
     api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
-    eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+    gone(&api, "kubeflow").await;
 }
 
 #[tokio::test]
@@ -283,7 +283,7 @@ async fn openshift_is_detected_from_discovery_and_fixed_user_ids_are_dropped() {
     assert!(!text.contains("runAsUser") && !text.contains("fsGroup"), "fixed ids left in OpenShift workloads");
 
     api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
-    eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+    gone(&api, "kubeflow").await;
     drop(stack);
     crds.delete(&scc.name_any(), &DeleteParams::default()).await.unwrap();
     eventually("security.openshift.io no longer served", || async {

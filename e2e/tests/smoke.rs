@@ -237,13 +237,7 @@ async fn deleting_an_owner_cascades_to_its_dependent() {
     };
     api.create(&PostParams::default(), &dependent).await.unwrap();
     api.delete("owner", &DeleteParams::background()).await.unwrap();
-    eventually("garbage collector to delete the dependent", || async {
-        match api.get_opt("dependent").await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    gone(&api, "dependent").await;
 }
 
 #[tokio::test]

@@ -83,13 +83,7 @@ async fn reconcile_spans_are_exported_over_otlp_when_configured() {
     .await;
     // Let the operator release its finalizer before it stops, so the namespace can go.
     api.delete("otel", &Default::default()).await.unwrap();
-    eventually("the Katib resource deleted", || async {
-        match api.get_opt("otel").await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    gone(&api, "otel").await;
 }
 
 /// Trace ids of the spans in an OTLP export: in a `Span` message, field 1 (`trace_id`, 16 bytes)
@@ -137,7 +131,7 @@ async fn one_trace_follows_a_kfdef_change_from_the_meta_operator_to_the_componen
     })
     .await;
     api.delete("kubeflow", &Default::default()).await.unwrap();
-    eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+    gone(&api, "kubeflow").await;
     drop(katib);
     drop(meta);
 }

@@ -69,7 +69,7 @@ fn versions(k: &KfDef) -> Vec<(String, Option<String>)> {
 
 async fn delete_kfdef(api: &Api<KfDef>) {
     api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
-    eventually("KfDef gone", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+    gone(&api, "kubeflow").await;
 }
 
 #[tokio::test]

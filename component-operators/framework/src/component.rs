@@ -89,3 +89,22 @@ pub fn release<C: Component>(version: &str) -> Result<&'static Release, InvalidS
         InvalidSpec::new("spec.version", format!("version {version:?} is not supported; supported versions: {}", supported.join(", ")))
     })
 }
+
+/// Every object of every built-in release of `C`, rendered with default parameters (builtins
+/// set to a placeholder). For questions about what a component can ship, not for applying.
+pub fn shipped_objects<C: Component>() -> Vec<serde_json::Value> {
+    use kubeflow_crds::component::ComponentResource;
+    let mut params = C::default_parameters();
+    for builtin in ["namespace", "version", "instance", "instanceNamespace"] {
+        params.insert(builtin.into(), "x".into());
+    }
+    C::releases()
+        .iter()
+        .flat_map(|release| {
+            let mut params = params.clone();
+            params.extend(release.params.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            crate::manifest::render(release.manifest, &params)
+                .unwrap_or_else(|e| panic!("release {} of {}: {e}", release.version, C::Resource::COMPONENT))
+        })
+        .collect()
+}

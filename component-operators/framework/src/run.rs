@@ -18,7 +18,6 @@ use crate::OperatorArgs;
 use crate::build::{OWNER_ANNOTATION, PART_OF_LABEL};
 use crate::component::Component;
 use crate::kinds::{self, KindInfo};
-use crate::manifest;
 use crate::metrics::Metrics;
 use crate::reconcile::{self, Context};
 
@@ -32,21 +31,11 @@ pub enum RunError {
 
 /// Kinds that appear in any built-in release of `C` and are watched (shared kinds are not).
 pub fn watched_kinds<C: Component>() -> Vec<&'static KindInfo> {
-    let mut params = C::default_parameters();
-    for builtin in ["namespace", "version", "instance", "instanceNamespace"] {
-        params.insert(builtin.into(), "x".into());
-    }
-    let mut seen = BTreeSet::new();
-    for release in C::releases() {
-        let mut params = params.clone();
-        params.extend(release.params.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let objects = manifest::render(release.manifest, &params).unwrap_or_else(|e| panic!("release {} of {}: {e}", release.version, C::Resource::COMPONENT));
-        for object in objects {
-            if let Some(info) = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()) {
-                seen.insert(info.kind);
-            }
-        }
-    }
+    let seen: BTreeSet<&str> = crate::component::shipped_objects::<C>()
+        .iter()
+        .filter_map(|object| kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()))
+        .map(|info| info.kind)
+        .collect();
     kinds::KINDS.iter().filter(|k| seen.contains(k.kind) && !k.is_shared()).collect()
 }
 

@@ -64,13 +64,7 @@ async fn install<C: Component>(client: &Client, ns: &str, binary: &str, spec: se
     });
     let remove = Box::pin(async move {
         api.delete(name, &DeleteParams::default()).await.unwrap();
-        eventually(&format!("{name} removed"), || async {
-            match api.get_opt(name).await {
-                Ok(None) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
+        gone(&api, name).await;
     });
     Installed { name, operator, deployments, touch, remove, ready }
 }

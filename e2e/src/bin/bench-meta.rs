@@ -156,6 +156,6 @@ async fn main() {
     println!("| writes to the API server by all six operators over {} s at steady state | {writes} |", quiet.as_secs());
 
     api.delete("kubeflow", &Default::default()).await.unwrap();
-    eventually("KfDef removed", || async { if api.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+    gone(&api, "kubeflow").await;
     kubectl(&["delete", "--ignore-not-found", "--wait=false", "-f", file.to_str().unwrap()]);
 }

@@ -175,6 +175,6 @@ async fn main() {
     println!("| Deployments replaced (selector changed): {} — moments with zero available | {replaced_drops} |", replaced.iter().cloned().collect::<Vec<_>>().join(", "));
 
     kfdefs.delete("kubeflow", &Default::default()).await.unwrap();
-    eventually("KfDef removed", || async { if kfdefs.get_opt("kubeflow").await.unwrap().is_none() { Ok(()) } else { Err("still there") } }).await;
+    gone(&kfdefs, "kubeflow").await;
     drop(stack);
 }
