@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := e2e/env
 
-.PHONY: help demo test unit e2e env-up env-down generate prereqs bench-components bench-meta bench-upgrade
+.PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-upgrade
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,9 +27,13 @@ env-up: prereqs ## build (once) and start etcd, kube-apiserver, controller-manag
 env-down: ## stop the environment and delete its state (binaries stay cached)
 	$(ENV)/down.sh
 
-generate: ## regenerate what is generated from code: crds/generated, deploy/<component>
+generate: ## regenerate what is generated from code: crds/generated, deploy/, bundle/
 	cargo run -q -p kubeflow-crds --bin crdgen
 	cargo run -q -p kubeflow-deploy --bin deploygen
+	cargo run -q -p kubeflow-bundle --bin bundlegen
+
+validate-bundles: ## operator-sdk bundle validate on every bundle, opm validate on the catalog
+	hack/validate-bundles.sh
 
 bench-components: env-up ## heal latency, no-op writes and RSS of the five component operators
 	cargo build --release --workspace --bins

@@ -17,6 +17,10 @@ cargo test --workspace --locked
 step "generated files are up to date"
 cargo run -q --locked -p kubeflow-crds --bin crdgen -- --check
 cargo run -q --locked -p kubeflow-deploy --bin deploygen -- --check
+cargo run -q --locked -p kubeflow-bundle --bin bundlegen -- --check
+
+step "OLM bundles and catalog (operator-sdk bundle validate, opm validate)"
+hack/validate-bundles.sh
 
 step "local environment (e2e/env/up.sh)"
 was_running=0

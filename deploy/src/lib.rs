@@ -122,7 +122,8 @@ fn nats_server() -> Vec<Value> {
     ]
 }
 
-fn with_nats(mut deployment: Value) -> Value {
+/// `deployment` with NATS_URL set to [`NATS_URL`], which puts an operator in NATS mode.
+pub fn with_nats(mut deployment: Value) -> Value {
     deployment["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "NATS_URL", "value": NATS_URL}]);
     deployment
 }
@@ -151,6 +152,15 @@ fn operator_package(name: &str, crds: &[Value], rules: &[k8s_openapi::api::rbac:
     ]
 }
 
+/// `deploy/nats/`: the NATS server alone, at [`NATS_URL`], for operators installed one by one
+/// (e.g. from the OLM bundles).
+pub fn nats_package() -> (String, Vec<(String, String)>) {
+    let mut objects = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
+    objects.extend(nats_server());
+    let files = vec![("kustomization.yaml".to_string(), kustomization(&["nats.yaml"])), ("nats.yaml".to_string(), yaml_docs(&objects))];
+    ("nats".to_string(), files)
+}
+
 /// `deploy/all/`: NATS, the meta-operator and the five component operators in NATS mode.
 pub fn all_package() -> (String, Vec<(String, String)>) {
     let mut crds = vec![serde_json::to_value(kubeflow_crds::KfDef::crd()).unwrap(), serde_json::to_value(kubeflow_crds::KfUpgrade::crd()).unwrap()];
@@ -158,10 +168,11 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
     let mut deployments = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
     deployments.extend(nats_server());
     deployments.push(with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION"))));
-    for (component, crd, rules) in components() {
-        crds.push(crd);
-        rbac.extend(operator_rbac(&format!("{component}-operator"), &rules));
-        deployments.push(with_nats(operator_deployment(&format!("{component}-operator"), env!("CARGO_PKG_VERSION"))));
+    for operator in components() {
+        let name = format!("{}-operator", operator.name);
+        crds.push(operator.crd);
+        rbac.extend(operator_rbac(&name, &operator.rules));
+        deployments.push(with_nats(operator_deployment(&name, env!("CARGO_PKG_VERSION"))));
     }
     let files = vec![
         ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operators.yaml"])),
@@ -172,11 +183,29 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
     ("all".to_string(), files)
 }
 
-fn component<C: Component>() -> (&'static str, Value, Vec<k8s_openapi::api::rbac::v1::PolicyRule>) where C::Resource: CustomResourceExt {
-    (C::Resource::COMPONENT.name(), serde_json::to_value(C::Resource::crd()).unwrap(), component_framework::rbac::cluster_role_rules::<C>())
+/// What the packages need to know about one component operator.
+pub struct ComponentOperator {
+    /// Component name (`istio`, `dex`, …); the operator is `<name>-operator`.
+    pub name: &'static str,
+    /// The CRD of the component resource.
+    pub crd: Value,
+    /// ClusterRole rules derived from the operator's code.
+    pub rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+    /// Kinds of the objects its releases ship.
+    pub kinds: Vec<&'static component_framework::kinds::KindInfo>,
 }
 
-fn components() -> Vec<(&'static str, Value, Vec<k8s_openapi::api::rbac::v1::PolicyRule>)> {
+fn component<C: Component>() -> ComponentOperator where C::Resource: CustomResourceExt {
+    ComponentOperator {
+        name: C::Resource::COMPONENT.name(),
+        crd: serde_json::to_value(C::Resource::crd()).unwrap(),
+        rules: component_framework::rbac::cluster_role_rules::<C>(),
+        kinds: component_framework::run::watched_kinds::<C>(),
+    }
+}
+
+/// Every component operator, in dependency order.
+pub fn components() -> Vec<ComponentOperator> {
     vec![
         component::<istio_operator::IstioComponent>(),
         component::<dex_operator::DexComponent>(),
@@ -188,9 +217,9 @@ fn components() -> Vec<(&'static str, Value, Vec<k8s_openapi::api::rbac::v1::Pol
 
 /// Files of `deploy/<component>/` for component `C`.
 pub fn component_package<C: Component>() -> (String, Vec<(String, String)>) where C::Resource: CustomResourceExt {
-    let (component, crd, rules) = component::<C>();
-    let name = format!("{component}-operator");
-    (component.to_string(), operator_package(&name, &[crd], &rules, operator_deployment(&name, env!("CARGO_PKG_VERSION"))))
+    let operator = component::<C>();
+    let name = format!("{}-operator", operator.name);
+    (operator.name.to_string(), operator_package(&name, &[operator.crd], &operator.rules, operator_deployment(&name, env!("CARGO_PKG_VERSION"))))
 }
 
 /// Every package: `(directory under deploy/, files)`.
@@ -202,6 +231,7 @@ pub fn render_all() -> Vec<(String, Vec<(String, String)>)> {
         component_package::<katib_operator::KatibComponent>(),
         component_package::<pipelines_operator::PipelinesComponent>(),
         meta_operator_package(),
+        nats_package(),
         all_package(),
     ]
 }
@@ -260,7 +290,7 @@ mod tests {
 
     #[test]
     fn rbac_has_no_wildcards_and_covers_the_component_resource() {
-        for (dir, files) in render_all() {
+        for (dir, files) in render_all().into_iter().filter(|(dir, _)| dir != "nats") {
             let rbac = &files.iter().find(|(f, _)| f == "rbac.yaml").unwrap().1;
             assert!(!rbac.contains("'*'") && !rbac.contains("\"*\""), "{dir}: wildcard in RBAC");
             assert!(rbac.contains("finalizers") && rbac.contains("events"), "{dir}");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the local environment's binaries from the Go module proxy, once per version:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes),
-#   kwok (sigs.k8s.io/kwok) and nats-server (github.com/nats-io/nats-server/v2).
+#   kwok (sigs.k8s.io/kwok) and nats-server (github.com/nats-io/nats-server/v2); for the OLM
+#   packaging: OLM's olm and catalog operators with its CRDs, opm, and operator-sdk.
 # Binaries land in $CACHE_DIR/bin/<name>-<version>, outside the work tree, so fresh clones reuse them.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
@@ -48,7 +49,45 @@ install_tool() {
   log "$name built in $((SECONDS - start)) s"
 }
 
+# Builds the packages of wrapper module $1 (a directory under e2e/env) into $2, with build tags $3.
+# Each wrapper pins a tool's module and repeats the replace directives `go install` would refuse.
+build_wrapped() {
+  local module=$1 dest=$2 tags=$3; shift 3
+  local tmp start=$SECONDS
+  tmp=$(mktemp -d "$CACHE_DIR/bin/.$module.XXXX") && chmod 755 "$tmp"
+  log "building $* into $dest"
+  (cd "$ENV_DIR/$module" && go build -trimpath -tags "$tags" -ldflags "-s -w" -o "$tmp/" "$@") || {
+    log "FAILED building $module (go build output above)"; rm -rf "$tmp"; return 1; }
+  echo "$tmp"
+  log "$module built in $((SECONDS - start)) s"
+}
+
+build_olm() {
+  local n missing=0
+  for n in olm catalog opm crds; do [[ -e $OLM_BIN/$n ]] || missing=1; done
+  ((missing)) || return 0
+  local tmp
+  tmp=$(build_wrapped olm "$OLM_BIN" json1,containers_image_openpgp \
+      github.com/operator-framework/operator-lifecycle-manager/cmd/olm \
+      github.com/operator-framework/operator-lifecycle-manager/cmd/catalog \
+      github.com/operator-framework/operator-registry/cmd/opm) || return 1
+  # OLM's own CRDs (CatalogSource, Subscription, ClusterServiceVersion, …) ship in its API module.
+  mkdir -p "$tmp/crds"
+  cp "$(cd "$ENV_DIR/olm" && go list -m -f '{{.Dir}}' github.com/operator-framework/api)"/crds/*.yaml "$tmp/crds/"
+  chmod 644 "$tmp"/crds/*.yaml
+  rm -rf "$OLM_BIN" && mv "$tmp" "$OLM_BIN"
+}
+
+build_operator_sdk() {
+  [[ -x $OPERATOR_SDK_BIN/operator-sdk ]] && return 0
+  local tmp
+  tmp=$(build_wrapped operator-sdk "$OPERATOR_SDK_BIN" containers_image_openpgp github.com/operator-framework/operator-sdk/cmd/operator-sdk) || return 1
+  rm -rf "$OPERATOR_SDK_BIN" && mv "$tmp" "$OPERATOR_SDK_BIN"
+}
+
 mkdir -p "$CACHE_DIR/bin"
 install_tool github.com/nats-io/nats-server/v2 "$NATS_SERVER_VERSION" "$NATS_BIN" nats-server
 install_tool sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" "$KWOK_BIN" kwok
 build_kube
+build_olm
+build_operator_sdk

@@ -150,6 +150,7 @@ export NATS_URL=nats://127.0.0.1:$NATS_PORT
 export KFOP_KUBE_BIN=$KUBE_BIN
 export KFOP_KUBE_VERSION=$KUBE_VERSION
 export KFOP_NATS_SERVER=$NATS_BIN/nats-server
+export KFOP_OLM_BIN=$OLM_BIN
 export PATH=$KUBE_BIN:\$PATH
 ENVF
 log "environment ready: $("${KUBECTL[@]}" version -o json | grep -m1 gitVersion | tr -d ' ,"') API server https://127.0.0.1:$APISERVER_PORT, NATS nats://127.0.0.1:$NATS_PORT"

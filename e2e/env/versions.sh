@@ -3,6 +3,8 @@
 KUBE_VERSION=v1.34.4          # k8s.io/kubernetes; also pinned in kube/go.mod
 KWOK_VERSION=v0.7.0           # sigs.k8s.io/kwok
 NATS_SERVER_VERSION=v2.12.15  # github.com/nats-io/nats-server/v2
+OLM_VERSION=v0.33.0           # OLM's olm + catalog operators and opm; pinned in olm/go.mod
+OPERATOR_SDK_VERSION=v1.34.2  # operator-sdk (bundle validate); pinned in operator-sdk/go.mod
 
 ENV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_DIR=${KFOP_CACHE_DIR:-$HOME/.cache/kubeflow-operator}
@@ -11,6 +13,8 @@ STATE_DIR=${KFOP_STATE_DIR:-$CACHE_DIR/run}
 KUBE_BIN=$CACHE_DIR/bin/kube-$KUBE_VERSION-$(sha256sum "$ENV_DIR/kube/go.sum" | cut -c1-12)
 KWOK_BIN=$CACHE_DIR/bin/kwok-$KWOK_VERSION
 NATS_BIN=$CACHE_DIR/bin/nats-server-$NATS_SERVER_VERSION
+OLM_BIN=$CACHE_DIR/bin/olm-$OLM_VERSION-$(sha256sum "$ENV_DIR/olm/go.sum" | cut -c1-12)
+OPERATOR_SDK_BIN=$CACHE_DIR/bin/operator-sdk-$OPERATOR_SDK_VERSION-$(sha256sum "$ENV_DIR/operator-sdk/go.sum" | cut -c1-12)
 
 # Loopback ports; override when they collide with something already running.
 ETCD_PORT=${KFOP_ETCD_PORT:-23790}

@@ -1,12 +1,7 @@
 //! The meta-operator: splits each KfDef into one desired spec per component, publishes them over
 //! NATS JetStream to the component operators, and folds their status reports into the KfDef.
 
-mod aggregate;
-mod controller;
-mod distribution;
-mod plan;
-mod upgrade;
-mod upgrade_controller;
+use meta_operator::{controller, upgrade_controller};
 
 use std::sync::Arc;
 

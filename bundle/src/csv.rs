@@ -1,0 +1,312 @@
+//! The ClusterServiceVersion of each package and release, and the package descriptions.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use kube::CustomResourceExt;
+use kubeflow_deploy::{ComponentOperator, IMAGE_REPOSITORY};
+use serde_json::{Value, json};
+
+use crate::releases::{self, OPERATOR_RELEASES, OperatorRelease};
+use crate::Package;
+
+/// Oldest Kubernetes the operators support: the CRDs use CEL validation rules with transition
+/// rules (`oldSelf`), GA since 1.29.
+pub const MIN_KUBE_VERSION: &str = "1.29.0";
+const REPOSITORY: &str = env!("CARGO_PKG_REPOSITORY");
+const PROVIDER: &str = "Kubeflow Operator project";
+const MAINTAINER_EMAIL: &str = "kubeflow-operator-maintainers@googlegroups.com";
+
+/// The project icon (an SVG in bundle/src), base64-encoded as the CSV and catalog carry it.
+pub fn icon_base64() -> String {
+    base64::engine::general_purpose::STANDARD.encode(include_str!("icon.svg"))
+}
+
+pub fn operator_image(operator: &str, release: &OperatorRelease) -> String {
+    format!("{IMAGE_REPOSITORY}/{operator}:v{}", release.version)
+}
+
+/// `camelCase` → `Camel Case`.
+fn display_name(field: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in field.chars().enumerate() {
+        if i == 0 {
+            out.extend(c.to_uppercase());
+        } else {
+            if c.is_uppercase() && !field[..field.char_indices().nth(i).map(|(b, _)| b).unwrap_or(0)].ends_with(|p: char| p.is_uppercase()) {
+                out.push(' ');
+            }
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Console hints for a spec field, from its schema.
+fn spec_x_descriptors(schema: &Value) -> Vec<String> {
+    match schema["type"].as_str() {
+        Some("boolean") => vec!["urn:alm:descriptor:com.tectonic.ui:booleanSwitch".into()],
+        Some("integer") | Some("number") => vec!["urn:alm:descriptor:com.tectonic.ui:number".into()],
+        Some("string") => match schema["enum"].as_array() {
+            Some(values) => values.iter().filter_map(Value::as_str).map(|v| format!("urn:alm:descriptor:com.tectonic.ui:select:{v}")).collect(),
+            None => vec!["urn:alm:descriptor:com.tectonic.ui:text".into()],
+        },
+        _ => vec!["urn:alm:descriptor:com.tectonic.ui:advanced".into()],
+    }
+}
+
+/// Console hints for a status field, from its name.
+fn status_x_descriptors(field: &str) -> Vec<String> {
+    match field {
+        "conditions" => vec!["urn:alm:descriptor:io.kubernetes.conditions".into()],
+        "phase" => vec!["urn:alm:descriptor:io.kubernetes.phase".into()],
+        _ => vec!["urn:alm:descriptor:text".into()],
+    }
+}
+
+/// Description of a field: the schema's own, unless it is missing or Kubernetes' boilerplate for
+/// a type (e.g. `Time is a wrapper…`), then the field's display name.
+fn field_description(field: &str, schema: &Value) -> String {
+    match schema["description"].as_str() {
+        Some(text) if !text.starts_with("Time is a wrapper") => text.to_string(),
+        _ if field == "observedGeneration" => "Generation of the spec this status describes.".to_string(),
+        _ => format!("{}.", display_name(field)),
+    }
+}
+
+/// Spec and status descriptors of every top-level field of the storage version's schema.
+fn descriptors(crd: &Value, part: &str) -> Vec<Value> {
+    let version = crd["spec"]["versions"].as_array().and_then(|v| v.iter().find(|v| v["storage"] == true)).expect("a CRD has a storage version");
+    let properties = version["schema"]["openAPIV3Schema"]["properties"][part]["properties"].as_object().cloned().unwrap_or_default();
+    properties
+        .iter()
+        .map(|(field, schema)| {
+            let x = if part == "spec" { spec_x_descriptors(schema) } else { status_x_descriptors(field) };
+            json!({"path": field, "displayName": display_name(field), "description": field_description(field, schema), "x-descriptors": x})
+        })
+        .collect()
+}
+
+/// The `owned` entry of one CRD.
+fn owned_crd(package: &Package, crd: &Value, description: &str) -> Value {
+    let name = crd["metadata"]["name"].as_str().unwrap_or_default();
+    let version = crd["spec"]["versions"].as_array().and_then(|v| v.iter().find(|v| v["storage"] == true)).expect("a CRD has a storage version");
+    let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or_default();
+    let resources: Vec<Value> = package
+        .created_kinds
+        .get(name)
+        .into_iter()
+        .flatten()
+        .map(|(kind, version, plural)| json!({"kind": kind, "version": version, "name": plural}))
+        .collect();
+    json!({
+        "name": name,
+        "version": version["name"],
+        "kind": kind,
+        "displayName": display_name(kind),
+        "description": description,
+        "resources": resources,
+        "specDescriptors": descriptors(crd, "spec"),
+        "statusDescriptors": descriptors(crd, "status"),
+    })
+}
+
+/// What each owned kind is, for the CSV (the CRDs' own top-level descriptions are generated).
+fn kind_description(kind: &str) -> String {
+    match kind {
+        "KfDef" => "A Kubeflow deployment in kfctl's format; the meta-operator splits it into one resource per component.".into(),
+        "KfUpgrade" => "An ordered, health-gated upgrade of a KfDef's components to newer versions, rolled back on failure.".into(),
+        other => format!("One {other} installation: the version to run, its management state and component-specific settings."),
+    }
+}
+
+/// The ClusterServiceVersion of `package` at release `index`.
+pub fn cluster_service_version(package: &Package, index: usize) -> Value {
+    let release = &OPERATOR_RELEASES[index];
+    let image = operator_image(&package.operator, release);
+    let mut deployment = kubeflow_deploy::operator_deployment(&package.operator, release.version);
+    if !package.env.is_empty() {
+        deployment["spec"]["template"]["spec"]["containers"][0]["env"] = json!(package.env);
+    }
+    let owned: Vec<Value> = package.crds.iter().map(|crd| owned_crd(package, crd, &kind_description(crd["spec"]["names"]["kind"].as_str().unwrap_or_default()))).collect();
+    let examples = serde_json::to_string_pretty(&(package.examples)(release)).expect("JSON values serialise");
+    let mut annotations = json!({
+        "alm-examples": examples,
+        "capabilities": "Seamless Upgrades",
+        "categories": "AI/Machine Learning",
+        "containerImage": image,
+        "createdAt": release.created_at,
+        "description": package.summary,
+        "repository": REPOSITORY,
+        "support": PROVIDER,
+        "operatorframework.io/suggested-namespace": kubeflow_deploy::OPERATOR_NAMESPACE,
+    });
+    let mut spec = json!({
+        "displayName": package.display_name,
+        "description": package.description,
+        "version": release.version,
+        "minKubeVersion": MIN_KUBE_VERSION,
+        "maturity": "alpha",
+        "keywords": package.keywords,
+        "maintainers": [{"name": "Kubeflow Operator maintainers", "email": MAINTAINER_EMAIL}],
+        "provider": {"name": PROVIDER, "url": REPOSITORY},
+        "links": [
+            {"name": "Source", "url": REPOSITORY},
+            {"name": "Documentation", "url": format!("{REPOSITORY}#readme")},
+        ],
+        "icon": [{"base64data": icon_base64(), "mediatype": "image/svg+xml"}],
+        "installModes": [
+            {"type": "OwnNamespace", "supported": false},
+            {"type": "SingleNamespace", "supported": false},
+            {"type": "MultiNamespace", "supported": false},
+            {"type": "AllNamespaces", "supported": true},
+        ],
+        "customresourcedefinitions": {"owned": owned},
+        "install": {"strategy": "deployment", "spec": {
+            "clusterPermissions": [{"serviceAccountName": package.operator, "rules": package.rules}],
+            "deployments": [{"name": package.operator, "label": deployment["metadata"]["labels"], "spec": deployment["spec"]}],
+        }},
+        "relatedImages": [{"name": "operator", "image": image}],
+    });
+    if let Some(previous) = index.checked_sub(1) {
+        spec["replaces"] = json!(package.csv_name(&OPERATOR_RELEASES[previous]));
+        annotations["olm.skipRange"] = json!(releases::skip_range(index));
+    }
+    json!({
+        "apiVersion": "operators.coreos.com/v1alpha1",
+        "kind": "ClusterServiceVersion",
+        "metadata": {
+            "name": package.csv_name(release),
+            "annotations": annotations,
+            "labels": {"operatorframework.io/arch.amd64": "supported", "operatorframework.io/os.linux": "supported"},
+        },
+        "spec": spec,
+    })
+}
+
+/// The meta-operator package: KfDef and KfUpgrade, NATS-based fan-out to component operators.
+pub fn meta_operator_package() -> Package {
+    let crds: Vec<Value> = [kubeflow_crds::KfDef::crd(), kubeflow_crds::KfUpgrade::crd()].iter().map(|crd| serde_json::to_value(crd).expect("CRDs serialise")).collect();
+    let component_kinds: Vec<(String, String, String)> = kubeflow_deploy::components()
+        .iter()
+        .map(|c| (c.crd["spec"]["names"]["kind"].as_str().unwrap_or_default().to_string(), "v1alpha1".to_string(), c.crd["spec"]["names"]["plural"].as_str().unwrap_or_default().to_string()))
+        .collect();
+    let created_kinds = BTreeMap::from([(crds[0]["metadata"]["name"].as_str().unwrap_or_default().to_string(), component_kinds)]);
+    Package {
+        name: "kubeflow-meta-operator".into(),
+        display_name: "Kubeflow".into(),
+        summary: "Installs and upgrades Kubeflow from a KfDef through independent component operators.".into(),
+        description: include_str!("meta-operator.md").into(),
+        keywords: ["kubeflow", "kfdef", "machine learning", "mlops", "pipelines", "katib", "kfserving"].map(String::from).into(),
+        operator: "meta-operator".into(),
+        crds,
+        rules: kubeflow_deploy::meta_operator_rules(),
+        created_kinds,
+        env: vec![json!({"name": "NATS_URL", "value": kubeflow_deploy::NATS_URL})],
+        examples: meta_examples,
+    }
+}
+
+fn meta_examples(release: &OperatorRelease) -> Vec<Value> {
+    let newest = release.kubeflow.last().expect("a release supports a Kubeflow version");
+    let application = |name: &str, path: &str| json!({"name": name, "kustomizeConfig": {"repoRef": {"name": "manifests", "path": path}}});
+    let mut examples = vec![json!({
+        "apiVersion": "kfdef.apps.kubeflow.org/v1",
+        "kind": "KfDef",
+        "metadata": {"name": "kubeflow", "namespace": "kubeflow"},
+        "spec": {
+            "version": format!("v{newest}.0"),
+            "applications": [
+                application("istio", "istio/istio/base"),
+                application("dex", "dex-auth/dex-crds/base"),
+                application("kfserving", "kfserving/installs/generic"),
+                application("katib", "katib/installs/katib-standalone"),
+                application("kubeflow-pipelines", "pipeline/installs/multi-user"),
+            ],
+            "repos": [{"name": "manifests", "uri": format!("https://github.com/kubeflow/manifests/archive/v{newest}.0.tar.gz")}],
+        },
+    })];
+    // An upgrade example only where this release knows a newer Kubeflow than its oldest.
+    if let [oldest, .., newest] = release.kubeflow {
+        examples.push(json!({
+            "apiVersion": "kfupgrade.apps.kubeflow.org/v1alpha1",
+            "kind": "KfUpgrade",
+            "metadata": {"name": format!("kubeflow-to-{}", newest.replace('.', "-")), "namespace": "kubeflow"},
+            "spec": {
+                "currentKfDef": {"name": "kubeflow", "version": format!("v{oldest}.0")},
+                "newKfDef": {"name": "kubeflow", "version": format!("v{newest}.0")},
+                "healthTimeoutSeconds": 600,
+                "rollbackOnFailure": true,
+            },
+        }));
+    }
+    examples
+}
+
+/// What the package page says about each component.
+fn component_text(component: &str) -> (&'static str, &'static str) {
+    match component {
+        "istio" => ("Istio for Kubeflow", "the Istio control plane and ingress gateways Kubeflow routes through"),
+        "dex" => ("Dex for Kubeflow", "Dex, the OpenID Connect provider Kubeflow authenticates users with"),
+        "kfserving" => ("KFServing", "KFServing, serverless model inference (InferenceService) with its controller and webhooks"),
+        "katib" => ("Katib", "Katib, hyperparameter tuning and neural architecture search (Experiment, Trial, Suggestion)"),
+        "pipelines" => ("Kubeflow Pipelines", "Kubeflow Pipelines: API server, UI, persistence agent, scheduled workflows, MySQL and object storage"),
+        other => panic!("no package text for component {other}"),
+    }
+}
+
+/// The package of one component operator, installable without the meta-operator.
+pub fn component_package(operator: ComponentOperator) -> Package {
+    let (display, what) = component_text(operator.name);
+    let kind = operator.crd["spec"]["names"]["kind"].as_str().unwrap_or_default().to_string();
+    let crd_name = operator.crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let description = format!(
+        "Installs and upgrades {what}.\n\n\
+         Create a `{kind}` resource naming the `version` to run; the operator renders that version's \
+         manifests, applies them with server-side apply, keeps them as declared (drift is reverted) and \
+         reports readiness in `status`. `managementState: Removed` uninstalls the component, `Unmanaged` \
+         leaves its objects alone. CRDs the component ships are kept on removal unless \
+         `crdRemovalPolicy: Delete`.\n\n\
+         Installed on its own, the operator reconciles `{kind}` resources directly. Set the environment \
+         variable `NATS_URL` in the Subscription's `spec.config.env` to take the component's desired \
+         state from the Kubeflow meta-operator instead.\n\n\
+         See {REPOSITORY}#readme for the versions each release ships and the upgrade edges between them.\n"
+    );
+    let created_kinds = BTreeMap::from([(
+        crd_name,
+        operator.kinds.iter().map(|k| (k.kind.to_string(), if k.group.is_empty() { k.version.to_string() } else { format!("{}/{}", k.group, k.version) }, k.plural.to_string())).collect(),
+    )]);
+    let name = operator.name;
+    Package {
+        name: format!("kubeflow-{name}-operator"),
+        display_name: display.into(),
+        summary: format!("Installs and upgrades {what}."),
+        description,
+        keywords: ["kubeflow", name, "machine learning", "mlops"].map(String::from).into(),
+        operator: format!("{name}-operator"),
+        crds: vec![operator.crd],
+        rules: operator.rules,
+        created_kinds,
+        env: Vec::new(),
+        examples: match name {
+            "istio" => |r| component_example("istio", "Istio", r),
+            "dex" => |r| component_example("dex", "Dex", r),
+            "kfserving" => |r| component_example("kfserving", "KFServing", r),
+            "katib" => |r| component_example("katib", "Katib", r),
+            "pipelines" => |r| component_example("pipelines", "Pipelines", r),
+            other => panic!("no example for component {other}"),
+        },
+    }
+}
+
+/// A resource running the newest component version release `release` ships.
+fn component_example(component: &str, kind: &str, release: &OperatorRelease) -> Vec<Value> {
+    let index = OPERATOR_RELEASES.iter().position(|r| r.version == release.version).expect("a listed release");
+    let version = *releases::component_versions(component, index).last().expect("each release ships every component");
+    vec![json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": component, "namespace": "kubeflow"},
+        "spec": {"version": version, "managementState": "Managed"},
+    })]
+}

@@ -1,0 +1,38 @@
+//! Released versions of the operators, oldest first. Every package (meta-operator and each
+//! component operator) is released with the same version; each release replaces the one before it
+//! in the `stable` channel and skips every earlier one, so OLM can upgrade from any of them.
+
+/// One released version of the operators.
+#[derive(Debug, Clone, Copy)]
+pub struct OperatorRelease {
+    /// Semantic version; the newest one is the workspace's crate version.
+    pub version: &'static str,
+    /// Release date, written into the CSV's `createdAt` (fixed so bundles render reproducibly).
+    pub created_at: &'static str,
+    /// Kubeflow releases (keys of `meta_operator::distribution::RELEASES`) this version installs;
+    /// the component operators ship the component versions of these releases.
+    pub kubeflow: &'static [&'static str],
+}
+
+pub const OPERATOR_RELEASES: &[OperatorRelease] = &[
+    OperatorRelease { version: "0.1.0", created_at: "2026-10-05T00:00:00Z", kubeflow: &["1.2"] },
+    OperatorRelease { version: "0.2.0", created_at: "2026-11-21T00:00:00Z", kubeflow: &["1.2", "1.3"] },
+];
+
+/// `olm.skipRange` of release `index`: every earlier release.
+pub fn skip_range(index: usize) -> String {
+    format!(">={} <{}", OPERATOR_RELEASES[0].version, OPERATOR_RELEASES[index].version)
+}
+
+/// Versions of `component` that release `index` ships, oldest first.
+pub fn component_versions(component: &str, index: usize) -> Vec<&'static str> {
+    let mut versions = Vec::new();
+    for kubeflow in OPERATOR_RELEASES[index].kubeflow {
+        let (_, components) = meta_operator::distribution::RELEASES
+            .iter()
+            .find(|(release, _)| release == kubeflow)
+            .unwrap_or_else(|| panic!("operator release {} names unknown Kubeflow release {kubeflow}", OPERATOR_RELEASES[index].version));
+        versions.extend(components.iter().filter(|(kind, _)| kind.name() == component).map(|(_, version)| *version));
+    }
+    versions
+}

@@ -1,0 +1,163 @@
+use base64::Engine;
+use serde_json::Value;
+
+use super::*;
+
+/// Every package, rendered once (rendering walks every component release).
+fn all_packages() -> &'static [Package] {
+    static PACKAGES: std::sync::OnceLock<Vec<Package>> = std::sync::OnceLock::new();
+    PACKAGES.get_or_init(packages)
+}
+
+fn csvs() -> Vec<(&'static Package, usize, Value)> {
+    let mut out = Vec::new();
+    for package in all_packages() {
+        for index in 0..OPERATOR_RELEASES.len() {
+            out.push((package, index, csv::cluster_service_version(package, index)));
+        }
+    }
+    out
+}
+
+#[test]
+fn committed_bundles_and_catalog_match_the_code() {
+    check_all(&bundle_dir()).unwrap();
+}
+
+#[test]
+fn newest_release_is_the_crate_version_and_every_release_adds_kubeflow_versions() {
+    assert_eq!(OPERATOR_RELEASES.last().unwrap().version, env!("CARGO_PKG_VERSION"));
+    assert!(OPERATOR_RELEASES.len() >= 2, "an upgrade graph needs two releases");
+    for index in 1..OPERATOR_RELEASES.len() {
+        for component in ["istio", "dex", "kfserving", "katib", "pipelines"] {
+            let (older, newer) = (releases::component_versions(component, index - 1), releases::component_versions(component, index));
+            assert!(older.iter().all(|v| newer.contains(v)), "{component}: release {index} drops a version");
+        }
+    }
+    assert_eq!(releases::component_versions("katib", 0), ["v0.10.0"]);
+    assert_eq!(releases::component_versions("katib", 1), ["v0.10.0", "v0.11.0"]);
+}
+
+#[test]
+fn each_csv_replaces_the_previous_release_and_skips_all_earlier_ones() {
+    for (package, index, csv) in csvs() {
+        assert_eq!(csv["metadata"]["name"], format!("{}.v{}", package.name, OPERATOR_RELEASES[index].version));
+        if index == 0 {
+            assert!(csv["spec"].get("replaces").is_none());
+        } else {
+            assert_eq!(csv["spec"]["replaces"], format!("{}.v{}", package.name, OPERATOR_RELEASES[index - 1].version));
+            assert_eq!(csv["metadata"]["annotations"]["olm.skipRange"], format!(">=0.1.0 <{}", OPERATOR_RELEASES[index].version));
+        }
+    }
+}
+
+#[test]
+fn csv_deployment_is_restricted_with_probes_and_requests() {
+    for (package, _, csv) in csvs() {
+        let deployments = csv["spec"]["install"]["spec"]["deployments"].as_array().unwrap();
+        assert_eq!(deployments.len(), 1, "{}", package.name);
+        let pod = &deployments[0]["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], package.operator);
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        let container = &pod["containers"][0];
+        assert_eq!(container["securityContext"]["allowPrivilegeEscalation"], false);
+        assert_eq!(container["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
+        assert!(container["livenessProbe"]["httpGet"].is_object() && container["readinessProbe"]["httpGet"].is_object());
+        assert!(container["resources"]["requests"]["cpu"].is_string() && container["resources"]["requests"]["memory"].is_string());
+        let installs: Vec<(&str, bool)> = csv["spec"]["installModes"].as_array().unwrap().iter().map(|m| (m["type"].as_str().unwrap(), m["supported"] == true)).collect();
+        assert!(installs.contains(&("AllNamespaces", true)) && installs.len() == 4);
+    }
+}
+
+#[test]
+fn csv_permissions_have_no_wildcards_and_cover_the_owned_resources() {
+    for (package, _, csv) in csvs() {
+        let rules = csv["spec"]["install"]["spec"]["clusterPermissions"][0]["rules"].as_array().unwrap();
+        for rule in rules {
+            for field in ["apiGroups", "resources", "verbs"] {
+                assert!(!rule[field].as_array().unwrap().iter().any(|v| v == "*"), "{}: wildcard in {rule}", package.name);
+            }
+        }
+        for crd in &package.crds {
+            let plural = crd["spec"]["names"]["plural"].as_str().unwrap();
+            let covers = |resource: &str, verb: &str| rules.iter().any(|r| r["resources"].as_array().unwrap().iter().any(|x| x == resource) && r["verbs"].as_array().unwrap().iter().any(|v| v == verb));
+            assert!(covers(plural, "watch") && covers(&format!("{plural}/status"), "patch") && covers(&format!("{plural}/finalizers"), "update"), "{}: {plural}", package.name);
+        }
+    }
+}
+
+#[test]
+fn owned_crds_have_descriptions_and_descriptors_for_their_schema() {
+    for (package, _, csv) in csvs() {
+        let owned = csv["spec"]["customresourcedefinitions"]["owned"].as_array().unwrap();
+        assert_eq!(owned.len(), package.crds.len());
+        for (entry, crd) in owned.iter().zip(&package.crds) {
+            assert_eq!(entry["name"], crd["metadata"]["name"]);
+            assert!(entry["description"].as_str().unwrap().len() > 20);
+            let spec_fields = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].as_object().unwrap();
+            let paths: Vec<&str> = entry["specDescriptors"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
+            assert_eq!(paths.len(), spec_fields.len(), "{}", entry["name"]);
+            let status: Vec<&str> = entry["statusDescriptors"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
+            assert!(status.contains(&"conditions") && status.contains(&"phase"), "{}", entry["name"]);
+            for descriptor in entry["specDescriptors"].as_array().unwrap().iter().chain(entry["statusDescriptors"].as_array().unwrap()) {
+                assert!(!descriptor["description"].as_str().unwrap().is_empty() && !descriptor["x-descriptors"].as_array().unwrap().is_empty());
+            }
+        }
+    }
+}
+
+#[test]
+fn management_state_descriptor_offers_exactly_the_allowed_values() {
+    let package = all_packages().iter().find(|p| p.name == "kubeflow-katib-operator").unwrap();
+    let csv = csv::cluster_service_version(package, 1);
+    let descriptor = csv["spec"]["customresourcedefinitions"]["owned"][0]["specDescriptors"].as_array().unwrap().iter().find(|d| d["path"] == "managementState").unwrap().clone();
+    assert_eq!(descriptor["displayName"], "Management State");
+    let values: Vec<&str> = descriptor["x-descriptors"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(values, ["urn:alm:descriptor:com.tectonic.ui:select:Managed", "urn:alm:descriptor:com.tectonic.ui:select:Removed", "urn:alm:descriptor:com.tectonic.ui:select:Unmanaged"]);
+}
+
+#[test]
+fn alm_examples_use_owned_kinds_and_versions_the_release_ships() {
+    for (package, index, csv) in csvs() {
+        let examples: Vec<Value> = serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
+        assert!(!examples.is_empty());
+        for example in &examples {
+            let owned = package.crds.iter().any(|crd| {
+                crd["spec"]["names"]["kind"] == example["kind"] && example["apiVersion"] == format!("{}/{}", crd["spec"]["group"].as_str().unwrap(), crd["spec"]["versions"][0]["name"].as_str().unwrap())
+            });
+            assert!(owned, "{}: example {} is not an owned kind", package.name, example["kind"]);
+        }
+        if package.name != "kubeflow-meta-operator" {
+            let component = package.operator.trim_end_matches("-operator");
+            let version = examples[0]["spec"]["version"].as_str().unwrap();
+            assert_eq!(Some(&version), releases::component_versions(component, index).last(), "{}", package.name);
+        }
+    }
+}
+
+#[test]
+fn catalog_channel_links_every_release_and_bundles_carry_their_manifests_inline() {
+    for package in all_packages() {
+        let docs = catalog_documents(package);
+        let channel = docs.iter().find(|d| d["schema"] == "olm.channel").unwrap();
+        let entries = channel["entries"].as_array().unwrap();
+        assert_eq!(entries.len(), OPERATOR_RELEASES.len());
+        for pair in entries.windows(2) {
+            assert_eq!(pair[1]["replaces"], pair[0]["name"]);
+        }
+        let bundles: Vec<&Value> = docs.iter().filter(|d| d["schema"] == "olm.bundle").collect();
+        for (index, bundle) in bundles.iter().enumerate() {
+            let objects: Vec<Value> = bundle["properties"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["type"] == "olm.bundle.object")
+                .map(|p| serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(p["value"]["data"].as_str().unwrap()).unwrap()).unwrap())
+                .collect();
+            let manifests: Vec<Value> = bundle_manifests(package, index).into_iter().map(|(_, o)| o).collect();
+            assert_eq!(objects, manifests, "{}", bundle["name"]);
+            assert_eq!(bundle["image"], "", "inline bundles must not name an image, or OLM unpacks that instead");
+        }
+    }
+}
