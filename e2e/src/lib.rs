@@ -1,6 +1,8 @@
 //! Helpers shared by the end-to-end tests. They talk to the environment `e2e/env/up.sh` started,
 //! found through `KUBECONFIG` and `NATS_URL` (both written to `$STATE_DIR/env`).
 
+pub mod olm;
+
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
@@ -324,21 +326,31 @@ pub async fn install_package(client: &Client, package: &str) -> std::path::PathB
 /// Waits for operator `name`'s Deployment (from a deploy/ package) to be Available and returns a
 /// kubeconfig with a token of its ServiceAccount.
 pub async fn operator_kubeconfig(client: &Client, name: &str) -> std::path::PathBuf {
+    deployment_available(client, "kubeflow-operators", name).await;
+    service_account_kubeconfig(client, "kubeflow-operators", name).await
+}
+
+/// Waits until Deployment `namespace/name` is Available (through kwok, its pods run nothing) and
+/// returns it.
+pub async fn deployment_available(client: &Client, namespace: &str, name: &str) -> k8s_openapi::api::apps::v1::Deployment {
     use k8s_openapi::api::apps::v1::Deployment;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    eventually(&format!("Deployment {namespace}/{name} Available"), || async {
+        let d = deployments.get(name).await.map_err(|e| e.to_string())?;
+        let available = d.status.as_ref().and_then(|s| s.conditions.as_ref()).into_iter().flatten().any(|c| c.type_ == "Available" && c.status == "True");
+        if available { Ok(d) } else { Err(format!("{:?}", d.status)) }
+    })
+    .await
+}
+
+/// A kubeconfig for the environment's API server that authenticates with a token of
+/// ServiceAccount `namespace/name`, so a host process runs with exactly that account's RBAC.
+pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: &str) -> std::path::PathBuf {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
-    let name = name.to_string();
-    let namespace = "kubeflow-operators";
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    eventually(&format!("Deployment {name} Available"), || async {
-        let d = deployments.get(&name).await.map_err(|e| e.to_string())?;
-        let available = d.status.as_ref().and_then(|s| s.conditions.as_ref()).into_iter().flatten().any(|c| c.type_ == "Available" && c.status == "True");
-        if available { Ok(()) } else { Err(format!("{:?}", d.status)) }
-    })
-    .await;
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let request = TokenRequest { spec: TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }, ..Default::default() };
-    let token = accounts.create_token_request(&name, &PostParams::default(), &request).await.unwrap().status.unwrap().token;
+    let token = accounts.create_token_request(name, &PostParams::default(), &request).await.unwrap().status.unwrap().token;
     let admin = std::fs::read_to_string(std::env::var("KUBECONFIG").unwrap()).unwrap();
     let mut config: serde_yaml::Value = serde_yaml::from_str(&admin).unwrap();
     config["users"][0]["user"] = serde_yaml::from_str(&format!("token: {token}")).unwrap();

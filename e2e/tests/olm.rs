@@ -1,0 +1,246 @@
+//! Installs the operators from the OLM catalog (bundle/catalog) with real OLM, as a platform
+//! engineer would on a cluster: CatalogSource (served by `opm serve`, reached by `spec.address`),
+//! OperatorGroup and Subscription → the older release's CSV Succeeded; the newer release appears
+//! in the catalog → OLM upgrades the CSV along the channel. After each install the operator runs
+//! on the host with the token of the ServiceAccount OLM created from the CSV, so the CSV's RBAC is
+//! what it works with. Once for the meta-operator package, once for a component operator alone.
+
+use std::path::Path;
+
+use component_framework::api::component::{ComponentPhase, ComponentResource};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use kubeflow_crds::{Istio, KfDef};
+use kubeflow_e2e::olm::{Olm, catalog_until, channel_entries, olm_api};
+use kubeflow_e2e::*;
+use serde_json::{Value, json};
+
+/// One OLM at a time: two would both act on every Subscription in the cluster.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const CATALOG_SOURCE: &str = "kubeflow-catalog";
+
+/// A package subscribed from a catalog in its own namespace.
+struct Subscribed {
+    client: Client,
+    namespace: TestNamespace,
+    package: String,
+}
+
+impl Subscribed {
+    fn csvs(&self) -> Api<DynamicObject> {
+        olm_api(&self.client, &self.namespace.name, "v1alpha1", "ClusterServiceVersion", "clusterserviceversions")
+    }
+
+    /// Serves the catalog as it was when `last` was the newest bundle, then subscribes.
+    async fn install(client: &Client, olm: &mut Olm, package: &str, last: &str) -> Self {
+        let namespace = TestNamespace::create(client, "olm-install").await;
+        let address = olm.serve_catalog(&catalog_until(package, last)).await;
+        let ns = namespace.name.as_str();
+        let create = |api: Api<DynamicObject>, object: Value| async move {
+            let object: DynamicObject = serde_json::from_value(object).unwrap();
+            api.create(&PostParams::default(), &object).await.unwrap_or_else(|e| panic!("create {}: {e}", object.name_any()));
+        };
+        create(
+            olm_api(client, ns, "v1alpha1", "CatalogSource", "catalogsources"),
+            json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "CatalogSource", "metadata": {"name": CATALOG_SOURCE, "namespace": ns},
+                   "spec": {"sourceType": "grpc", "address": address, "displayName": "Kubeflow operators", "publisher": "e2e"}}),
+        )
+        .await;
+        create(
+            olm_api(client, ns, "v1", "OperatorGroup", "operatorgroups"),
+            json!({"apiVersion": "operators.coreos.com/v1", "kind": "OperatorGroup", "metadata": {"name": "kubeflow", "namespace": ns}, "spec": {}}),
+        )
+        .await;
+        create(
+            olm_api(client, ns, "v1alpha1", "Subscription", "subscriptions"),
+            json!({"apiVersion": "operators.coreos.com/v1alpha1", "kind": "Subscription", "metadata": {"name": package, "namespace": ns},
+                   "spec": {"channel": "stable", "name": package, "source": CATALOG_SOURCE, "sourceNamespace": ns, "installPlanApproval": "Automatic"}}),
+        )
+        .await;
+        Self { client: client.clone(), namespace, package: package.to_string() }
+    }
+
+    /// Waits for CSV `name` to reach phase Succeeded and the Subscription to report it installed.
+    async fn succeeded(&self, name: &str) -> DynamicObject {
+        let subscriptions = olm_api(&self.client, &self.namespace.name, "v1alpha1", "Subscription", "subscriptions");
+        let csv = eventually(&format!("CSV {name} Succeeded"), || async {
+            let csv = self.csvs().get(name).await.map_err(|e| e.to_string())?;
+            let phase = csv.data["status"]["phase"].clone();
+            if phase == "Succeeded" { Ok(csv) } else { Err(format!("phase {phase}, message {}", csv.data["status"]["message"])) }
+        })
+        .await;
+        eventually(&format!("Subscription {} installed {name}", self.package), || async {
+            let sub = subscriptions.get(&self.package).await.map_err(|e| e.to_string())?;
+            if sub.data["status"]["installedCSV"] == name { Ok(()) } else { Err(sub.data["status"].to_string()) }
+        })
+        .await;
+        csv
+    }
+
+    /// Publishes the full catalog (every release) by pointing the CatalogSource at it.
+    async fn publish_newer(&self, olm: &mut Olm) {
+        let catalog = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bundle/catalog");
+        let address = olm.serve_catalog(&catalog).await;
+        let sources = olm_api(&self.client, &self.namespace.name, "v1alpha1", "CatalogSource", "catalogsources");
+        sources.patch(CATALOG_SOURCE, &PatchParams::default(), &Patch::Merge(json!({"spec": {"address": address}}))).await.unwrap();
+    }
+
+    /// Creates every `alm-examples` object of `csv` as a server-side dry run in the test
+    /// namespace: the API server validates each against the installed CRD (schema and CEL rules).
+    async fn examples_are_valid(&self, csv: &DynamicObject) -> Vec<Value> {
+        let examples: Vec<Value> = serde_json::from_str(csv.annotations()["alm-examples"].as_str()).unwrap();
+        assert!(!examples.is_empty());
+        for example in &examples {
+            let mut object: DynamicObject = serde_json::from_value(example.clone()).unwrap();
+            object.metadata.namespace = Some(self.namespace.name.clone());
+            // Its own name, so the dry run never collides with an object the test created.
+            object.metadata.name = Some(format!("{}-example", object.name_any()));
+            let types = object.types.clone().unwrap();
+            let (group, version) = types.api_version.split_once('/').unwrap();
+            let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
+            let (resource, _) = kube::discovery::pinned_kind(&self.client, &gvk).await.unwrap_or_else(|e| panic!("{gvk:?} served: {e}"));
+            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &self.namespace.name, &resource);
+            api.create(&PostParams { dry_run: true, ..Default::default() }, &object).await.unwrap_or_else(|e| panic!("alm-example {}: {e}", types.kind));
+        }
+        examples
+    }
+
+    /// The operator Deployment OLM created from the CSV, Available, at `tag`.
+    async fn deployment_at(&self, operator: &str, tag: &str) {
+        let deployment = deployment_available(&self.client, &self.namespace.name, operator).await;
+        let image = deployment.spec.unwrap().template.spec.unwrap().containers[0].image.clone().unwrap();
+        assert!(image.ends_with(&format!(":v{tag}")), "{operator} runs {image}, expected tag v{tag}");
+    }
+
+    /// Removes the operator as a user would (Subscription and CSV); its CRDs and resources stay.
+    async fn uninstall(&self, csv: &str) {
+        let subscriptions = olm_api(&self.client, &self.namespace.name, "v1alpha1", "Subscription", "subscriptions");
+        subscriptions.delete(&self.package, &DeleteParams::default()).await.unwrap();
+        self.csvs().delete(csv, &DeleteParams::default()).await.unwrap();
+        gone(&self.csvs(), csv).await;
+    }
+}
+
+fn version_of(csv_name: &str) -> &str {
+    csv_name.rsplit_once(".v").unwrap().1
+}
+
+#[tokio::test]
+async fn meta_operator_package_installs_with_olm_and_upgrades_along_the_channel() {
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    let mut olm = Olm::start(&client).await;
+    let package = "kubeflow-meta-operator";
+    let entries = channel_entries(package);
+    let (older, newer) = (&entries[0], entries.last().unwrap());
+
+    let subscribed = Subscribed::install(&client, &mut olm, package, older).await;
+    let csv = subscribed.succeeded(older).await;
+    subscribed.deployment_at("meta-operator", version_of(older)).await;
+    let examples = subscribed.examples_are_valid(&csv).await;
+
+    // The meta-operator on the host with the CSV's ServiceAccount: it must be able to watch,
+    // finalize and report status of a KfDef (here the CSV's own example).
+    let ns = subscribed.namespace.name.clone();
+    let nats = NatsServer::start().await;
+    let kubeconfig = service_account_kubeconfig(&client, &ns, "meta-operator").await;
+    let mut meta = OperatorProcess::start("meta-operator", &["--nats-url", &nats.url()], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns);
+    let mut kfdef: KfDef = serde_json::from_value(examples.iter().find(|e| e["kind"] == "KfDef").unwrap().clone()).unwrap();
+    kfdef.metadata.namespace = Some(ns.clone());
+    kfdefs.create(&PostParams::default(), &kfdef).await.unwrap();
+    let reported = |generation: i64, log: String| {
+        let kfdefs = kfdefs.clone();
+        async move {
+            eventually(&format!("KfDef status for generation {generation} (log: {log})"), || async {
+                let k = kfdefs.get("kubeflow").await.map_err(|e| e.to_string())?;
+                let status = k.status.clone().unwrap_or_default();
+                let finalized = !k.finalizers().is_empty();
+                if finalized && status.observed_generation == Some(generation) && status.phase.is_some() { Ok(()) } else { Err(format!("{status:?}")) }
+            })
+            .await
+        }
+    };
+    reported(1, meta.log.display().to_string()).await;
+
+    subscribed.publish_newer(&mut olm).await;
+    subscribed.succeeded(newer).await;
+    gone(&subscribed.csvs(), older).await;
+    subscribed.deployment_at("meta-operator", version_of(newer)).await;
+    let csv = subscribed.csvs().get(newer).await.unwrap();
+    assert_eq!(csv.data["spec"]["replaces"], older.as_str());
+    let examples = subscribed.examples_are_valid(&csv).await;
+
+    // After the upgrade, with a fresh token of the (re-owned) ServiceAccount, move the KfDef to
+    // the Kubeflow version of the newer release's example.
+    meta.kill();
+    let kubeconfig = service_account_kubeconfig(&client, &ns, "meta-operator").await;
+    let meta = OperatorProcess::start("meta-operator", &["--nats-url", &nats.url()], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    let newer_kubeflow = &examples.iter().find(|e| e["kind"] == "KfDef").unwrap()["spec"]["version"];
+    assert_ne!(newer_kubeflow.as_str(), kfdef.spec.version.as_deref(), "the newer release's example should name a newer Kubeflow");
+    kfdefs.patch("kubeflow", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": newer_kubeflow}}))).await.unwrap();
+    reported(2, meta.log.display().to_string()).await;
+
+    subscribed.uninstall(newer).await;
+    assert!(kfdefs.get_opt("kubeflow").await.unwrap().is_some(), "uninstalling the operator must keep the KfDef");
+}
+
+#[tokio::test]
+async fn component_operator_package_installs_alone_with_olm_and_upgrades_along_the_channel() {
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    let mut olm = Olm::start(&client).await;
+    let package = "kubeflow-istio-operator";
+    let entries = channel_entries(package);
+    let (older, newer) = (&entries[0], entries.last().unwrap());
+
+    let subscribed = Subscribed::install(&client, &mut olm, package, older).await;
+    let csv = subscribed.succeeded(older).await;
+    subscribed.deployment_at("istio-operator", version_of(older)).await;
+    let examples = subscribed.examples_are_valid(&csv).await;
+
+    // Standalone (no NATS): the operator installs the component from the CSV's example with
+    // nothing but the CSV's RBAC — CRDs, cluster roles, webhooks and the workloads.
+    let ns = subscribed.namespace.name.clone();
+    let kubeconfig = service_account_kubeconfig(&client, &ns, "istio-operator").await;
+    let mut operator = OperatorProcess::start("istio-operator", &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    let istios: Api<Istio> = Api::namespaced(client.clone(), &ns);
+    let mut istio: Istio = serde_json::from_value(examples[0].clone()).unwrap();
+    istio.metadata.namespace = Some(ns.clone());
+    istio.spec.core.target_namespace = Some(ns.clone());
+    let older_version = istio.spec.core.version.clone();
+    istios.create(&PostParams::default(), &istio).await.unwrap();
+    let ready_at = |version: String, log: String| {
+        let istios = istios.clone();
+        async move {
+            eventually(&format!("Istio Ready at {version} (log: {log})"), || async {
+                let i = istios.get("istio").await.map_err(|e| e.to_string())?;
+                let status = i.component_status().cloned().unwrap_or_default();
+                let ready = status.phase == Some(ComponentPhase::Ready) && status.installed_version.as_deref() == Some(version.as_str());
+                if ready && status.observed_generation == i.metadata.generation { Ok(()) } else { Err(format!("{status:?}")) }
+            })
+            .await
+        }
+    };
+    ready_at(older_version, operator.log.display().to_string()).await;
+
+    subscribed.publish_newer(&mut olm).await;
+    let csv = subscribed.succeeded(newer).await;
+    gone(&subscribed.csvs(), older).await;
+    subscribed.deployment_at("istio-operator", version_of(newer)).await;
+    let examples = subscribed.examples_are_valid(&csv).await;
+
+    // The newer operator release ships a newer Istio; move the component to it.
+    operator.kill();
+    let kubeconfig = service_account_kubeconfig(&client, &ns, "istio-operator").await;
+    let operator = OperatorProcess::start("istio-operator", &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    let newer_version = examples[0]["spec"]["version"].as_str().unwrap().to_string();
+    istios.patch("istio", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": newer_version}}))).await.unwrap();
+    ready_at(newer_version, operator.log.display().to_string()).await;
+
+    istios.delete("istio", &DeleteParams::default()).await.unwrap();
+    gone(&istios, "istio").await;
+    drop(operator);
+    subscribed.uninstall(newer).await;
+}
