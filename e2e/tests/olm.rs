@@ -244,3 +244,35 @@ async fn component_operator_package_installs_alone_with_olm_and_upgrades_along_t
     drop(operator);
     subscribed.uninstall(newer).await;
 }
+
+/// Every `alm-examples` object of every bundle (all packages, all releases), created as a
+/// server-side dry run against the project's CRDs: the console's "create" form starts from these.
+#[tokio::test]
+async fn every_bundles_alm_examples_are_accepted_by_the_api_server() {
+    let client = client().await;
+    install_crds(&client).await;
+    let namespace = TestNamespace::create(&client, "alm-examples").await;
+    let bundles = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bundle");
+    let mut checked = 0;
+    for package in std::fs::read_dir(bundles.join("catalog")).unwrap() {
+        let package = package.unwrap().file_name().into_string().unwrap();
+        for csv_name in channel_entries(&package) {
+            let file = bundles.join(&package).join(version_of(&csv_name)).join("manifests").join(format!("{package}.clusterserviceversion.yaml"));
+            let csv: Value = serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+            let examples: Vec<Value> = serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
+            for example in examples {
+                let mut object: DynamicObject = serde_json::from_value(example).unwrap();
+                object.metadata.namespace = Some(namespace.name.clone());
+                let types = object.types.clone().unwrap();
+                let (group, version) = types.api_version.split_once('/').unwrap();
+                let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
+                let (resource, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap_or_else(|e| panic!("{gvk:?} served: {e}"));
+                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace.name, &resource);
+                api.create(&PostParams { dry_run: true, ..Default::default() }, &object).await.unwrap_or_else(|e| panic!("{csv_name}: alm-example {}: {e}", types.kind));
+                checked += 1;
+            }
+        }
+    }
+    // Six packages × two releases, plus the KfUpgrade example of the meta-operator's newer release.
+    assert_eq!(checked, 13);
+}
