@@ -92,16 +92,9 @@ impl Subscribed {
         let examples: Vec<Value> = serde_json::from_str(csv.annotations()["alm-examples"].as_str()).unwrap();
         assert!(!examples.is_empty());
         for example in &examples {
-            let mut object: DynamicObject = serde_json::from_value(example.clone()).unwrap();
-            object.metadata.namespace = Some(self.namespace.name.clone());
             // Its own name, so the dry run never collides with an object the test created.
-            object.metadata.name = Some(format!("{}-example", object.name_any()));
-            let types = object.types.clone().unwrap();
-            let (group, version) = types.api_version.split_once('/').unwrap();
-            let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
-            let (resource, _) = kube::discovery::pinned_kind(&self.client, &gvk).await.unwrap_or_else(|e| panic!("{gvk:?} served: {e}"));
-            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &self.namespace.name, &resource);
-            api.create(&PostParams { dry_run: true, ..Default::default() }, &object).await.unwrap_or_else(|e| panic!("alm-example {}: {e}", types.kind));
+            let name = format!("{}-example", example["metadata"]["name"].as_str().unwrap());
+            dry_run_create(&self.client, &self.namespace.name, example, &name).await;
         }
         examples
     }
@@ -122,6 +115,44 @@ impl Subscribed {
     }
 }
 
+/// Creates `example` as `name` in `namespace` as a server-side dry run: the API server validates
+/// it against the installed CRD (schema and CEL rules) and stores nothing.
+async fn dry_run_create(client: &Client, namespace: &str, example: &Value, name: &str) {
+    let mut object: DynamicObject = serde_json::from_value(example.clone()).unwrap();
+    object.metadata.namespace = Some(namespace.to_string());
+    object.metadata.name = Some(name.to_string());
+    let types = object.types.clone().unwrap();
+    let (group, version) = types.api_version.split_once('/').unwrap();
+    let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap_or_else(|e| panic!("{gvk:?} served: {e}"));
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    api.create(&PostParams { dry_run: true, ..Default::default() }, &object).await.unwrap_or_else(|e| panic!("alm-example {} {name}: {e}", types.kind));
+}
+
+/// Starts OLM and installs the oldest release of `package` through it: the OLM instance, the
+/// subscription, the channel's oldest and newest bundle names, and the installed CSV's examples.
+async fn install_oldest(client: &Client, package: &str, operator: &str) -> (Olm, Subscribed, String, String, Vec<Value>) {
+    let mut olm = Olm::start(client).await;
+    let entries = channel_entries(package);
+    let (older, newer) = (entries[0].clone(), entries.last().unwrap().clone());
+    let subscribed = Subscribed::install(client, &mut olm, package, &older).await;
+    let csv = subscribed.succeeded(&older).await;
+    subscribed.deployment_at(operator, version_of(&older)).await;
+    let examples = subscribed.examples_are_valid(&csv).await;
+    (olm, subscribed, older, newer, examples)
+}
+
+/// Publishes the newer releases and waits for OLM to move the subscription to `newer`, replacing
+/// `older`; returns the new CSV's examples.
+async fn upgrade_to(olm: &mut Olm, subscribed: &Subscribed, operator: &str, older: &str, newer: &str) -> Vec<Value> {
+    subscribed.publish_newer(olm).await;
+    let csv = subscribed.succeeded(newer).await;
+    assert_eq!(csv.data["spec"]["replaces"], older);
+    gone(&subscribed.csvs(), older).await;
+    subscribed.deployment_at(operator, version_of(newer)).await;
+    subscribed.examples_are_valid(&csv).await
+}
+
 fn version_of(csv_name: &str) -> &str {
     csv_name.rsplit_once(".v").unwrap().1
 }
@@ -130,15 +161,7 @@ fn version_of(csv_name: &str) -> &str {
 async fn meta_operator_package_installs_with_olm_and_upgrades_along_the_channel() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
-    let mut olm = Olm::start(&client).await;
-    let package = "kubeflow-meta-operator";
-    let entries = channel_entries(package);
-    let (older, newer) = (&entries[0], entries.last().unwrap());
-
-    let subscribed = Subscribed::install(&client, &mut olm, package, older).await;
-    let csv = subscribed.succeeded(older).await;
-    subscribed.deployment_at("meta-operator", version_of(older)).await;
-    let examples = subscribed.examples_are_valid(&csv).await;
+    let (mut olm, subscribed, older, newer, examples) = install_oldest(&client, "kubeflow-meta-operator", "meta-operator").await;
 
     // The meta-operator on the host with the CSV's ServiceAccount: it must be able to watch,
     // finalize and report status of a KfDef (here the CSV's own example).
@@ -164,13 +187,7 @@ async fn meta_operator_package_installs_with_olm_and_upgrades_along_the_channel(
     };
     reported(1, meta.log.display().to_string()).await;
 
-    subscribed.publish_newer(&mut olm).await;
-    subscribed.succeeded(newer).await;
-    gone(&subscribed.csvs(), older).await;
-    subscribed.deployment_at("meta-operator", version_of(newer)).await;
-    let csv = subscribed.csvs().get(newer).await.unwrap();
-    assert_eq!(csv.data["spec"]["replaces"], older.as_str());
-    let examples = subscribed.examples_are_valid(&csv).await;
+    let examples = upgrade_to(&mut olm, &subscribed, "meta-operator", &older, &newer).await;
 
     // After the upgrade, with a fresh token of the (re-owned) ServiceAccount, move the KfDef to
     // the Kubeflow version of the newer release's example.
@@ -182,7 +199,7 @@ async fn meta_operator_package_installs_with_olm_and_upgrades_along_the_channel(
     kfdefs.patch("kubeflow", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": newer_kubeflow}}))).await.unwrap();
     reported(2, meta.log.display().to_string()).await;
 
-    subscribed.uninstall(newer).await;
+    subscribed.uninstall(&newer).await;
     assert!(kfdefs.get_opt("kubeflow").await.unwrap().is_some(), "uninstalling the operator must keep the KfDef");
 }
 
@@ -190,15 +207,7 @@ async fn meta_operator_package_installs_with_olm_and_upgrades_along_the_channel(
 async fn component_operator_package_installs_alone_with_olm_and_upgrades_along_the_channel() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
-    let mut olm = Olm::start(&client).await;
-    let package = "kubeflow-istio-operator";
-    let entries = channel_entries(package);
-    let (older, newer) = (&entries[0], entries.last().unwrap());
-
-    let subscribed = Subscribed::install(&client, &mut olm, package, older).await;
-    let csv = subscribed.succeeded(older).await;
-    subscribed.deployment_at("istio-operator", version_of(older)).await;
-    let examples = subscribed.examples_are_valid(&csv).await;
+    let (mut olm, subscribed, older, newer, examples) = install_oldest(&client, "kubeflow-istio-operator", "istio-operator").await;
 
     // Standalone (no NATS): the operator installs the component from the CSV's example with
     // nothing but the CSV's RBAC — CRDs, cluster roles, webhooks and the workloads.
@@ -225,11 +234,7 @@ async fn component_operator_package_installs_alone_with_olm_and_upgrades_along_t
     };
     ready_at(older_version, operator.log.display().to_string()).await;
 
-    subscribed.publish_newer(&mut olm).await;
-    let csv = subscribed.succeeded(newer).await;
-    gone(&subscribed.csvs(), older).await;
-    subscribed.deployment_at("istio-operator", version_of(newer)).await;
-    let examples = subscribed.examples_are_valid(&csv).await;
+    let examples = upgrade_to(&mut olm, &subscribed, "istio-operator", &older, &newer).await;
 
     // The newer operator release ships a newer Istio; move the component to it.
     operator.kill();
@@ -242,7 +247,7 @@ async fn component_operator_package_installs_alone_with_olm_and_upgrades_along_t
     istios.delete("istio", &DeleteParams::default()).await.unwrap();
     gone(&istios, "istio").await;
     drop(operator);
-    subscribed.uninstall(newer).await;
+    subscribed.uninstall(&newer).await;
 }
 
 /// Every `alm-examples` object of every bundle (all packages, all releases), created as a
@@ -260,15 +265,8 @@ async fn every_bundles_alm_examples_are_accepted_by_the_api_server() {
             let file = bundles.join(&package).join(version_of(&csv_name)).join("manifests").join(format!("{package}.clusterserviceversion.yaml"));
             let csv: Value = serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
             let examples: Vec<Value> = serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
-            for example in examples {
-                let mut object: DynamicObject = serde_json::from_value(example).unwrap();
-                object.metadata.namespace = Some(namespace.name.clone());
-                let types = object.types.clone().unwrap();
-                let (group, version) = types.api_version.split_once('/').unwrap();
-                let gvk = kube::core::GroupVersionKind::gvk(group, version, &types.kind);
-                let (resource, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap_or_else(|e| panic!("{gvk:?} served: {e}"));
-                let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace.name, &resource);
-                api.create(&PostParams { dry_run: true, ..Default::default() }, &object).await.unwrap_or_else(|e| panic!("{csv_name}: alm-example {}: {e}", types.kind));
+            for example in &examples {
+                dry_run_create(&client, &namespace.name, example, example["metadata"]["name"].as_str().unwrap()).await;
                 checked += 1;
             }
         }
