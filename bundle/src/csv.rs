@@ -26,8 +26,22 @@ pub fn operator_image(operator: &str, release: &OperatorRelease) -> String {
     format!("{IMAGE_REPOSITORY}/{operator}:v{}", release.version)
 }
 
-/// `camelCase` → `Camel Case`.
+/// `camelCase` → `Camel Case`, with acronyms upper-cased (`crdRemovalPolicy` → `CRD Removal Policy`).
 fn display_name(field: &str) -> String {
+    words(field)
+        .split(' ')
+        .map(|word| match word {
+            "Crd" => "CRD".to_string(),
+            "Crds" => "CRDs".to_string(),
+            "Url" => "URL".to_string(),
+            "Id" => "ID".to_string(),
+            other => other.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn words(field: &str) -> String {
     let mut out = String::new();
     for (i, c) in field.chars().enumerate() {
         if i == 0 {
@@ -274,7 +288,7 @@ pub fn component_package(operator: ComponentOperator) -> Package {
     );
     let created_kinds = BTreeMap::from([(
         crd_name,
-        operator.kinds.iter().map(|k| (k.kind.to_string(), if k.group.is_empty() { k.version.to_string() } else { format!("{}/{}", k.group, k.version) }, k.plural.to_string())).collect(),
+        operator.kinds.iter().map(|k| (k.kind.to_string(), k.version.to_string(), k.plural.to_string())).collect(),
     )]);
     let name = operator.name;
     Package {

@@ -113,6 +113,8 @@ fn management_state_descriptor_offers_exactly_the_allowed_values() {
     let csv = csv::cluster_service_version(package, 1);
     let descriptor = csv["spec"]["customresourcedefinitions"]["owned"][0]["specDescriptors"].as_array().unwrap().iter().find(|d| d["path"] == "managementState").unwrap().clone();
     assert_eq!(descriptor["displayName"], "Management State");
+    let names: Vec<&str> = csv["spec"]["customresourcedefinitions"]["owned"][0]["specDescriptors"].as_array().unwrap().iter().map(|d| d["displayName"].as_str().unwrap()).collect();
+    assert!(names.contains(&"CRD Removal Policy") && names.contains(&"Target Namespace"), "{names:?}");
     let values: Vec<&str> = descriptor["x-descriptors"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert_eq!(values, ["urn:alm:descriptor:com.tectonic.ui:select:Managed", "urn:alm:descriptor:com.tectonic.ui:select:Removed", "urn:alm:descriptor:com.tectonic.ui:select:Unmanaged"]);
 }
