@@ -31,7 +31,9 @@ fn yaml_docs(objects: &[Value]) -> String {
 }
 
 /// The operator Deployment: restricted security context (no fixed user, so OpenShift's SCCs can
-/// assign one), probes on the health endpoint, modest requests.
+/// assign one), probes on the health endpoint, modest requests. `Recreate`, so an upgrade (e.g. by
+/// OLM) never runs the old and the new operator side by side: the operators have no leader
+/// election and one reconciler per resource is what they assume.
 pub fn operator_deployment(name: &str, version: &str) -> Value {
     json!({
         "apiVersion": "apps/v1",
@@ -39,6 +41,7 @@ pub fn operator_deployment(name: &str, version: &str) -> Value {
         "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"}},
         "spec": {
             "replicas": 1,
+            "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"}},
