@@ -56,7 +56,7 @@ fn csv_deployment_is_restricted_with_probes_and_requests() {
     for (package, _, csv) in csvs() {
         let deployments = csv["spec"]["install"]["spec"]["deployments"].as_array().unwrap();
         assert_eq!(deployments.len(), 1, "{}", package.name);
-        assert_eq!(deployments[0]["spec"]["strategy"]["type"], "Recreate", "never two operators at once");
+        assert_eq!(deployments[0]["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 0, "never two operators at once");
         let pod = &deployments[0]["spec"]["template"]["spec"];
         assert_eq!(pod["serviceAccountName"], package.operator);
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true);

@@ -31,9 +31,11 @@ fn yaml_docs(objects: &[Value]) -> String {
 }
 
 /// The operator Deployment: restricted security context (no fixed user, so OpenShift's SCCs can
-/// assign one), probes on the health endpoint, modest requests. `Recreate`, so an upgrade (e.g. by
-/// OLM) never runs the old and the new operator side by side: the operators have no leader
-/// election and one reconciler per resource is what they assume.
+/// assign one), probes on the health endpoint, modest requests. Rolling updates never surge, so an
+/// upgrade (OLM's or kubectl's) stops the old operator before starting the new one: the operators
+/// have no leader election and assume one reconciler per resource. (Same effect as `Recreate` for
+/// one replica, without the strategy-type change that server-side apply cannot make over a
+/// defaulted `rollingUpdate`.)
 pub fn operator_deployment(name: &str, version: &str) -> Value {
     json!({
         "apiVersion": "apps/v1",
@@ -41,7 +43,7 @@ pub fn operator_deployment(name: &str, version: &str) -> Value {
         "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"}},
         "spec": {
             "replicas": 1,
-            "strategy": {"type": "Recreate"},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"}},
