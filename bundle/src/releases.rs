@@ -1,6 +1,12 @@
 //! Released versions of the operators, oldest first. Every package (meta-operator and each
 //! component operator) is released with the same version; each release replaces the one before it
 //! in the `stable` channel and skips every earlier one, so OLM can upgrade from any of them.
+//!
+//! The newest release is the one in development: its bundles are rendered from the code. Every
+//! older one is published, and its bundles stay as they were then: `bundlegen` reads them back
+//! from `bundle/` and checks them against the digest recorded here. To cut a release: record the
+//! digest of the current one (`cargo run -p kubeflow-bundle --bin bundlegen -- --digest <version>`),
+//! add the next version here and to the workspace, and run `make generate`.
 
 /// One released version of the operators.
 #[derive(Debug, Clone, Copy)]
@@ -12,11 +18,20 @@ pub struct OperatorRelease {
     /// Kubeflow releases (keys of `meta_operator::distribution::RELEASES`) this version installs;
     /// the component operators ship the component versions of these releases.
     pub kubeflow: &'static [&'static str],
+    /// SHA-256 of the published bundles ([`crate::release_digest`]); `None` while in development.
+    pub digest: Option<&'static str>,
+}
+
+impl OperatorRelease {
+    /// Whether the release is published (its bundles are frozen).
+    pub fn is_released(&self) -> bool {
+        self.digest.is_some()
+    }
 }
 
 pub const OPERATOR_RELEASES: &[OperatorRelease] = &[
-    OperatorRelease { version: "0.1.0", created_at: "2026-10-05T00:00:00Z", kubeflow: &["1.2"] },
-    OperatorRelease { version: "0.2.0", created_at: "2026-11-21T00:00:00Z", kubeflow: &["1.2", "1.3"] },
+    OperatorRelease { version: "0.1.0", created_at: "2026-10-05T00:00:00Z", kubeflow: &["1.2"], digest: Some("sha256:c12ee1c3c99d167dab50302844ddd95f08053fdf01bbeb86137b9edc0bcb26dd") },
+    OperatorRelease { version: "0.2.0", created_at: "2026-11-21T00:00:00Z", kubeflow: &["1.2", "1.3"], digest: None },
 ];
 
 /// `olm.skipRange` of release `index`: every earlier release.

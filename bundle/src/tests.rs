@@ -9,11 +9,16 @@ fn all_packages() -> &'static [Package] {
     PACKAGES.get_or_init(packages)
 }
 
-fn csvs() -> Vec<(&'static Package, usize, Value)> {
+/// The CSV of every bundle: read back for released versions, rendered for the one in development.
+/// (package, release index, CSV, the bundle's CRDs): what each bundle holds.
+fn csvs() -> Vec<(&'static Package, usize, Value, Vec<Value>)> {
     let mut out = Vec::new();
     for package in all_packages() {
         for index in 0..OPERATOR_RELEASES.len() {
-            out.push((package, index, csv::cluster_service_version(package, index)));
+            let mut manifests = bundle_manifests(&bundle_dir(), package, index).unwrap().into_iter().map(|(_, o)| o);
+            let csv = manifests.next().unwrap();
+            assert_eq!(csv["kind"], "ClusterServiceVersion");
+            out.push((package, index, csv, manifests.collect()));
         }
     }
     out
@@ -40,7 +45,7 @@ fn newest_release_is_the_crate_version_and_every_release_adds_kubeflow_versions(
 
 #[test]
 fn each_csv_replaces_the_previous_release_and_skips_all_earlier_ones() {
-    for (package, index, csv) in csvs() {
+    for (package, index, csv, _) in csvs() {
         assert_eq!(csv["metadata"]["name"], format!("{}.v{}", package.name, OPERATOR_RELEASES[index].version));
         if index == 0 {
             assert!(csv["spec"].get("replaces").is_none());
@@ -53,7 +58,7 @@ fn each_csv_replaces_the_previous_release_and_skips_all_earlier_ones() {
 
 #[test]
 fn csv_deployment_is_restricted_with_probes_and_requests() {
-    for (package, _, csv) in csvs() {
+    for (package, _, csv, _) in csvs() {
         let deployments = csv["spec"]["install"]["spec"]["deployments"].as_array().unwrap();
         assert_eq!(deployments.len(), 1, "{}", package.name);
         assert_eq!(deployments[0]["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 0, "never two operators at once");
@@ -73,14 +78,14 @@ fn csv_deployment_is_restricted_with_probes_and_requests() {
 
 #[test]
 fn csv_permissions_have_no_wildcards_and_cover_the_owned_resources() {
-    for (package, _, csv) in csvs() {
+    for (package, _, csv, crds) in csvs() {
         let rules = csv["spec"]["install"]["spec"]["clusterPermissions"][0]["rules"].as_array().unwrap();
         for rule in rules {
             for field in ["apiGroups", "resources", "verbs"] {
                 assert!(!rule[field].as_array().unwrap().iter().any(|v| v == "*"), "{}: wildcard in {rule}", package.name);
             }
         }
-        for crd in &package.crds {
+        for crd in &crds {
             let plural = crd["spec"]["names"]["plural"].as_str().unwrap();
             let covers = |resource: &str, verb: &str| rules.iter().any(|r| r["resources"].as_array().unwrap().iter().any(|x| x == resource) && r["verbs"].as_array().unwrap().iter().any(|v| v == verb));
             assert!(covers(plural, "watch") && covers(&format!("{plural}/status"), "patch") && covers(&format!("{plural}/finalizers"), "update"), "{}: {plural}", package.name);
@@ -90,10 +95,10 @@ fn csv_permissions_have_no_wildcards_and_cover_the_owned_resources() {
 
 #[test]
 fn owned_crds_have_descriptions_and_descriptors_for_their_schema() {
-    for (package, _, csv) in csvs() {
+    for (package, _, csv, crds) in csvs() {
         let owned = csv["spec"]["customresourcedefinitions"]["owned"].as_array().unwrap();
-        assert_eq!(owned.len(), package.crds.len());
-        for (entry, crd) in owned.iter().zip(&package.crds) {
+        assert_eq!(owned.len(), crds.len(), "{}", package.name);
+        for (entry, crd) in owned.iter().zip(&crds) {
             assert_eq!(entry["name"], crd["metadata"]["name"]);
             assert!(entry["description"].as_str().unwrap().len() > 20);
             let spec_fields = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].as_object().unwrap();
@@ -111,7 +116,7 @@ fn owned_crds_have_descriptions_and_descriptors_for_their_schema() {
 #[test]
 fn management_state_descriptor_offers_exactly_the_allowed_values() {
     let package = all_packages().iter().find(|p| p.name == "kubeflow-katib-operator").unwrap();
-    let csv = csv::cluster_service_version(package, 1);
+    let csv = csv::cluster_service_version(package, OPERATOR_RELEASES.len() - 1);
     let descriptor = csv["spec"]["customresourcedefinitions"]["owned"][0]["specDescriptors"].as_array().unwrap().iter().find(|d| d["path"] == "managementState").unwrap().clone();
     assert_eq!(descriptor["displayName"], "Management State");
     let names: Vec<&str> = csv["spec"]["customresourcedefinitions"]["owned"][0]["specDescriptors"].as_array().unwrap().iter().map(|d| d["displayName"].as_str().unwrap()).collect();
@@ -122,11 +127,11 @@ fn management_state_descriptor_offers_exactly_the_allowed_values() {
 
 #[test]
 fn alm_examples_use_owned_kinds_and_versions_the_release_ships() {
-    for (package, index, csv) in csvs() {
+    for (package, index, csv, crds) in csvs() {
         let examples: Vec<Value> = serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
         assert!(!examples.is_empty());
         for example in &examples {
-            let owned = package.crds.iter().any(|crd| {
+            let owned = crds.iter().any(|crd| {
                 crd["spec"]["names"]["kind"] == example["kind"] && example["apiVersion"] == format!("{}/{}", crd["spec"]["group"].as_str().unwrap(), crd["spec"]["versions"][0]["name"].as_str().unwrap())
             });
             assert!(owned, "{}: example {} is not an owned kind", package.name, example["kind"]);
@@ -142,7 +147,7 @@ fn alm_examples_use_owned_kinds_and_versions_the_release_ships() {
 #[test]
 fn catalog_channel_links_every_release_and_bundles_carry_their_manifests_inline() {
     for package in all_packages() {
-        let docs = catalog_documents(package);
+        let docs = catalog_documents(&bundle_dir(), package).unwrap();
         let channel = docs.iter().find(|d| d["schema"] == "olm.channel").unwrap();
         let entries = channel["entries"].as_array().unwrap();
         assert_eq!(entries.len(), OPERATOR_RELEASES.len());
@@ -158,9 +163,37 @@ fn catalog_channel_links_every_release_and_bundles_carry_their_manifests_inline(
                 .filter(|p| p["type"] == "olm.bundle.object")
                 .map(|p| serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(p["value"]["data"].as_str().unwrap()).unwrap()).unwrap())
                 .collect();
-            let manifests: Vec<Value> = bundle_manifests(package, index).into_iter().map(|(_, o)| o).collect();
+            let manifests: Vec<Value> = bundle_manifests(&bundle_dir(), package, index).unwrap().into_iter().map(|(_, o)| o).collect();
             assert_eq!(objects, manifests, "{}", bundle["name"]);
             assert_eq!(bundle["image"], "", "inline bundles must not name an image, or OLM unpacks that instead");
         }
     }
+}
+
+#[test]
+fn only_the_newest_release_is_rendered_from_code_and_released_bundles_match_their_digest() {
+    let (newest, released) = OPERATOR_RELEASES.split_last().unwrap();
+    assert!(!newest.is_released(), "the newest release is the one in development");
+    assert!(released.iter().all(OperatorRelease::is_released), "every older release is published");
+    check_released(&bundle_dir()).unwrap();
+}
+
+#[test]
+fn an_edited_released_bundle_is_refused() {
+    let released = OPERATOR_RELEASES.iter().find(|r| r.is_released()).unwrap();
+    let copy = std::env::temp_dir().join(format!("bundle-copy-{}", std::process::id()));
+    for package in packages() {
+        for (path, text) in read_tree(&bundle_dir(), &format!("{}/{}/", package.name, released.version)).unwrap() {
+            let file = copy.join(&path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, text).unwrap();
+        }
+    }
+    check_released(&copy).unwrap();
+    let csv = copy.join(format!("kubeflow-dex-operator/{}/manifests/kubeflow-dex-operator.clusterserviceversion.yaml", released.version));
+    let edited = std::fs::read_to_string(&csv).unwrap().replace("replicas: 1", "replicas: 2");
+    std::fs::write(&csv, edited).unwrap();
+    let error = check_released(&copy).unwrap_err();
+    std::fs::remove_dir_all(&copy).unwrap();
+    assert!(matches!(error, BundleError::ReleasedBundleChanged { .. }), "{error}");
 }
