@@ -73,7 +73,7 @@ async fn delete_kfdef(api: &Api<KfDef>) {
 }
 
 #[tokio::test]
-async fn release_upgrade_succeeds_in_order_keeps_user_resources_and_survives_a_restart() {
+async fn release_upgrade_succeeds_in_order_keeps_user_resources_survives_a_restart_and_admits_one_of_two_twins() {
     let _serial = SERIAL.lock().await;
     let client: Client = client().await;
     let mut stack = OperatorStack::start_with_env(&client, &[], TEST_RELEASES).await;
@@ -88,17 +88,34 @@ async fn release_upgrade_succeeds_in_order_keeps_user_resources_and_survives_a_r
     experiments.create(&PostParams::default(), &experiment).await.unwrap();
 
     let upgrades: Api<KfUpgrade> = Api::namespaced(client.clone(), &ns.name);
-    upgrades.create(&PostParams::default(), &upgrade("to-1-3", json!({"currentKfDef": {"name": "kubeflow", "version": "v1.2.0"}, "newKfDef": {"name": "kubeflow", "version": "v1.3.0"}}))).await.unwrap();
+    // Two identical upgrades created at the same moment: exactly one moves the KfDef.
+    let spec = json!({"currentKfDef": {"name": "kubeflow", "version": "v1.2.0"}, "newKfDef": {"name": "kubeflow", "version": "v1.3.0"}});
+    let (first, twin) = (upgrade("to-1-3", spec.clone()), upgrade("to-1-3-twin", spec));
+    let post = PostParams::default();
+    let (a, b) = tokio::join!(upgrades.create(&post, &first), upgrades.create(&post, &twin));
+    (a.unwrap(), b.unwrap());
+    let (winner, loser) = eventually("one of the twin upgrades refused", || async {
+        for (this, other) in [("to-1-3", "to-1-3-twin"), ("to-1-3-twin", "to-1-3")] {
+            let u = upgrades.get(other).await.map_err(|e| e.to_string())?;
+            if u.status.as_ref().and_then(|s| s.phase) == Some(UpgradePhase::Failed) {
+                return Ok((this, u));
+            }
+        }
+        Err("neither refused yet".to_string())
+    })
+    .await;
+    let msg = loser.status.unwrap().conditions.iter().find(|c| c.type_ == "Validated").unwrap().message.clone();
+    assert!(msg.contains(&format!("KfUpgrade {winner} is already upgrading")), "{msg}");
     // Restart the meta-operator once the first step is done.
     eventually("first step done", || async {
-        let u = upgrades.get("to-1-3").await.map_err(|e| e.to_string())?;
+        let u = upgrades.get(winner).await.map_err(|e| e.to_string())?;
         let steps = u.status.map(|s| s.steps).unwrap_or_default();
         if steps.first().is_some_and(|s| s.phase == StepPhase::Succeeded) { Ok(()) } else { Err(format!("{steps:?}")) }
     })
     .await;
     stack.meta.kill();
     stack.restart_meta();
-    let done = upgrade_phase(&upgrades, "to-1-3", UpgradePhase::Succeeded).await;
+    let done = upgrade_phase(&upgrades, winner, UpgradePhase::Succeeded).await;
     let status = done.status.unwrap();
     let order: Vec<ComponentKind> = status.steps.iter().map(|s| s.component).collect();
     assert_eq!(order, [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines]);
@@ -108,7 +125,9 @@ async fn release_upgrade_succeeds_in_order_keeps_user_resources_and_survives_a_r
     }
     let k = kfdef_available(&kfdefs).await;
     assert_eq!(k.spec.version.as_deref(), Some("v1.3.0"));
-    assert!(!k.metadata.annotations.clone().unwrap_or_default().contains_key("kfdef.apps.kubeflow.org/component-versions"));
+    let annotations = k.metadata.annotations.clone().unwrap_or_default();
+    assert!(!annotations.contains_key("kfdef.apps.kubeflow.org/component-versions"), "{annotations:?}");
+    assert!(!annotations.contains_key("kfupgrade.apps.kubeflow.org/in-progress"), "the finished upgrade still holds the KfDef: {annotations:?}");
     let v = versions(&k);
     assert!(v.contains(&("katib".into(), Some("v0.11.0".into()))) && v.contains(&("istio".into(), Some("1.9.6".into()))), "{v:?}");
     assert!(experiments.get_opt("mnist").await.unwrap().is_some(), "the user's Experiment was lost");

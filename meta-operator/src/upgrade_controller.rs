@@ -91,14 +91,12 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
     if spec.new_kf_def.name != spec.current_kf_def.name {
         return Ok(refuse(up, status, ctx, format!("spec.newKfDef.name: upgrades move KfDef {:?} in place; set newKfDef.name to it (got {:?})", spec.current_kf_def.name, spec.new_kf_def.name)).await);
     }
-    let api: Api<KfUpgrade> = Api::namespaced(ctx.client.clone(), &up.namespace().unwrap_or_default());
-    let busy = api.list(&Default::default()).await?.items.into_iter().find(|other| {
-        other.name_any() != up.name_any()
-            && other.spec.current_kf_def.name == spec.current_kf_def.name
-            && matches!(other.status.as_ref().and_then(|s| s.phase), Some(UpgradePhase::Upgrading | UpgradePhase::RollingBack))
-    });
-    if let Some(other) = busy {
-        return Ok(refuse(up, status, ctx, format!("KfUpgrade {} is already upgrading KfDef {}; one upgrade at a time", other.name_any(), kfdef.name_any())).await);
+    if let Some(holder) = lock_holder(&kfdef).filter(|holder| *holder != up.name_any()) {
+        let api: Api<KfUpgrade> = Api::namespaced(ctx.client.clone(), &up.namespace().unwrap_or_default());
+        let running = api.get_opt(&holder).await?.is_some_and(|other| !other.status.and_then(|s| s.phase).is_some_and(is_finished));
+        if running {
+            return Ok(refuse(up, status, ctx, format!("KfUpgrade {holder} is already upgrading KfDef {}; one upgrade at a time", kfdef.name_any())).await);
+        }
     }
     let phase = kfdef.status.as_ref().and_then(|s| s.phase);
     if phase != Some(KfDefPhase::Available) {
@@ -111,6 +109,16 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
     match upgrade::steps(spec, &current) {
         Err(refusal) => Ok(refuse(up, status, ctx, refusal.0).await),
         Ok(steps) => {
+            if lock_holder(&kfdef).as_deref() != Some(up.name_any().as_str()) {
+                // Conditional on the KfDef's resourceVersion: of two upgrades validated at the
+                // same moment only one takes the KfDef; the other validates again and is refused.
+                let patch = json!({"metadata": {"resourceVersion": kfdef.resource_version(), "annotations": {LOCK_ANNOTATION: up.name_any()}}});
+                ctx.metrics.write();
+                match kfdefs.patch(&kfdef.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Action::requeue(Duration::from_millis(100))),
+                    other => other?,
+                };
+            }
             let plan: Vec<String> = steps.iter().map(|s| format!("{} {} → {}", s.component, s.from_version, s.to_version)).collect();
             status.steps = steps;
             status.phase = Some(UpgradePhase::Upgrading);
@@ -120,6 +128,28 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
             Ok(Action::requeue(Duration::from_millis(100)))
         }
     }
+}
+
+/// Annotation on a KfDef naming the KfUpgrade that is moving it; at most one at a time.
+pub const LOCK_ANNOTATION: &str = "kfupgrade.apps.kubeflow.org/in-progress";
+
+fn lock_holder(kfdef: &KfDef) -> Option<String> {
+    kfdef.annotations().get(LOCK_ANNOTATION).cloned()
+}
+
+fn is_finished(phase: UpgradePhase) -> bool {
+    matches!(phase, UpgradePhase::Succeeded | UpgradePhase::Failed | UpgradePhase::RolledBack)
+}
+
+/// Releases the KfDef when this upgrade holds it (an upgrade that ended).
+async fn unlock(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade, ctx: &Context) -> Result<(), Error> {
+    if lock_holder(kfdef).as_deref() != Some(up.name_any().as_str()) {
+        return Ok(());
+    }
+    ctx.metrics.write();
+    let patch = json!({"metadata": {"annotations": {LOCK_ANNOTATION: null}}});
+    kfdefs.patch(&kfdef.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
 }
 
 /// Pins `component` to `version` on the KfDef (only when it differs).
@@ -182,6 +212,7 @@ async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDe
                     status.phase = Some(UpgradePhase::RollingBack);
                     condition(status, "Succeeded", false, "RollingBack", &reason, up.meta().generation);
                 } else {
+                    unlock(&kfdef, kfdefs, up, ctx).await?;
                     status.phase = Some(UpgradePhase::Failed);
                     status.completion_time = Some(now());
                     condition(status, "Succeeded", false, "StepFailed", &reason, up.meta().generation);
@@ -208,6 +239,7 @@ async fn finish(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdef: &KfDef, kfd
             kfdefs.patch(&kfdef.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
         }
     }
+    unlock(kfdef, kfdefs, up, ctx).await?;
     status.phase = Some(UpgradePhase::Succeeded);
     status.completion_time = Some(now());
     let done: Vec<String> = status.steps.iter().map(|s| format!("{} {}", s.component, s.to_version)).collect();
@@ -225,6 +257,7 @@ async fn roll_back(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<Kf
     let touched = |s: &kubeflow_crds::kfupgrade::UpgradeStep| !matches!(s.phase, StepPhase::Pending | StepPhase::RolledBack);
     let Some(index) = status.steps.iter().rposition(touched) else {
         let reason = status.steps.iter().find(|s| !s.message.is_empty() && s.message.contains("did not become Ready")).map(|s| s.message.clone()).unwrap_or_default();
+        unlock(&kfdef, kfdefs, up, ctx).await?;
         status.phase = Some(UpgradePhase::RolledBack);
         status.completion_time = Some(now());
         condition(status, "Succeeded", false, "RolledBack", &format!("rolled back: {reason}"), up.meta().generation);
@@ -251,6 +284,7 @@ async fn roll_back(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<Kf
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     if seconds_since(&step.start_time) > 2 * up.spec.health_timeout_seconds {
+        unlock(&kfdef, kfdefs, up, ctx).await?;
         status.phase = Some(UpgradePhase::Failed);
         status.completion_time = Some(now());
         let reason = format!("rollback of {} to {} did not become Ready: {message}", step.component, step.from_version);
