@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use component_framework::Component;
 use component_framework::api::component::{ComponentPhase, ComponentResource, InventoryEntry};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_e2e::*;
@@ -228,6 +228,79 @@ async fn dex_reports_a_missing_secret_and_recovers_when_it_appears() {
     }});
     Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns.name).create(&PostParams::default(), &serde_json::from_value(secret).unwrap()).await.unwrap();
     wait_phase(&api, "dex", "Ready once the Secret exists", ready_at::<Dex>("v2.24.0")).await;
+    api.delete("dex", &DeleteParams::default()).await.unwrap();
+    gone(&api, "dex").await;
+}
+
+/// Dex v2.22.0 → v2.24.0 changes the Deployment's selector (and the Service's with it), which the
+/// API server refuses to change in place. The Deployment is replaced, yet some ready pod stays
+/// behind the Service all along: the old pods serve until the new Deployment is Available, then
+/// they and their ReplicaSet are removed.
+#[tokio::test]
+async fn a_deployment_whose_selector_changed_is_replaced_while_its_pods_keep_serving() {
+    use component_framework::api::Dex;
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-handover").await;
+    let kubeconfig = install_package(&client, "dex").await;
+    let operator = OperatorProcess::start("dex-operator", &["--namespace", &ns.name], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    operator.wait_ready().await;
+    let dex: Dex = serde_json::from_value(json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Dex", "metadata": {"name": "dex"},
+        "spec": {"version": "v2.22.0", "targetNamespace": ns.name},
+    }))
+    .unwrap();
+    let api: Api<Dex> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &dex).await.unwrap();
+    wait_phase(&api, "dex", "v2.22.0 Ready", ready_at::<Dex>("v2.22.0")).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let old = deployments.get("dex").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let old_pods: Vec<String> = pods.list(&ListParams::default().labels("app=dex")).await.unwrap().items.iter().map(|p| p.name_any()).collect();
+    assert!(!old_pods.is_empty());
+
+    // Sample the Service's ready, non-terminating backends until the switch is done.
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let sampler = {
+        let (pods, services) = (pods.clone(), services.clone());
+        tokio::spawn(async move {
+            let (mut samples, mut empty) = (0u32, Vec::new());
+            while stopped.try_recv().is_err() {
+                let selector = services.get("dex").await.unwrap().spec.unwrap().selector.unwrap_or_default();
+                let selector = selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+                let serving = pods.list(&ListParams::default().labels(&selector)).await.unwrap().items.into_iter().filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                });
+                samples += 1;
+                if serving.count() == 0 {
+                    empty.push(selector);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            (samples, empty)
+        })
+    };
+    api.patch("dex", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": "v2.24.0"}}))).await.unwrap();
+    wait_phase(&api, "dex", "v2.24.0 Ready", ready_at::<Dex>("v2.24.0")).await;
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns.name);
+    eventually("the retired ReplicaSet and its pods removed", || async {
+        let retired = replica_sets.list(&ListParams::default().labels(component_framework::handover::RETIRED_LABEL)).await.map_err(|e| e.to_string())?.items.len();
+        let left: Vec<String> = pods.list(&Default::default()).await.map_err(|e| e.to_string())?.items.iter().map(|p| p.name_any()).filter(|n| old_pods.contains(n)).collect();
+        if retired == 0 && left.is_empty() { Ok(()) } else { Err(format!("{retired} retired ReplicaSets, old pods {left:?}")) }
+    })
+    .await;
+    stop.send(()).unwrap();
+    let (samples, empty) = sampler.await.unwrap();
+    assert!(samples > 0);
+    assert!(empty.is_empty(), "the Service had no ready backend in {} of {samples} samples (selectors {:?})", empty.len(), empty);
+    let new = deployments.get("dex").await.unwrap();
+    assert_ne!(new.uid(), old.uid(), "the Deployment was not replaced");
+    assert_eq!(new.spec.clone().unwrap().selector.match_labels.unwrap().get("app.kubernetes.io/name").map(String::as_str), Some("dex"));
+    assert!(!new.annotations().contains_key(component_framework::handover::RETIRING_ANNOTATION), "{:?}", new.annotations());
     api.delete("dex", &DeleteParams::default()).await.unwrap();
     gone(&api, "dex").await;
 }

@@ -15,6 +15,7 @@ pub use kubeflow_crds as api;
 pub mod build;
 pub mod bus;
 pub mod component;
+pub mod handover;
 pub mod kinds;
 pub mod manifest;
 pub mod metrics;

@@ -40,6 +40,12 @@ pub fn cluster_role_rules<C: Component>() -> Vec<PolicyRule> {
     for (group, plurals) in &by_group {
         rules.push(rule(group, plurals, &["get", "list", "watch", "create", "patch", "update", "delete"]));
     }
+    // A Deployment whose selector changed is replaced with a handover (see `handover`): its
+    // ReplicaSets are orphaned, labelled and later deleted, its pods relabelled.
+    if managed.iter().any(|k| k.kind == "Deployment") {
+        rules.push(rule("apps", &["replicasets"], &["list", "patch", "delete"]));
+        rules.push(rule("", &["pods"], &["list", "patch"]));
+    }
     // Referenced Secrets are read even when the component ships none of its own.
     if !managed.iter().any(|k| k.kind == "Secret") {
         rules.push(rule("", &["secrets"], &["get"]));

@@ -21,6 +21,7 @@ use tracing::{info, instrument, warn};
 
 use crate::build::{self, HASH_ANNOTATION};
 use crate::component::{Component, InvalidSpec, Inputs};
+use crate::handover;
 use crate::kinds::{self, KindInfo};
 use crate::manifest;
 use crate::metrics::Metrics;
@@ -255,6 +256,13 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
             }
             live => {
                 let what = format!("{} {}", info.kind, qualified(&entry));
+                let namespace = entry.namespace.as_deref().unwrap_or_default();
+                let is_deployment = info.kind == "Deployment";
+                let mut retiring = live.as_ref().map(handover::retiring).unwrap_or_default();
+                if live.is_none() && is_deployment {
+                    // Pods left serving by a replace that stopped before the new Deployment existed.
+                    retiring = handover::retired_replica_sets(&ctx.client, namespace, &entry.name).await?;
+                }
                 if live.is_none() && previous.contains(&entry) {
                     ctx.metrics.healed();
                     info!(object = %what, "recreating deleted object");
@@ -262,8 +270,14 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                 } else if let Some(live) = &live {
                     if let Some(field) = immutable_field_changed(desired, live, info) {
                         // The API server refuses to change this field in place: replace the object.
+                        // A Deployment's pods keep serving until the new one is Available.
                         ctx.metrics.write();
-                        api.delete(&entry.name, &DeleteParams::background()).await?;
+                        if is_deployment {
+                            handover::retire(&ctx.client, live, desired, C::Resource::COMPONENT.name()).await?;
+                            retiring = handover::retired_replica_sets(&ctx.client, namespace, &entry.name).await?;
+                        } else {
+                            api.delete(&entry.name, &DeleteParams::background()).await?;
+                        }
                         changed.push(format!("replaced {what} ({field} changed)"));
                     } else if live["metadata"]["annotations"][HASH_ANNOTATION] == desired["metadata"]["annotations"][HASH_ANNOTATION] {
                         ctx.metrics.healed();
@@ -273,10 +287,14 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                     }
                 }
                 ctx.metrics.write();
-                let applied = apply_with_retry(&api, &entry.name, &params, desired, info).await?;
+                let applied = apply_with_retry(&api, &entry.name, &params, &handover::with_retiring(desired, &retiring), info).await?;
                 serde_json::to_value(applied).expect("objects serialise")
             }
         };
+        if !handover::retiring(&live).is_empty() && readiness::not_ready_reason(&live).is_none() {
+            ctx.metrics.write();
+            handover::finish(&ctx.client, &live, &ctx.field_manager).await?;
+        }
         if let Some(reason) = readiness::not_ready_reason(&live) {
             not_ready.push(reason);
         }
@@ -355,6 +373,9 @@ async fn delete_entries<C: Component>(ctx: &Context<C>, entries: &[InventoryEntr
             Ok(_) => info!(kind = info.kind, name = %qualified(entry), "deleted"),
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(e) => return Err(e.into()),
+        }
+        if info.kind == "Deployment" {
+            handover::delete_retired(&ctx.client, entry.namespace.as_deref().unwrap_or_default(), &entry.name).await?;
         }
     }
     Ok(())

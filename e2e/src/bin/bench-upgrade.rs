@@ -5,7 +5,8 @@
 //!   the v1.3.0 objects over the v1.2.0 ones in another namespace (first deleting the Deployments
 //!   whose selector changed, as an admin without the operator must) until every workload is ready.
 //! * Availability: during the operator's upgrade every Deployment is polled every 50 ms; a
-//!   "moment" is a Deployment going from some available replicas to none. Deployments that are
+//!   "moment" is a Deployment going from some available replicas to none, or from some ready pods
+//!   matching its selector to none (what a Service in front of it sees). Deployments that are
 //!   replaced (immutable selector changed) are counted apart from those updated in place.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,6 +16,7 @@ use component_framework::Component;
 use component_framework::api::{KfDef, KfUpgrade};
 use component_framework::build::desired_objects;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, DynamicObject, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_crds::kfdef::KfDefPhase;
@@ -73,6 +75,17 @@ fn apply(objects: &[Value]) {
     kubectl(&["apply", "--server-side", "--force-conflicts", "--field-manager", "bench-reference", "-f", file.to_str().unwrap()]);
 }
 
+/// What the availability monitor saw, per Deployment name.
+#[derive(Default)]
+struct Availability {
+    /// Falls of `status.availableReplicas` from some to none.
+    unavailable: BTreeMap<String, u32>,
+    /// Falls of the ready pods matching the Deployment's selector from some to none.
+    unserved: BTreeMap<String, u32>,
+    /// Deployments whose uid changed (replaced).
+    replaced: BTreeSet<String>,
+}
+
 #[tokio::main]
 async fn main() {
     let client = client().await;
@@ -98,29 +111,50 @@ async fn main() {
 
     // Operator upgrade, with an availability monitor.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let monitor_api = deployments.clone();
     let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
     let monitor = tokio::spawn(async move {
         let mut last: BTreeMap<String, (String, i32)> = BTreeMap::new();
-        let mut drops: BTreeMap<String, u32> = BTreeMap::new();
-        let mut replaced: BTreeSet<String> = BTreeSet::new();
+        let mut selectors: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        let mut serving: BTreeMap<String, usize> = BTreeMap::new();
+        let mut report = Availability::default();
         loop {
             if stop_rx.try_recv().is_ok() {
-                return (drops, replaced);
+                return report;
             }
-            for d in monitor_api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
+            let (Ok(list), Ok(pod_list)) = (monitor_api.list(&Default::default()).await, pods.list(&Default::default()).await) else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            for d in list.items {
                 let name = d.name_any();
                 let uid = d.uid().unwrap_or_default();
                 let available = d.status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0);
                 if let Some((old_uid, old_available)) = last.get(&name) {
                     if *old_uid != uid {
-                        replaced.insert(name.clone());
+                        report.replaced.insert(name.clone());
                     }
                     if *old_available > 0 && available == 0 {
-                        *drops.entry(name.clone()).or_default() += 1;
+                        *report.unavailable.entry(name.clone()).or_default() += 1;
                     }
                 }
-                last.insert(name, (uid, available));
+                last.insert(name.clone(), (uid, available));
+                selectors.insert(name, d.spec.and_then(|s| s.selector.match_labels).unwrap_or_default());
+            }
+            // Pods serving each Deployment's current selector (the last one seen while it is
+            // being replaced): ready and not terminating.
+            for (name, selector) in &selectors {
+                let count = pod_list
+                    .items
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none() && selector.iter().all(|(k, v)| p.labels().get(k) == Some(v)))
+                    .filter(|p| p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+                    .count();
+                if serving.get(name).is_some_and(|before| *before > 0) && count == 0 {
+                    *report.unserved.entry(name.clone()).or_default() += 1;
+                }
+                serving.insert(name.clone(), count);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -140,7 +174,7 @@ async fn main() {
     }
     let operator_time = t0.elapsed();
     let _ = stop_tx.send(());
-    let (drops, replaced) = monitor.await.unwrap();
+    let availability = monitor.await.unwrap();
 
     // Reference: raw apply in another namespace.
     let old = release("v1.2.0", &reference.name);
@@ -164,15 +198,23 @@ async fn main() {
     eventually("reference v1.3.0 ready", || async { if ready(&client, &new).await { Ok(()) } else { Err("not yet") } }).await;
     let reference_time = t0.elapsed();
 
-    let in_place: u32 = drops.iter().filter(|(n, _)| !replaced.contains(*n)).map(|(_, c)| c).sum();
-    let replaced_drops: u32 = drops.iter().filter(|(n, _)| replaced.contains(*n)).map(|(_, c)| c).sum();
+    let Availability { unavailable, unserved, replaced } = availability;
+    let sum = |m: &BTreeMap<String, u32>, replaced_ones: bool| -> (u32, Vec<String>) {
+        let hits: Vec<(&String, &u32)> = m.iter().filter(|(n, _)| replaced.contains(*n) == replaced_ones).collect();
+        (hits.iter().map(|(_, c)| **c).sum(), hits.iter().map(|(n, _)| n.to_string()).collect())
+    };
     println!("## KfUpgrade (bench-upgrade)\n");
     println!("| figure | value |\n| --- | --- |");
     println!("| KfUpgrade v1.2.0 → v1.3.0, five components one at a time, each health-gated ({phase:?}) | {:.1} s |", operator_time.as_secs_f64());
     println!("| reference: raw `kubectl apply --server-side` of the v1.3.0 objects (+ deleting changed-selector Deployments) → ready | {:.1} s |", reference_time.as_secs_f64());
     println!("| upgrade / reference | {:.2}× |", operator_time.as_secs_f64() / reference_time.as_secs_f64());
-    println!("| moments a Deployment updated in place had zero available replicas | {in_place} |");
-    println!("| Deployments replaced (selector changed): {} — moments with zero available | {replaced_drops} |", replaced.iter().cloned().collect::<Vec<_>>().join(", "));
+    let (n, names) = sum(&unavailable, false);
+    println!("| moments a Deployment updated in place had zero available replicas | {n} {names:?} |");
+    let (n, names) = sum(&unserved, false);
+    println!("| moments a Deployment updated in place had no ready pod matching its selector | {n} {names:?} |");
+    println!("| Deployments replaced (selector changed) | {} |", replaced.iter().cloned().collect::<Vec<_>>().join(", "));
+    let (n, names) = sum(&unserved, true);
+    println!("| moments a replaced Deployment's selector matched no ready pod (old pods hand over) | {n} {names:?} |");
 
     kfdefs.delete("kubeflow", &Default::default()).await.unwrap();
     gone(&kfdefs, "kubeflow").await;
