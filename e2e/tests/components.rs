@@ -181,8 +181,13 @@ async fn istio_lifecycle() {
     lifecycle::<istio_operator::IstioComponent>("istio-operator", json!({"gateway": {"serviceType": "NodePort"}})).await;
 }
 
+/// Dex's CRDs are cluster-scoped and carry the owner of the install that applied them last; two
+/// Dex installs reconciling at once re-apply them in turn, which the no-op check would count.
+static DEX: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn dex_lifecycle() {
+    let _dex = DEX.lock().await;
     lifecycle::<dex_operator::DexComponent>("dex-operator", json!({"connectors": [{"type": "ldap", "id": "ldap", "name": "LDAP", "config": {"host": "ldap.example.com:636"}}]})).await;
 }
 
@@ -205,6 +210,7 @@ async fn katib_lifecycle() {
 /// Secret appears the component installs without any edit.
 #[tokio::test]
 async fn dex_reports_a_missing_secret_and_recovers_when_it_appears() {
+    let _dex = DEX.lock().await;
     use component_framework::api::Dex;
     let client = client().await;
     install_crds(&client).await;
@@ -233,14 +239,17 @@ async fn dex_reports_a_missing_secret_and_recovers_when_it_appears() {
 }
 
 /// Dex v2.22.0 → v2.24.0 changes the Deployment's selector (and the Service's with it), which the
-/// API server refuses to change in place. The Deployment is replaced, yet some ready pod stays
-/// behind the Service all along: the old pods serve until the new Deployment is Available, then
-/// they and their ReplicaSet are removed.
+/// API server refuses to change in place. The Deployment is replaced, yet the old pods keep serving
+/// behind the Service until the new Deployment is Available. A ResourceQuota holds the new pods
+/// back, so the in-between state lasts until the test lifts it; then the old pods and their
+/// ReplicaSet go.
 #[tokio::test]
 async fn a_deployment_whose_selector_changed_is_replaced_while_its_pods_keep_serving() {
+    let _dex = DEX.lock().await;
     use component_framework::api::Dex;
+    use component_framework::handover::{RETIRED_LABEL, RETIRING_ANNOTATION};
     use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-    use k8s_openapi::api::core::v1::{Pod, Service};
+    use k8s_openapi::api::core::v1::{Pod, ResourceQuota, Service};
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, "e2e-handover").await;
@@ -261,46 +270,65 @@ async fn a_deployment_whose_selector_changed_is_replaced_while_its_pods_keep_ser
     let old_pods: Vec<String> = pods.list(&ListParams::default().labels("app=dex")).await.unwrap().items.iter().map(|p| p.name_any()).collect();
     assert!(!old_pods.is_empty());
 
-    // Sample the Service's ready, non-terminating backends until the switch is done.
-    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let sampler = {
-        let (pods, services) = (pods.clone(), services.clone());
-        tokio::spawn(async move {
-            let (mut samples, mut empty) = (0u32, Vec::new());
-            while stopped.try_recv().is_err() {
-                let selector = services.get("dex").await.unwrap().spec.unwrap().selector.unwrap_or_default();
-                let selector = selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
-                let serving = pods.list(&ListParams::default().labels(&selector)).await.unwrap().items.into_iter().filter(|p| {
-                    p.metadata.deletion_timestamp.is_none()
-                        && p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                });
-                samples += 1;
-                if serving.count() == 0 {
-                    empty.push(selector);
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            (samples, empty)
-        })
-    };
+    // No room for one more pod in the namespace while the quota stands.
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns.name);
+    let running = pods.list(&Default::default()).await.unwrap().items.len();
+    let quota = json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-new-pods"}, "spec": {"hard": {"pods": running.to_string()}}});
+    quotas.create(&PostParams::default(), &serde_json::from_value(quota).unwrap()).await.unwrap();
+    eventually("the quota enforced", || async {
+        let q = quotas.get("no-new-pods").await.map_err(|e| e.to_string())?;
+        if q.status.and_then(|s| s.used).is_some_and(|u| u.contains_key("pods")) { Ok(()) } else { Err("no usage yet".to_string()) }
+    })
+    .await;
+
     api.patch("dex", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": "v2.24.0"}}))).await.unwrap();
-    wait_phase(&api, "dex", "v2.24.0 Ready", ready_at::<Dex>("v2.24.0")).await;
+    let new = eventually("the Deployment replaced", || async {
+        match deployments.get_opt("dex").await.map_err(|e| e.to_string())? {
+            Some(d) if d.uid() != old.uid() => Ok(d),
+            other => Err(format!("{:?}", other.map(|d| d.uid()))),
+        }
+    })
+    .await;
+    assert_eq!(new.spec.clone().unwrap().selector.match_labels.unwrap().get("app.kubernetes.io/name").map(String::as_str), Some("dex"));
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns.name);
+    // The new pods cannot start; for as long as that lasts, the old ones serve the new selector.
+    eventually("the Service on the new selector", || async {
+        let selector = services.get("dex").await.map_err(|e| e.to_string())?.spec.unwrap().selector.unwrap_or_default();
+        if selector.contains_key("app.kubernetes.io/name") { Ok(()) } else { Err(format!("{selector:?}")) }
+    })
+    .await;
+    for _ in 0..10 {
+        let serving: Vec<String> = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/name=dex"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+            .map(|p| p.name_any())
+            .collect();
+        assert_eq!(serving, old_pods, "the old pods must serve the Service's new selector until the new Deployment is Available");
+        let retired = replica_sets.list(&ListParams::default().labels(&format!("{RETIRED_LABEL}=dex"))).await.unwrap().items;
+        assert_eq!(retired.len(), 1, "the old ReplicaSet is kept, labelled retired");
+        assert!(retired[0].owner_references().is_empty(), "the retired ReplicaSet is orphaned: {:?}", retired[0].owner_references());
+        let status = api.get("dex").await.unwrap().component_status().cloned().unwrap_or_default();
+        assert_ne!(status.phase, Some(ComponentPhase::Ready), "Ready while the new Deployment cannot run: {status:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(deployments.get("dex").await.unwrap().annotations().contains_key(RETIRING_ANNOTATION));
+
+    quotas.delete("no-new-pods", &DeleteParams::default()).await.unwrap();
+    wait_phase(&api, "dex", "v2.24.0 Ready", ready_at::<Dex>("v2.24.0")).await;
     eventually("the retired ReplicaSet and its pods removed", || async {
-        let retired = replica_sets.list(&ListParams::default().labels(component_framework::handover::RETIRED_LABEL)).await.map_err(|e| e.to_string())?.items.len();
+        let retired = replica_sets.list(&ListParams::default().labels(RETIRED_LABEL)).await.map_err(|e| e.to_string())?.items.len();
         let left: Vec<String> = pods.list(&Default::default()).await.map_err(|e| e.to_string())?.items.iter().map(|p| p.name_any()).filter(|n| old_pods.contains(n)).collect();
         if retired == 0 && left.is_empty() { Ok(()) } else { Err(format!("{retired} retired ReplicaSets, old pods {left:?}")) }
     })
     .await;
-    stop.send(()).unwrap();
-    let (samples, empty) = sampler.await.unwrap();
-    assert!(samples > 0);
-    assert!(empty.is_empty(), "the Service had no ready backend in {} of {samples} samples (selectors {:?})", empty.len(), empty);
     let new = deployments.get("dex").await.unwrap();
-    assert_ne!(new.uid(), old.uid(), "the Deployment was not replaced");
-    assert_eq!(new.spec.clone().unwrap().selector.match_labels.unwrap().get("app.kubernetes.io/name").map(String::as_str), Some("dex"));
-    assert!(!new.annotations().contains_key(component_framework::handover::RETIRING_ANNOTATION), "{:?}", new.annotations());
+    assert!(!new.annotations().contains_key(RETIRING_ANNOTATION), "{:?}", new.annotations());
     api.delete("dex", &DeleteParams::default()).await.unwrap();
     gone(&api, "dex").await;
 }

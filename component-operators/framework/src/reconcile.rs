@@ -238,7 +238,19 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
     .buffered(8)
     .try_collect()
     .await?;
-    for ((desired, info, entry), live) in targets.into_iter().zip(lives) {
+    // Deployments whose selector changed hand their pods over before anything is written, so the
+    // old pods carry the new selector's labels before a Service moves to it.
+    let mut lives = lives;
+    let mut handed_over: BTreeSet<usize> = BTreeSet::new();
+    for (index, ((desired, info, _), live)) in targets.iter().zip(lives.iter_mut()).enumerate() {
+        if info.kind == "Deployment" && live.as_ref().is_some_and(|l| immutable_field_changed(desired, l, info).is_some()) {
+            ctx.metrics.write();
+            handover::retire(&ctx.client, live.as_ref().expect("checked"), desired, C::Resource::COMPONENT.name()).await?;
+            *live = None;
+            handed_over.insert(index);
+        }
+    }
+    for (index, ((desired, info, entry), live)) in targets.into_iter().zip(lives).enumerate() {
         let api = ctx.dynamic_api(info, entry.namespace.as_deref());
         let live = match live {
             Some(live) if up_to_date(desired, &live, info) => live,
@@ -256,28 +268,22 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
             }
             live => {
                 let what = format!("{} {}", info.kind, qualified(&entry));
-                let namespace = entry.namespace.as_deref().unwrap_or_default();
-                let is_deployment = info.kind == "Deployment";
                 let mut retiring = live.as_ref().map(handover::retiring).unwrap_or_default();
-                if live.is_none() && is_deployment {
-                    // Pods left serving by a replace that stopped before the new Deployment existed.
-                    retiring = handover::retired_replica_sets(&ctx.client, namespace, &entry.name).await?;
+                if live.is_none() && info.kind == "Deployment" {
+                    // Handed over just now, or by a reconcile that stopped before it got here.
+                    retiring = handover::retired_replica_sets(&ctx.client, entry.namespace.as_deref().unwrap_or_default(), &entry.name).await?;
                 }
-                if live.is_none() && previous.contains(&entry) {
+                if handed_over.contains(&index) {
+                    changed.push(format!("replaced {what} (spec.selector changed; the old pods serve until it is Available)"));
+                } else if live.is_none() && previous.contains(&entry) {
                     ctx.metrics.healed();
                     info!(object = %what, "recreating deleted object");
                     changed.push(format!("recreated {what}"));
                 } else if let Some(live) = &live {
                     if let Some(field) = immutable_field_changed(desired, live, info) {
                         // The API server refuses to change this field in place: replace the object.
-                        // A Deployment's pods keep serving until the new one is Available.
                         ctx.metrics.write();
-                        if is_deployment {
-                            handover::retire(&ctx.client, live, desired, C::Resource::COMPONENT.name()).await?;
-                            retiring = handover::retired_replica_sets(&ctx.client, namespace, &entry.name).await?;
-                        } else {
-                            api.delete(&entry.name, &DeleteParams::background()).await?;
-                        }
+                        api.delete(&entry.name, &DeleteParams::background()).await?;
                         changed.push(format!("replaced {what} ({field} changed)"));
                     } else if live["metadata"]["annotations"][HASH_ANNOTATION] == desired["metadata"]["annotations"][HASH_ANNOTATION] {
                         ctx.metrics.healed();
