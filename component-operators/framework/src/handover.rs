@@ -33,7 +33,8 @@ fn selector_string(match_labels: &Value) -> Option<String> {
 
 /// Orphans the ReplicaSets and pods of `live` (a Deployment) and deletes it, returning once it is
 /// gone. The pods receive the labels of `desired`'s selector; the ReplicaSets the retired label.
-pub async fn retire(client: &Client, live: &Value, desired: &Value, component: &str) -> Result<(), kube::Error> {
+/// Returns the names of the retired ReplicaSets.
+pub async fn retire(client: &Client, live: &Value, desired: &Value, component: &str) -> Result<Vec<String>, kube::Error> {
     let namespace = live["metadata"]["namespace"].as_str().unwrap_or_default();
     let name = live["metadata"]["name"].as_str().unwrap_or_default();
     let uid = live["metadata"]["uid"].as_str().unwrap_or_default();
@@ -64,7 +65,7 @@ pub async fn retire(client: &Client, live: &Value, desired: &Value, component: &
     let deployments: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &crate::kinds::lookup("apps/v1", "Deployment").expect("known kind").api_resource());
     match deployments.delete(name, &DeleteParams::orphan()).await {
         Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
         Err(e) => return Err(e),
     }
     // The garbage collector removes the owner references, then the object; the new Deployment can
@@ -76,7 +77,7 @@ pub async fn retire(client: &Client, live: &Value, desired: &Value, component: &
         }
     }
     info!(deployment = %format!("{namespace}/{name}"), replicasets = owned.len(), "replaced Deployment; its pods serve until the new one is Available");
-    Ok(())
+    Ok(owned.iter().map(|rs| rs.name_any()).collect())
 }
 
 /// Names of the retired ReplicaSets of Deployment `namespace/name` still present.

@@ -1,7 +1,7 @@
 //! The reconcile driver: dereference → validate/build (pure, see [`crate::build`]) → server-side
 //! apply → prune → status → events. Everything that talks to the API server is here.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -241,13 +241,13 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
     // Deployments whose selector changed hand their pods over before anything is written, so the
     // old pods carry the new selector's labels before a Service moves to it.
     let mut lives = lives;
-    let mut handed_over: BTreeSet<usize> = BTreeSet::new();
+    let mut handed_over: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     for (index, ((desired, info, _), live)) in targets.iter().zip(lives.iter_mut()).enumerate() {
         if info.kind == "Deployment" && live.as_ref().is_some_and(|l| immutable_field_changed(desired, l, info).is_some()) {
             ctx.metrics.write();
-            handover::retire(&ctx.client, live.as_ref().expect("checked"), desired, C::Resource::COMPONENT.name()).await?;
+            let retired = handover::retire(&ctx.client, live.as_ref().expect("checked"), desired, C::Resource::COMPONENT.name()).await?;
             *live = None;
-            handed_over.insert(index);
+            handed_over.insert(index, retired);
         }
     }
     for (index, ((desired, info, entry), live)) in targets.into_iter().zip(lives).enumerate() {
@@ -269,11 +269,14 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
             live => {
                 let what = format!("{} {}", info.kind, qualified(&entry));
                 let mut retiring = live.as_ref().map(handover::retiring).unwrap_or_default();
-                if live.is_none() && info.kind == "Deployment" {
-                    // Handed over just now, or by a reconcile that stopped before it got here.
+                if let Some(retired) = handed_over.get(&index) {
+                    retiring = retired.clone();
+                } else if live.is_none() && info.kind == "Deployment" && previous.contains(&entry) {
+                    // A Deployment that existed is missing: deleted, or handed over by a reconcile
+                    // that stopped before creating the new one.
                     retiring = handover::retired_replica_sets(&ctx.client, entry.namespace.as_deref().unwrap_or_default(), &entry.name).await?;
                 }
-                if handed_over.contains(&index) {
+                if handed_over.contains_key(&index) {
                     changed.push(format!("replaced {what} (spec.selector changed; the old pods serve until it is Available)"));
                 } else if live.is_none() && previous.contains(&entry) {
                     ctx.metrics.healed();
