@@ -121,6 +121,21 @@ async fn lifecycle<C: Component>(binary: &str, spec: Value) {
         if replicas == desired_replicas { Ok(()) } else { Err(format!("replicas {replicas}")) }
     })
     .await;
+    // Let Kubernetes finish the heal (extra replicas gone, statuses current) so the world is still
+    // when the no-op reconcile below runs: a workload status still moving is a real change.
+    for entry in &workloads {
+        let api = dynamic_api(&client, entry);
+        eventually(&format!("{} {} settled", entry.kind, entry.name), || async {
+            let live = serde_json::to_value(api.get(&entry.name).await.map_err(|e| e.to_string())?).unwrap();
+            let wanted = live["spec"]["replicas"].as_i64().unwrap_or(1);
+            let status = &live["status"];
+            let settled = status["observedGeneration"].as_i64() == live["metadata"]["generation"].as_i64()
+                && status["replicas"].as_i64().unwrap_or(0) == wanted
+                && status["readyReplicas"].as_i64().unwrap_or(0) == wanted;
+            if settled { Ok(()) } else { Err(status.to_string()) }
+        })
+        .await;
+    }
     wait_phase(&api, "e2e", "Ready again after healing", ready_at::<C::Resource>(first)).await;
 
     // A reconcile with nothing to change writes nothing: touch the resource's metadata only.

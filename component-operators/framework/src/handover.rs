@@ -106,14 +106,7 @@ pub fn retiring(live: &Value) -> Vec<String> {
 pub async fn finish(client: &Client, live: &Value, field_manager: &str) -> Result<(), kube::Error> {
     let namespace = live["metadata"]["namespace"].as_str().unwrap_or_default();
     let name = live["metadata"]["name"].as_str().unwrap_or_default();
-    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
-    for rs in retiring(live) {
-        match replica_sets.delete(&rs, &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        }
-    }
+    delete_replica_sets(client, namespace, &retiring(live)).await?;
     let deployments: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &crate::kinds::lookup("apps/v1", "Deployment").expect("known kind").api_resource());
     // The annotation was applied with the operator's field manager; applying the object without it
     // removes it.
@@ -127,9 +120,14 @@ pub async fn finish(client: &Client, live: &Value, field_manager: &str) -> Resul
 
 /// Deletes the retired ReplicaSets of Deployment `namespace/name` (the Deployment is removed).
 pub async fn delete_retired(client: &Client, namespace: &str, name: &str) -> Result<(), kube::Error> {
+    delete_replica_sets(client, namespace, &retired_replica_sets(client, namespace, name).await?).await
+}
+
+/// Deletes ReplicaSets `names` (their pods follow through the garbage collector).
+async fn delete_replica_sets(client: &Client, namespace: &str, names: &[String]) -> Result<(), kube::Error> {
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
-    for rs in retired_replica_sets(client, namespace, name).await? {
-        match replica_sets.delete(&rs, &DeleteParams::background()).await {
+    for rs in names {
+        match replica_sets.delete(rs, &DeleteParams::background()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e),
