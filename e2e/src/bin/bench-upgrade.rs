@@ -174,7 +174,12 @@ async fn main() {
     }
     let operator_time = t0.elapsed();
     let _ = stop_tx.send(());
-    let availability = monitor.await.unwrap();
+    let mut availability = monitor.await.unwrap();
+    // Deployments the new release no longer ships were removed, not interrupted.
+    let present: BTreeSet<String> = deployments.list(&Default::default()).await.unwrap().items.iter().map(|d| d.name_any()).collect();
+    let removed: BTreeSet<String> = availability.unserved.keys().chain(availability.unavailable.keys()).filter(|n| !present.contains(*n)).cloned().collect();
+    availability.unserved.retain(|n, _| present.contains(n));
+    availability.unavailable.retain(|n, _| present.contains(n));
 
     // Reference: raw apply in another namespace.
     let old = release("v1.2.0", &reference.name);
@@ -212,6 +217,7 @@ async fn main() {
     println!("| moments a Deployment updated in place had zero available replicas | {n} {names:?} |");
     let (n, names) = sum(&unserved, false);
     println!("| moments a Deployment updated in place had no ready pod matching its selector | {n} {names:?} |");
+    println!("| Deployments removed by the new release (not counted) | {} |", removed.iter().cloned().collect::<Vec<_>>().join(", "));
     println!("| Deployments replaced (selector changed) | {} |", replaced.iter().cloned().collect::<Vec<_>>().join(", "));
     let (n, names) = sum(&unserved, true);
     println!("| moments a replaced Deployment's selector matched no ready pod (old pods hand over) | {n} {names:?} |");
