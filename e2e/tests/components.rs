@@ -196,8 +196,9 @@ async fn istio_lifecycle() {
     lifecycle::<istio_operator::IstioComponent>("istio-operator", json!({"gateway": {"serviceType": "NodePort"}})).await;
 }
 
-/// Dex's CRDs are cluster-scoped and carry the owner of the install that applied them last; two
-/// Dex installs reconciling at once re-apply them in turn, which the no-op check would count.
+/// Dex's CRDs are cluster-scoped and shared by every Dex install; installs at two different Dex
+/// versions (these tests use both) each apply their own release's CRDs, which the no-op check of
+/// the other would count.
 static DEX: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test]

@@ -15,7 +15,8 @@ use crate::manifest::{self, Params};
 pub const PART_OF_LABEL: &str = "components.kubeflow.org/part-of";
 /// Label with the component version an object was built for.
 pub const VERSION_LABEL: &str = "components.kubeflow.org/version";
-/// Annotation naming the component resource (`namespace/name`) an object belongs to.
+/// Annotation naming the component resource (`namespace/name`) an object belongs to (all but CRDs,
+/// which every install of the component shares).
 pub const OWNER_ANNOTATION: &str = "components.kubeflow.org/owner";
 /// Annotation with the hash of the object as last applied.
 pub const HASH_ANNOTATION: &str = "components.kubeflow.org/applied-hash";
@@ -45,7 +46,11 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
         if !info.is_shared() {
             object["metadata"]["labels"][PART_OF_LABEL] = json!(C::Resource::COMPONENT.name());
             object["metadata"]["labels"][VERSION_LABEL] = json!(release.version);
-            object["metadata"]["annotations"][OWNER_ANNOTATION] = json!(owner);
+            // A CRD serves every install of the component in the cluster: naming one owner would
+            // make installs in other namespaces re-apply it in turn.
+            if !info.is_crd() {
+                object["metadata"]["annotations"][OWNER_ANNOTATION] = json!(owner);
+            }
         }
     }
     if core.platform == Platform::OpenShift {

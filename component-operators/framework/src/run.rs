@@ -64,12 +64,19 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     };
     let mut controller = Controller::new(resources, watcher::Config::default().any_semantic());
     let selector = format!("{PART_OF_LABEL}={}", component.name());
+    let store = controller.store();
     for info in watched_kinds::<C>() {
         let resource = info.api_resource();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let config = watcher::Config::default().labels(&selector).any_semantic();
         let watched = args.namespace.clone();
-        controller = controller.watches_with(api, resource, config, move |o| owner_of::<C::Resource>(&o, watched.as_deref()));
+        let store = store.clone();
+        let is_crd = info.is_crd();
+        controller = controller.watches_with(api, resource, config, move |o| {
+            // A shared CRD concerns every resource of the component this operator watches.
+            let all: Vec<ObjectRef<DeserializeGuard<C::Resource>>> = if is_crd { store.state().iter().map(|r| ObjectRef::from_obj(r.as_ref())).collect() } else { Vec::new() };
+            owner_of::<C::Resource>(&o, watched.as_deref()).into_iter().chain(all)
+        });
     }
     let recorder = Recorder::new(client.clone(), Reporter::from(field_manager.as_str()));
     let status_sender = args.nats_url.clone().map(|url| crate::nats_mode::start::<C>(client.clone(), url, args.namespace.clone()));

@@ -132,6 +132,22 @@ mod tests {
     }
 
     #[test]
+    fn crds_are_the_same_for_every_install_and_name_no_owner() {
+        let crds = |namespace: &str| -> Vec<Value> {
+            let mut k = katib(json!({"version": "v0.11.0", "targetNamespace": namespace}));
+            k.metadata.namespace = Some(namespace.into());
+            let objects = desired_objects::<KatibComponent>(&k, &Inputs::default()).unwrap();
+            objects.into_iter().filter(|o| o["kind"] == "CustomResourceDefinition").collect()
+        };
+        let (a, b) = (crds("team-a"), crds("team-b"));
+        assert_eq!(a.len(), 3);
+        assert_eq!(a, b, "two installs would re-apply the shared CRDs in turn");
+        assert!(a.iter().all(|c| c["metadata"]["annotations"][component_framework::build::OWNER_ANNOTATION].is_null()));
+        let deployment = |ns: &str| desired_objects::<KatibComponent>(&katib(json!({"version": "v0.11.0", "targetNamespace": ns})), &Inputs::default()).unwrap();
+        assert!(deployment("x").iter().any(|o| o["kind"] == "Deployment" && o["metadata"]["annotations"][component_framework::build::OWNER_ANNOTATION] == "team/katib"));
+    }
+
+    #[test]
     fn every_release_builds_a_full_object_set() {
         for release in KatibComponent::releases() {
             let objects = desired_objects::<KatibComponent>(&katib(json!({"version": release.version})), &Inputs::default()).unwrap();
