@@ -192,7 +192,8 @@ impl OperatorProcess {
         let child = std::process::Command::new(&path)
             .args(args)
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
-            .env("RUST_LOG", "info,kube=warn")
+            // KFOP_OPERATOR_LOG overrides the operators' log filter (e.g. `component_framework=debug`).
+            .env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
             .envs(env.iter().copied())
             .stdout(file.try_clone().unwrap())
             .stderr(file)

@@ -43,7 +43,9 @@ impl Metrics {
         self.heals.fetch_add(1, Ordering::Relaxed);
     }
     /// A write request (apply, delete, status, event) was sent to the API server.
+    #[track_caller]
     pub fn write(&self) {
+        tracing::debug!(at = %std::panic::Location::caller(), "API write");
         self.writes.fetch_add(1, Ordering::Relaxed);
     }
     pub fn writes(&self) -> u64 {

@@ -413,13 +413,23 @@ async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
 /// Writes the status computed from `outcome` if it differs from the current one.
 async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, outcome: &Outcome, invalid: Option<&InvalidSpec>) -> Result<(), Error> {
     let now = Time(jiff_now());
-    let current = resource.component_status();
-    let next = status::next_status(current, resource.meta().generation, outcome, &now);
+    let cached = resource.component_status();
+    let next = status::next_status(cached, resource.meta().generation, outcome, &now);
     ctx.report(resource, Some(&next));
-    if current == Some(&next) {
+    if cached == Some(&next) {
         return Ok(());
     }
     let api: Api<C::Resource> = Api::namespaced(ctx.client.clone(), &resource.namespace().unwrap_or_default());
+    // The cached resource can predate this operator's own last status write (its watch event not
+    // seen yet): compare with the stored status before writing the same one again.
+    let Some(stored) = api.get_opt(&resource.name_any()).await? else { return Ok(()) };
+    let current = stored.component_status();
+    let next = status::next_status(current, resource.meta().generation, outcome, &now);
+    if current == Some(&next) {
+        tracing::debug!("status already current in the API server");
+        return Ok(());
+    }
+    tracing::debug!(phase = ?next.phase, conditions = ?next.conditions.iter().map(|c| (&c.type_, &c.status, &c.message)).collect::<Vec<_>>(), "status changes");
     let patch = json!({
         "apiVersion": C::Resource::api_version(&()),
         "kind": C::Resource::kind(&()),
