@@ -268,14 +268,13 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
             }
             live => {
                 let what = format!("{} {}", info.kind, qualified(&entry));
-                let mut retiring = live.as_ref().map(handover::retiring).unwrap_or_default();
-                if let Some(retired) = handed_over.get(&index) {
-                    retiring = retired.clone();
-                } else if live.is_none() && info.kind == "Deployment" && previous.contains(&entry) {
-                    // A Deployment that existed is missing: deleted, or handed over by a reconcile
-                    // that stopped before creating the new one.
-                    retiring = handover::retired_replica_sets(&ctx.client, entry.namespace.as_deref().unwrap_or_default(), &entry.name).await?;
-                }
+                let retiring = match handed_over.get(&index) {
+                    Some(retired) => retired.clone(),
+                    None => live.as_ref().map(handover::retiring).unwrap_or_default(),
+                };
+                // A Deployment that existed is missing: deleted, or handed over by a reconcile that
+                // stopped before creating the new one. Looked up after the heal, off its path.
+                let look_for_retired = live.is_none() && info.kind == "Deployment" && previous.contains(&entry) && !handed_over.contains_key(&index);
                 if handed_over.contains_key(&index) {
                     changed.push(format!("replaced {what} (spec.selector changed; the old pods serve until it is Available)"));
                 } else if live.is_none() && previous.contains(&entry) {
@@ -296,7 +295,14 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                     }
                 }
                 ctx.metrics.write();
-                let applied = apply_with_retry(&api, &entry.name, &params, &handover::with_retiring(desired, &retiring), info).await?;
+                let mut applied = apply_with_retry(&api, &entry.name, &params, &handover::with_retiring(desired, &retiring), info).await?;
+                if look_for_retired {
+                    let retired = handover::retired_replica_sets(&ctx.client, entry.namespace.as_deref().unwrap_or_default(), &entry.name).await?;
+                    if !retired.is_empty() {
+                        ctx.metrics.write();
+                        applied = apply_with_retry(&api, &entry.name, &params, &handover::with_retiring(desired, &retired), info).await?;
+                    }
+                }
                 serde_json::to_value(applied).expect("objects serialise")
             }
         };
