@@ -314,6 +314,8 @@ async fn a_deployment_whose_selector_changed_is_replaced_while_its_pods_keep_ser
         if selector.contains_key("app.kubernetes.io/name") { Ok(()) } else { Err(format!("{selector:?}")) }
     })
     .await;
+    // The reconcile that replaced the Deployment ends by writing the status of the new spec.
+    wait_phase(&api, "dex", "status of the switched spec", |d: &Dex| d.component_status().is_some_and(|s| s.observed_generation == d.meta().generation)).await;
     for _ in 0..10 {
         let serving: Vec<String> = pods
             .list(&ListParams::default().labels("app.kubernetes.io/name=dex"))
@@ -321,8 +323,7 @@ async fn a_deployment_whose_selector_changed_is_replaced_while_its_pods_keep_ser
             .unwrap()
             .items
             .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+            .filter(pod_serving)
             .map(|p| p.name_any())
             .collect();
         assert_eq!(serving, old_pods, "the old pods must serve the Service's new selector until the new Deployment is Available");
