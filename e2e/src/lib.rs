@@ -8,7 +8,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
@@ -46,6 +46,12 @@ pub fn unique_name(prefix: &str) -> String {
 /// Awaits `future`, failing the test with `what` if it does not finish within [`WAIT`].
 pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(WAIT, future).await.unwrap_or_else(|_| panic!("timed out after {WAIT:?} waiting for {what}"))
+}
+
+/// Whether `pod` can serve: Ready and not terminating (what a Service counts as an endpoint).
+pub fn pod_serving(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Polls `check` until it returns `Some`, failing after [`WAIT`] with the last observed state.

@@ -227,6 +227,7 @@ async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDe
 /// Every step succeeded: record the new Kubeflow version on the KfDef when all its components now
 /// run that release (the pins then say nothing the version does not), else keep the pins.
 async fn finish(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdef: &KfDef, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, Error> {
+    let mut released = false;
     if let Some(version) = &up.spec.new_kf_def.version {
         let mut moved = kfdef.clone();
         moved.spec.version = Some(version.clone());
@@ -235,11 +236,15 @@ async fn finish(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdef: &KfDef, kfd
         let same = |k: &KfDef| plan::plan(k, ctx.platform).ok().map(|p| p.components.into_iter().map(|(c, p)| (c, p.version)).collect::<BTreeMap<_, _>>());
         if same(&without_pins).is_some() && same(&without_pins) == same(&moved) {
             ctx.metrics.write();
-            let patch = json!({"metadata": {"annotations": {PINS_ANNOTATION: null}}, "spec": {"version": version}});
+            // One write: the new version, the pins gone and the KfDef released.
+            let patch = json!({"metadata": {"annotations": {PINS_ANNOTATION: null, LOCK_ANNOTATION: null}}, "spec": {"version": version}});
             kfdefs.patch(&kfdef.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            released = true;
         }
     }
-    unlock(kfdef, kfdefs, up, ctx).await?;
+    if !released {
+        unlock(kfdef, kfdefs, up, ctx).await?;
+    }
     status.phase = Some(UpgradePhase::Succeeded);
     status.completion_time = Some(now());
     let done: Vec<String> = status.steps.iter().map(|s| format!("{} {}", s.component, s.to_version)).collect();

@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tracing::info;
 
 use crate::build::PART_OF_LABEL;
@@ -29,6 +29,10 @@ pub const RETIRING_ANNOTATION: &str = "components.kubeflow.org/retiring-replicas
 fn selector_string(match_labels: &Value) -> Option<String> {
     let labels = match_labels.as_object().filter(|m| !m.is_empty())?;
     Some(labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(","))
+}
+
+fn deployments(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &crate::kinds::lookup("apps/v1", "Deployment").expect("known kind").api_resource())
 }
 
 /// Orphans the ReplicaSets and pods of `live` (a Deployment) and deletes it, returning once it is
@@ -53,16 +57,15 @@ pub async fn retire(client: &Client, live: &Value, desired: &Value, component: &
         let rs_name = rs.name_any();
         let patch = json!({"metadata": {"labels": {RETIRED_LABEL: name, PART_OF_LABEL: component}}});
         replica_sets.patch(&rs_name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-        let rs_selector = rs.spec.as_ref().and_then(|s| s.selector.match_labels.clone()).unwrap_or_default();
-        if new_labels.as_object().is_some_and(|m| !m.is_empty()) && !rs_selector.is_empty() {
-            let selector = rs_selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+        let rs_selector = json!(rs.spec.as_ref().and_then(|s| s.selector.match_labels.clone()));
+        if let (Some(selector), true) = (selector_string(&rs_selector), new_labels.as_object().is_some_and(|m| !m.is_empty())) {
             for pod in pods.list(&ListParams::default().labels(&selector)).await?.items {
                 let patch = json!({"metadata": {"labels": new_labels}});
                 pods.patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
             }
         }
     }
-    let deployments: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &crate::kinds::lookup("apps/v1", "Deployment").expect("known kind").api_resource());
+    let deployments = deployments(client, namespace);
     match deployments.delete(name, &DeleteParams::orphan()).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -107,13 +110,9 @@ pub async fn finish(client: &Client, live: &Value, field_manager: &str) -> Resul
     let namespace = live["metadata"]["namespace"].as_str().unwrap_or_default();
     let name = live["metadata"]["name"].as_str().unwrap_or_default();
     delete_replica_sets(client, namespace, &retiring(live)).await?;
-    let deployments: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &crate::kinds::lookup("apps/v1", "Deployment").expect("known kind").api_resource());
-    // The annotation was applied with the operator's field manager; applying the object without it
-    // removes it.
-    let mut annotations = Map::new();
-    annotations.insert(RETIRING_ANNOTATION.into(), Value::Null);
-    let patch = json!({"metadata": {"annotations": annotations}});
-    deployments.patch(name, &PatchParams { field_manager: Some(field_manager.to_string()), ..Default::default() }, &Patch::Merge(&patch)).await?;
+    // Removed under the operator's field manager, which applied it.
+    let patch = json!({"metadata": {"annotations": {RETIRING_ANNOTATION: null}}});
+    deployments(client, namespace).patch(name, &PatchParams { field_manager: Some(field_manager.to_string()), ..Default::default() }, &Patch::Merge(&patch)).await?;
     info!(deployment = %format!("{namespace}/{name}"), "new Deployment Available; retired ReplicaSets deleted");
     Ok(())
 }

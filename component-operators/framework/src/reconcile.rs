@@ -306,12 +306,13 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                 serde_json::to_value(applied).expect("objects serialise")
             }
         };
-        if !handover::retiring(&live).is_empty() && readiness::not_ready_reason(&live).is_none() {
-            ctx.metrics.write();
-            handover::finish(&ctx.client, &live, &ctx.field_manager).await?;
-        }
-        if let Some(reason) = readiness::not_ready_reason(&live) {
-            not_ready.push(reason);
+        match readiness::not_ready_reason(&live) {
+            Some(reason) => not_ready.push(reason),
+            None if !handover::retiring(&live).is_empty() => {
+                ctx.metrics.write();
+                handover::finish(&ctx.client, &live, &ctx.field_manager).await?;
+            }
+            None => {}
         }
         if !info.is_shared() {
             inventory.push(entry);

@@ -148,8 +148,7 @@ async fn main() {
                 let count = pod_list
                     .items
                     .iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none() && selector.iter().all(|(k, v)| p.labels().get(k) == Some(v)))
-                    .filter(|p| p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")))
+                    .filter(|p| pod_serving(p) && selector.iter().all(|(k, v)| p.labels().get(k) == Some(v)))
                     .count();
                 if serving.get(name).is_some_and(|before| *before > 0) && count == 0 {
                     *report.unserved.entry(name.clone()).or_default() += 1;
