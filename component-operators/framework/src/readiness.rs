@@ -26,7 +26,9 @@ pub fn not_ready_reason(live: &Value) -> Option<String> {
                 Some(format!("{kind} {name}: {updated}/{wanted} replicas updated"))
             } else if total > updated {
                 Some(format!("{kind} {name}: {} old replicas still running", total - updated))
-            } else if ready < updated.max(wanted) {
+            } else if ready < wanted {
+                // (Every replica runs the current template here, so `wanted` available ones are
+                // enough: a scale-down with extra replicas still terminating is not unready.)
                 Some(format!("{kind} {name}: {ready}/{wanted} replicas available"))
             } else if kind == "Deployment" && wanted > 0 && !condition_true(live, "Available") {
                 Some(format!("{kind} {name}: not Available"))
@@ -71,6 +73,16 @@ mod tests {
             "status": {"observedGeneration": 3, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 0,
                        "conditions": [{"type": "Available", "status": "False"}]}});
         assert!(not_ready_reason(&new_pending_only).unwrap().contains("0/1"));
+    }
+
+    #[test]
+    fn a_scale_down_in_progress_is_ready() {
+        // Scaled from 7 to 1 by hand and reverted: extra replicas of the current template are
+        // still going away, more than enough are available.
+        let live = json!({"kind": "Deployment", "metadata": {"name": "d", "generation": 3}, "spec": {"replicas": 1},
+            "status": {"observedGeneration": 3, "replicas": 7, "updatedReplicas": 7, "availableReplicas": 4,
+                       "conditions": [{"type": "Available", "status": "True"}]}});
+        assert_eq!(not_ready_reason(&live), None);
     }
 
     #[test]
