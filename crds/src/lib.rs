@@ -2,12 +2,14 @@
 //!
 //! * [`kfdef`]: `KfDef` (`kfdef.apps.kubeflow.org/v1`), the kfctl deployment format.
 //! * [`kfupgrade`]: `KfUpgrade` (`kfupgrade.apps.kubeflow.org/v1alpha1`).
+//! * [`bus`]: the NATS contract between the meta-operator and the component operators.
 //! * [`component`]: the five component resources (`components.kubeflow.org/v1alpha1`) with their
 //!   shared spec/status core.
 //!
 //! The YAML under `crds/generated/` is rendered from these types by `cargo run -p kubeflow-crds
 //! --bin crdgen`; a unit test fails when the committed YAML differs from what the types render.
 
+pub mod bus;
 pub mod common;
 pub mod component;
 pub mod crdgen;

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use component_framework::bus::{HEARTBEAT_STALE, StatusReport};
-use component_framework::status::set_condition;
+use kubeflow_crds::bus::{HEARTBEAT_STALE, StatusReport};
+use operator_runtime::conditions::set_condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubeflow_crds::ConditionStatus::{False, True};
 use kubeflow_crds::component::ComponentKind;

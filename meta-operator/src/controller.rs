@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, kv};
-use component_framework::bus::{self, DesiredComponent, Heartbeat, KfDefRef, StatusReport};
-use component_framework::metrics::Metrics;
+use kubeflow_crds::bus::{self, DesiredComponent, Heartbeat, KfDefRef, StatusReport};
+use operator_runtime::metrics::Metrics;
+use operator_runtime::nats;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
@@ -117,7 +118,7 @@ async fn apply(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
     let key = (kfdef.namespace().unwrap_or_default(), kfdef.name_any());
     let reports = ctx.state.reports.read().await.get(&key).cloned().unwrap_or_default();
     let heartbeats = ctx.state.heartbeats.read().await.clone();
-    let observed = Observed { reports: &reports, heartbeats: &heartbeats, now_unix: bus::now_unix(), bus_error };
+    let observed = Observed { reports: &reports, heartbeats: &heartbeats, now_unix: nats::now_unix(), bus_error };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let platform = format!("{:?}", ctx.platform);
     let next = aggregate::kfdef_status(kfdef.status.as_ref(), kfdef.meta().generation, plan.as_ref().map_err(Clone::clone), &observed, &platform, &now);
@@ -165,14 +166,14 @@ async fn publish(kfdef: &KfDef, plan: &Plan, ctx: &Context) -> Result<(), Error>
                     component,
                     spec_hash: wanted.spec_hash.clone(),
                     spec: wanted.spec.clone(),
-                    traceparent: bus::current_traceparent(),
+                    traceparent: nats::current_traceparent(),
                 };
                 // Besides uid, generation and component, the id carries the spec hash and the key's
                 // current revision: a KfUpgrade pin changes a spec without a new generation, and a
                 // rollback returns to an earlier spec; both must not be dropped as duplicates, while
                 // a retried publish of the same change (same revision) still is.
                 let msg_id = format!("{}.{}.{component}.{}.{revision}", kfdef_ref.uid, kfdef_ref.generation, wanted.spec_hash);
-                bus::put_with_id(&bus.js, bus::DESIRED_BUCKET, &key, &msg_id, &message).await.map_err(|e| Error::Bus(e.to_string()))?;
+                nats::put_with_id(&bus.js, bus::DESIRED_BUCKET, &key, &msg_id, &message).await.map_err(|e| Error::Bus(e.to_string()))?;
                 info!(%key, version = %wanted.version, "published desired state");
             }
             None if current.is_some() => {
@@ -203,13 +204,13 @@ async fn cleanup(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
 /// after every reconnect. Sends the KfDef a report is about to `trigger`, and `()` to
 /// `trigger_all` when an operator appears.
 pub async fn watch_bus(url: String, state: Arc<BusState>, trigger: mpsc::UnboundedSender<ObjectRef<KfDef>>, trigger_all: mpsc::UnboundedSender<()>) {
-    let (nats, mut connected) = match bus::connect(&url, "meta-operator").await {
+    let (nats, mut connected) = match nats::connect(&url, "meta-operator").await {
         Ok(c) => c,
         Err(e) => return warn!(error = %e, %url, "invalid NATS options"),
     };
     let js = jetstream::new(nats);
     loop {
-        let (desired, status, operators) = match bus::buckets(&js).await {
+        let (desired, status, operators) = match nats::buckets(&js).await {
             Ok(b) => b,
             Err(e) => {
                 warn!(error = %e, "NATS not ready; retrying");
@@ -248,7 +249,7 @@ pub async fn watch_bus(url: String, state: Arc<BusState>, trigger: mpsc::Unbound
                     let Ok(component) = entry.key.parse::<ComponentKind>() else { continue };
                     let Ok(beat) = serde_json::from_slice::<Heartbeat>(&entry.value) else { continue };
                     let previous = state.heartbeats.write().await.insert(component, beat.at);
-                    let was_alive = previous.is_some_and(|at| bus::now_unix().saturating_sub(at) <= bus::HEARTBEAT_STALE.as_secs());
+                    let was_alive = previous.is_some_and(|at| nats::now_unix().saturating_sub(at) <= bus::HEARTBEAT_STALE.as_secs());
                     if !was_alive {
                         info!(%component, "component operator is alive");
                         let _ = trigger_all.send(());

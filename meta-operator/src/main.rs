@@ -6,7 +6,7 @@ use meta_operator::{controller, upgrade_controller};
 use std::sync::Arc;
 
 use clap::Parser;
-use component_framework::metrics::Metrics;
+use operator_runtime::metrics::Metrics;
 use futures::StreamExt;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
@@ -36,7 +36,7 @@ fn receiver_stream<T: Send + 'static>(rx: mpsc::UnboundedReceiver<T>) -> impl fu
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let _telemetry = component_framework::telemetry::init("meta-operator");
+    let _telemetry = operator_runtime::telemetry::init("meta-operator");
     let client = match Client::try_default().await {
         Ok(c) => c,
         Err(e) => {
@@ -45,7 +45,7 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let metrics = Arc::new(Metrics::new("meta"));
-    tokio::spawn(component_framework::server::serve(cli.metrics_addr, metrics.clone()));
+    tokio::spawn(operator_runtime::server::serve(cli.metrics_addr, metrics.clone()));
     let platform = match controller::detect_platform(&client).await {
         Ok(p) => p,
         Err(e) => {

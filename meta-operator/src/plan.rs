@@ -77,7 +77,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform) -> Result<Plan, UnsupportedReleas
             let version = pins.get(&component).cloned().unwrap_or_else(|| versions.iter().find(|(c, _)| *c == component).map(|(_, v)| v.to_string()).unwrap_or_default());
             let target = sources.iter().flat_map(|s| &s.parameters).find(|p| p.name == "namespace").map_or(namespace.clone(), |p| p.value.clone());
             let spec = json!({"version": version, "targetNamespace": target, "platform": platform, "sources": sources});
-            let spec_hash = component_framework::manifest::content_hash(&spec);
+            let spec_hash = operator_runtime::content_hash(&spec);
             (component, ComponentPlan { spec, spec_hash, version })
         })
         .collect();

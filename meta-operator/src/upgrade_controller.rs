@@ -66,7 +66,7 @@ async fn event(ctx: &Context, up: &KfUpgrade, type_: EventType, reason: &str, no
 }
 
 fn condition(status: &mut KfUpgradeStatus, type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) {
-    component_framework::status::set_condition(&mut status.conditions, type_, if ok { True } else { False }, reason, message, generation, &now());
+    operator_runtime::conditions::set_condition(&mut status.conditions, type_, if ok { True } else { False }, reason, message, generation, &now());
 }
 
 async fn refuse(up: &KfUpgrade, status: &mut KfUpgradeStatus, ctx: &Context, message: String) -> Action {

@@ -11,22 +11,20 @@
 pub use k8s_openapi;
 pub use kube;
 pub use kubeflow_crds as api;
+pub use kubeflow_crds::bus;
+pub use operator_runtime::{metrics, server, telemetry};
 
 pub mod build;
-pub mod bus;
 pub mod component;
 pub mod handover;
 pub mod kinds;
 pub mod manifest;
-pub mod metrics;
 pub mod nats_mode;
 pub mod rbac;
 pub mod readiness;
 pub mod reconcile;
 pub mod run;
-pub mod server;
 pub mod status;
-pub mod telemetry;
 
 pub use component::{Component, InvalidSpec, Inputs, Release};
 pub use manifest::Params;

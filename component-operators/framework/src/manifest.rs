@@ -121,16 +121,7 @@ fn substitute_str(s: &str, params: &Params) -> Result<Value, TemplateError> {
     Ok(Value::String(out))
 }
 
-/// Stable 64-bit FNV-1a hash of an object's JSON, used to tell whether what was last applied
-/// differs from what is desired now.
-pub fn content_hash(value: &Value) -> String {
-    let mut hash: u64 = 0xcbf29ce484222325;
-    for byte in value.to_string().bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x100000001b3);
-    }
-    format!("{hash:016x}")
-}
+pub use operator_runtime::content_hash;
 
 /// Whether every field of `desired` has the same value in `live` (extra live fields, such as
 /// defaults the API server filled in, are ignored). Lists must match element for element.

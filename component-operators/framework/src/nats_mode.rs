@@ -16,7 +16,8 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::bus::{self, DesiredComponent, Heartbeat, StatusReport};
+use kubeflow_crds::bus::{self, DesiredComponent, Heartbeat, StatusReport};
+use operator_runtime::nats;
 use crate::component::Component;
 
 /// Label naming the KfDef a component resource was made for.
@@ -61,7 +62,7 @@ pub fn start<C: Component>(client: Client, url: String, namespace: Option<String
     let failures = tx.clone();
     tokio::spawn(async move {
         let name = format!("{}-operator", C::Resource::COMPONENT.name());
-        let (nats, connected) = match bus::connect(&url, &name).await {
+        let (nats, connected) = match nats::connect(&url, &name).await {
             Ok(c) => c,
             Err(e) => return warn!(error = %e, %url, "NATS mode disabled: invalid NATS options"),
         };
@@ -76,7 +77,7 @@ pub fn start<C: Component>(client: Client, url: String, namespace: Option<String
 async fn open_buckets(js: &jetstream::Context) -> (kv::Store, kv::Store, kv::Store) {
     let mut delay = Duration::from_millis(200);
     loop {
-        match bus::buckets(js).await {
+        match nats::buckets(js).await {
             Ok(b) => return b,
             Err(e) => warn!(error = %e, "NATS not ready; retrying"),
         }
@@ -160,7 +161,7 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
             present.insert(entry.key.clone());
             let span = info_span!("apply_desired", key = %entry.key, kfdef_generation = desired.kfdef.generation);
             if let Some(traceparent) = &desired.traceparent {
-                bus::adopt_traceparent(&span, traceparent);
+                nats::adopt_traceparent(&span, traceparent);
             }
             async {
                 let object = json!({
@@ -251,7 +252,7 @@ async fn publish_status(js: jetstream::Context, mut rx: mpsc::UnboundedReceiver<
                 pending.insert(key, report);
             }
             _ = heartbeat.tick() => {
-                let beat = Heartbeat { operator: operator.clone(), version: env!("CARGO_PKG_VERSION").into(), at: bus::now_unix() };
+                let beat = Heartbeat { operator: operator.clone(), version: env!("CARGO_PKG_VERSION").into(), at: nats::now_unix() };
                 if let Err(e) = operators.put(&component, serde_json::to_vec(&beat).unwrap().into()).await {
                     warn!(error = %e, "cannot publish heartbeat");
                 }
