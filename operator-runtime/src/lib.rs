@@ -1,11 +1,12 @@
 //! What every operator process of the project needs, the meta-operator and the component operators
 //! alike: Prometheus metrics ([`metrics`]) and the health endpoint serving them ([`server`]),
-//! logging and tracing ([`telemetry`]), the NATS transport ([`nats`]), condition bookkeeping
-//! ([`conditions`]) and the content hash that tells whether a desired object or spec changed.
+//! logging and tracing ([`telemetry`]), the NATS transport ([`nats`]), retry delays ([`retry`]),
+//! condition bookkeeping ([`conditions`]) and the content hash that tells whether a desired object or spec changed.
 
 pub mod conditions;
 pub mod metrics;
 pub mod nats;
+pub mod retry;
 pub mod server;
 pub mod telemetry;
 
