@@ -196,9 +196,8 @@ async fn istio_lifecycle() {
     lifecycle::<istio_operator::IstioComponent>("istio-operator", json!({"gateway": {"serviceType": "NodePort"}})).await;
 }
 
-/// Dex's CRDs are cluster-scoped and shared by every Dex install; installs at two different Dex
-/// versions (these tests use both) each apply their own release's CRDs, which the no-op check of
-/// the other would count.
+/// The Dex tests run one at a time: each one's expectations about Dex's cluster-scoped CRDs (their
+/// release, their events) are simplest to state with no other Dex install moving them.
 static DEX: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test]
@@ -348,4 +347,155 @@ async fn a_deployment_whose_selector_changed_is_replaced_while_its_pods_keep_ser
     assert!(!new.annotations().contains_key(RETIRING_ANNOTATION), "{:?}", new.annotations());
     api.delete("dex", &DeleteParams::default()).await.unwrap();
     gone(&api, "dex").await;
+}
+
+/// Lists the events in `namespace` with `reason` whose note contains every one of `names`.
+async fn event_naming(client: &Client, namespace: &str, reason: &str, names: &[&str]) -> k8s_openapi::api::events::v1::Event {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), namespace);
+    eventually(&format!("a {reason} event naming {names:?}"), || async {
+        let list = events.list(&Default::default()).await.map_err(|e| e.to_string())?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some(reason) && names.iter().all(|n| e.note.as_deref().unwrap_or_default().contains(n)))
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await
+}
+
+/// Adds `extra` to the inventory in the status of Katib `name`, as anyone allowed to write the
+/// status subresource (or a restore from backup) could.
+async fn add_to_inventory(api: &Api<component_framework::api::Katib>, name: &str, extra: &[InventoryEntry]) {
+    let mut inventory = api.get_status(name).await.unwrap().status.unwrap_or_default().inventory;
+    inventory.extend(extra.iter().cloned());
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": {"inventory": inventory}}))).await.unwrap();
+}
+
+/// An inventory in status is no proof of ownership: a foreign ClusterRole and another install's
+/// Deployment listed there survive both a prune (version switch) and the finalizer's cleanup, and
+/// a Warning Event names them.
+#[tokio::test]
+async fn objects_listed_in_the_inventory_but_not_made_by_the_resource_are_never_deleted() {
+    use component_framework::api::Katib;
+    use component_framework::build::{OWNER_ANNOTATION, PART_OF_LABEL};
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-foreign").await;
+    let elsewhere = TestNamespace::create(&client, "e2e-foreign-other").await;
+    let kubeconfig = install_package(&client, "katib").await;
+    let env = [("KUBECONFIG", kubeconfig.to_str().unwrap())];
+    let mut operator = OperatorProcess::start("katib-operator", &["--namespace", &ns.name], &env);
+    operator.wait_ready().await;
+    let api: Api<Katib> = Api::namespaced(client.clone(), &ns.name);
+    let katib: Katib = serde_json::from_value(json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib", "metadata": {"name": "katib"},
+        "spec": {"version": "v0.10.0", "targetNamespace": ns.name},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &katib).await.unwrap();
+    wait_phase(&api, "katib", "v0.10.0 Ready", ready_at::<Katib>("v0.10.0")).await;
+
+    // A ClusterRole nobody labelled, and a Deployment of another Katib install (same component
+    // label, another owner), in another namespace.
+    let role_name = format!("{}-foreign", ns.name);
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    roles.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": role_name}, "rules": []})).unwrap()).await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &elsewhere.name);
+    let foreign_deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "katib-ui", "labels": {PART_OF_LABEL: "katib"}, "annotations": {OWNER_ANNOTATION: format!("{}/katib", elsewhere.name)}},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "x", "image": "registry.invalid/x:1"}]}}},
+    }))
+    .unwrap();
+    deployments.create(&PostParams::default(), &foreign_deployment).await.unwrap();
+    let (role_uid, deployment_uid) = (roles.get(&role_name).await.unwrap().uid(), deployments.get("katib-ui").await.unwrap().uid());
+    let foreign = [
+        InventoryEntry { group: "rbac.authorization.k8s.io".into(), version: "v1".into(), kind: "ClusterRole".into(), namespace: None, name: role_name.clone() },
+        InventoryEntry { group: "apps".into(), version: "v1".into(), kind: "Deployment".into(), namespace: Some(elsewhere.name.clone()), name: "katib-ui".into() },
+    ];
+    let survived = || async {
+        assert_eq!(roles.get_opt(&role_name).await.unwrap().and_then(|r| r.uid()), role_uid, "the foreign ClusterRole was deleted");
+        let d = deployments.get_opt("katib-ui").await.unwrap();
+        assert!(d.as_ref().is_some_and(|d| d.metadata.deletion_timestamp.is_none()), "the other install's Deployment was deleted");
+        assert_eq!(d.and_then(|d| d.uid()), deployment_uid);
+    };
+
+    // Prune: what leaves the inventory is pruned (the status edit itself triggers a reconcile, and
+    // so does the version switch).
+    add_to_inventory(&api, "katib", &foreign).await;
+    api.patch("katib", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": "v0.11.0"}}))).await.unwrap();
+    wait_phase(&api, "katib", "v0.11.0 Ready", ready_at::<Katib>("v0.11.0")).await;
+    let event = event_naming(&client, &ns.name, "ForeignObjectsKept", &[&role_name, &format!("{}/katib-ui", elsewhere.name)]).await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    survived().await;
+
+    // Cleanup: with the operator stopped, list them again and delete the resource; the finalizer
+    // runs on that inventory once the operator is back.
+    operator.kill();
+    add_to_inventory(&api, "katib", &foreign).await;
+    api.delete("katib", &DeleteParams::default()).await.unwrap();
+    let operator = OperatorProcess::start("katib-operator", &["--namespace", &ns.name], &env);
+    operator.wait_ready().await;
+    gone(&api, "katib").await;
+    survived().await;
+    let ours: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    assert!(ours.get_opt("katib-controller").await.unwrap().is_none_or(|d| d.metadata.deletion_timestamp.is_some()), "the resource's own objects were not removed");
+    roles.delete(&role_name, &DeleteParams::default()).await.unwrap();
+}
+
+/// Two installs of Dex at different releases share its CRDs: the newest release's schema wins and
+/// is never moved back, so once both are Ready neither operator writes when it reconciles.
+#[tokio::test]
+async fn installs_at_two_releases_converge_on_the_newest_crds_and_then_write_nothing() {
+    let _dex = DEX.lock().await;
+    use component_framework::api::Dex;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let client = client().await;
+    install_crds(&client).await;
+    let older = TestNamespace::create(&client, "e2e-dex-older").await;
+    let newer = TestNamespace::create(&client, "e2e-dex-newer").await;
+    let mut installs = Vec::new();
+    for (ns, version) in [(&older, "v2.22.0"), (&newer, "v2.24.0")] {
+        let operator = OperatorProcess::start("dex-operator", &["--namespace", &ns.name], &[]);
+        operator.wait_ready().await;
+        let dex: Dex = serde_json::from_value(json!({
+            "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Dex", "metadata": {"name": "dex"},
+            "spec": {"version": version, "targetNamespace": ns.name},
+        }))
+        .unwrap();
+        let api: Api<Dex> = Api::namespaced(client.clone(), &ns.name);
+        api.create(&PostParams::default(), &dex).await.unwrap();
+        installs.push((operator, api, version));
+    }
+    for (_, api, version) in &installs {
+        wait_phase(api, "dex", &format!("{version} Ready"), ready_at::<Dex>(version)).await;
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let shipped: Vec<String> = component_framework::component::shipped_objects::<dex_operator::DexComponent>()
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!shipped.is_empty());
+    for name in &shipped {
+        let crd = crds.get(name).await.unwrap();
+        assert_eq!(crd.labels().get("components.kubeflow.org/version").map(String::as_str), Some("v2.24.0"), "CRD {name} is not at the newest release");
+    }
+    // Reconcile both again (a metadata touch each): neither writes anything.
+    let before: Vec<(f64, f64)> = futures::future::join_all(installs.iter().map(|(op, _, _)| op.quiescent())).await;
+    for (i, (_, api, _)) in installs.iter().enumerate() {
+        api.patch("dex", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": i.to_string()}}}))).await.unwrap();
+    }
+    for ((operator, _, version), (finished, writes)) in installs.iter().zip(before) {
+        let after = eventually("a finished reconcile after the touch", || async {
+            let (now, w) = operator.quiescent().await;
+            if now > finished { Ok(w) } else { Err(now) }
+        })
+        .await;
+        assert_eq!(after, writes, "the install at {version} wrote while nothing had changed");
+    }
+    for (_, api, _) in &installs {
+        api.delete("dex", &DeleteParams::default()).await.unwrap();
+        gone(api, "dex").await;
+    }
 }

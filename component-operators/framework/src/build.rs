@@ -21,6 +21,33 @@ pub const OWNER_ANNOTATION: &str = "components.kubeflow.org/owner";
 /// Annotation with the hash of the object as last applied.
 pub const HASH_ANNOTATION: &str = "components.kubeflow.org/applied-hash";
 
+/// The value of [`OWNER_ANNOTATION`] on the objects `resource` makes: `namespace/name`.
+pub fn owner_id<R: ComponentResource>(resource: &R) -> String {
+    format!("{}/{}", resource.namespace().unwrap_or_default(), resource.name_any())
+}
+
+/// Whether the live object proves it was made by the resource `owner` (see [`owner_id`]) of
+/// `component`: labelled part of the component and, except for CRDs (shared by every install of
+/// the component), annotated with that owner. Nothing else is ever deleted: an inventory in status
+/// can be written by others, so a name listed there is no proof.
+pub fn made_by(live: &Value, info: &kinds::KindInfo, component: &str, owner: &str) -> bool {
+    let metadata = &live["metadata"];
+    metadata["labels"][PART_OF_LABEL] == component && (info.is_crd() || metadata["annotations"][OWNER_ANNOTATION] == owner)
+}
+
+/// Shared CRDs: the newest release any install in the cluster uses wins, and a CRD is never moved
+/// back. Whether the live CRD was applied by a release of `C` newer than `version` (or by one this
+/// operator does not know, which can only be newer), so an install at `version` leaves it alone.
+pub fn crd_belongs_to_newer_release<C: Component>(live: &Value, version: &str) -> bool {
+    let Some(applied) = live["metadata"]["labels"][VERSION_LABEL].as_str() else { return false };
+    let position = |v: &str| C::releases().iter().position(|r| r.version == v);
+    match (position(applied), position(version)) {
+        (Some(applied), Some(ours)) => applied > ours,
+        (None, _) => true,
+        (Some(_), None) => false,
+    }
+}
+
 /// Namespace the component's namespaced objects go to.
 pub fn target_namespace<C: Component>(resource: &C::Resource) -> String {
     resource.core().target_namespace.clone().unwrap_or_else(|| C::DEFAULT_NAMESPACE.to_string())
@@ -36,7 +63,7 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
 
     let mut objects = manifest::render(release.manifest, &params)
         .map_err(|e| InvalidSpec::new("spec.version", format!("built-in manifest of {} cannot be rendered: {e}", release.version)))?;
-    let owner = format!("{}/{}", resource.namespace().unwrap_or_default(), resource.name_any());
+    let owner = owner_id(resource);
     for object in &mut objects {
         let info = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default())
             .ok_or_else(|| InvalidSpec::new("spec.version", format!("built-in manifest of {} has an unsupported kind {}", release.version, object["kind"])))?;
@@ -166,5 +193,30 @@ fn apply_replica_overrides<R: ComponentResource>(resource: &R, objects: &mut [Va
             format!("spec.overrides.replicas.{name}"),
             format!("no Deployment or StatefulSet named {name:?} in version {}; workloads: {}", resource.core().version, workloads.join(", ")),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(labels: Value, annotations: Value) -> Value {
+        json!({"metadata": {"name": "x", "labels": labels, "annotations": annotations}})
+    }
+
+    #[test]
+    fn only_objects_labelled_and_annotated_for_the_resource_are_its_own() {
+        let deployment = kinds::lookup("apps/v1", "Deployment").unwrap();
+        let ours = object(json!({PART_OF_LABEL: "katib"}), json!({OWNER_ANNOTATION: "team/katib"}));
+        assert!(made_by(&ours, deployment, "katib", "team/katib"));
+        // Another install of the same component, another component, an unlabelled object.
+        assert!(!made_by(&ours, deployment, "katib", "other/katib"));
+        assert!(!made_by(&object(json!({PART_OF_LABEL: "dex"}), json!({OWNER_ANNOTATION: "team/katib"})), deployment, "katib", "team/katib"));
+        assert!(!made_by(&object(json!({}), json!({OWNER_ANNOTATION: "team/katib"})), deployment, "katib", "team/katib"));
+        assert!(!made_by(&json!({"metadata": {"name": "cluster-admin"}}), kinds::lookup("rbac.authorization.k8s.io/v1", "ClusterRole").unwrap(), "katib", "team/katib"));
+        // CRDs name no owner: the component label is the proof.
+        let crd = kinds::lookup("apiextensions.k8s.io/v1", "CustomResourceDefinition").unwrap();
+        assert!(made_by(&object(json!({PART_OF_LABEL: "katib"}), json!({})), crd, "katib", "team/katib"));
+        assert!(!made_by(&object(json!({}), json!({})), crd, "katib", "team/katib"));
     }
 }

@@ -18,6 +18,7 @@ pub mod build;
 pub mod component;
 pub mod handover;
 pub mod kinds;
+pub mod live;
 pub mod manifest;
 pub mod nats_mode;
 pub mod rbac;

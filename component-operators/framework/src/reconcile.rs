@@ -1,5 +1,7 @@
 //! The reconcile driver: dereference → validate/build (pure, see [`crate::build`]) → server-side
-//! apply → prune → status → events. Everything that talks to the API server is here.
+//! apply → prune → status → events. Everything that talks to the API server is here. Live objects
+//! are read from the watches' caches ([`crate::live`]); deletes only touch objects whose live
+//! labels and annotations prove this resource made them ([`build::made_by`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::marker::PhantomData;
@@ -8,21 +10,22 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_crds::component::{ComponentResource, CrdRemovalPolicy, InventoryEntry, ManagementState};
-use futures::{StreamExt, TryStreamExt};
+use operator_runtime::retry::Backoffs;
 use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
 
-use crate::build::{self, HASH_ANNOTATION};
+use crate::build::{self, HASH_ANNOTATION, OWNER_ANNOTATION, PART_OF_LABEL};
 use crate::component::{Component, InvalidSpec, Inputs};
-use crate::handover;
+use crate::handover::{self, ReplaceError};
 use crate::kinds::{self, KindInfo};
+use crate::live::LiveObjects;
 use crate::manifest;
 use crate::metrics::Metrics;
 use crate::readiness;
@@ -31,22 +34,37 @@ use crate::status::{self, Outcome};
 /// Finalizer that makes deletion of a component resource remove what it installed.
 pub const FINALIZER: &str = "components.kubeflow.org/cleanup";
 
-/// Errors a reconcile can end with; the API server or cluster state is expected to recover.
+/// Errors a reconcile can end with, one kind per step, each naming what it failed on. The API
+/// server or the cluster is expected to recover; the resource is retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API call failed: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("finalizer handling failed: {0}")]
+    #[error("reading Secret {secret}: {source}")]
+    Dereference { secret: String, source: kube::Error },
+    #[error("applying {object}: {source}")]
+    Apply { object: String, source: kube::Error },
+    #[error("replacing {object}: {source}")]
+    Replace { object: String, source: ReplaceError },
+    #[error("pruning {object}: {source}")]
+    Prune { object: String, source: kube::Error },
+    #[error("writing the status of {resource}: {source}")]
+    Status { resource: String, source: kube::Error },
+    #[error("{0}")]
     Finalizer(#[source] Box<finalizer::Error<Error>>),
 }
 
 impl Error {
-    /// Short label for the `kfop_reconcile_errors_total{kind}` metric.
-    pub fn metric_label(&self) -> &'static str {
+    /// The step that failed, the `kind` label of `kfop_reconcile_errors_total`.
+    pub fn category(&self) -> &'static str {
         match self {
-            Error::Kube(kube::Error::Api(_)) => "api",
-            Error::Kube(_) => "client",
-            Error::Finalizer(_) => "finalizer",
+            Error::Dereference { .. } => "dereference",
+            Error::Apply { .. } => "apply",
+            Error::Replace { .. } => "replace",
+            Error::Prune { .. } => "prune",
+            Error::Status { .. } => "status",
+            Error::Finalizer(inner) => match inner.as_ref() {
+                finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e.category(),
+                _ => "finalizer",
+            },
         }
     }
 }
@@ -59,12 +77,16 @@ pub struct Context<C> {
     pub metrics: Arc<Metrics>,
     /// In NATS mode, where status reports of KfDef-made resources go.
     pub status_sender: Option<crate::nats_mode::StatusSender>,
+    /// Live objects of every kind the component ships.
+    pub live: LiveObjects,
+    /// Retry delay per resource (`namespace/name`) after failed reconciles.
+    backoffs: Backoffs<String>,
     _component: PhantomData<fn() -> C>,
 }
 
 impl<C: Component> Context<C> {
-    pub fn new(client: Client, field_manager: String, recorder: Recorder, metrics: Arc<Metrics>, status_sender: Option<crate::nats_mode::StatusSender>) -> Self {
-        Self { client, field_manager, recorder, metrics, status_sender, _component: PhantomData }
+    pub fn new(client: Client, field_manager: String, recorder: Recorder, metrics: Arc<Metrics>, status_sender: Option<crate::nats_mode::StatusSender>, live: LiveObjects) -> Self {
+        Self { client, field_manager, recorder, metrics, status_sender, live, backoffs: Backoffs::default(), _component: PhantomData }
     }
 
     /// Hands the resource's status to the NATS publisher (NATS mode, KfDef-made resources only).
@@ -84,6 +106,15 @@ impl<C: Component> Context<C> {
         }
     }
 
+    /// The live object at `entry`: from the watch cache, or read once for kinds not watched.
+    async fn live(&self, info: &KindInfo, entry: &InventoryEntry) -> Result<Option<Value>, kube::Error> {
+        if self.live.caches(info) {
+            return Ok(self.live.get(info, entry.namespace.as_deref(), &entry.name));
+        }
+        let object = self.dynamic_api(info, entry.namespace.as_deref()).get_opt(&entry.name).await?;
+        Ok(object.map(|o| serde_json::to_value(o).expect("objects serialise")))
+    }
+
     async fn event(&self, resource: &C::Resource, type_: EventType, reason: &str, note: String) {
         let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
         self.metrics.write();
@@ -91,6 +122,10 @@ impl<C: Component> Context<C> {
             warn!(error = %e, "cannot publish event");
         }
     }
+}
+
+fn backoff_key<K: ResourceExt>(resource: &K) -> String {
+    format!("{}/{}", resource.namespace().unwrap_or_default(), resource.name_any())
 }
 
 /// Entry point the controller calls for every change of a component resource or an owned object.
@@ -108,6 +143,7 @@ pub async fn reconcile<C: Component>(guard: Arc<DeserializeGuard<C::Resource>>, 
         }
     };
     let api: Api<C::Resource> = Api::namespaced(ctx.client.clone(), &resource.namespace().unwrap_or_default());
+    let key = backoff_key(&resource);
     let result = finalizer(&api, FINALIZER, Arc::new(resource), |event| async {
         match event {
             finalizer::Event::Apply(resource) => apply::<C>(&resource, &ctx).await,
@@ -116,15 +152,25 @@ pub async fn reconcile<C: Component>(guard: Arc<DeserializeGuard<C::Resource>>, 
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
+    if result.is_ok() {
+        ctx.backoffs.reset(&key);
+    }
     ctx.metrics.reconcile_finished(started.elapsed());
     result
 }
 
-/// Requeue policy for failed reconciles.
-pub fn error_policy<C: Component>(_guard: Arc<DeserializeGuard<C::Resource>>, error: &Error, ctx: Arc<Context<C>>) -> Action {
-    warn!(%error, "reconcile failed");
-    ctx.metrics.error(error.metric_label());
-    Action::requeue(Duration::from_secs(5))
+/// Requeue policy for failed reconciles: exponential backoff with jitter, per resource.
+pub fn error_policy<C: Component>(guard: Arc<DeserializeGuard<C::Resource>>, error: &Error, ctx: Arc<Context<C>>) -> Action {
+    let delay = ctx.backoffs.next(&backoff_key(guard.as_ref()));
+    warn!(%error, step = error.category(), retry_in = ?delay, "reconcile failed");
+    ctx.metrics.error(error.category());
+    Action::requeue(delay)
+}
+
+/// Whether the API server refused an object for good (not a passing failure such as a conflict
+/// or throttling): said in status, then retried with backoff like any error.
+fn refused(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if (400..500).contains(&status.code) && ![409, 429].contains(&status.code))
 }
 
 async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Action, Error> {
@@ -133,7 +179,7 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
         ManagementState::Unmanaged => Outcome::Unmanaged,
         ManagementState::Removed => {
             let inventory = resource.component_status().map(|s| s.inventory.clone()).unwrap_or_default();
-            delete_entries(ctx, &inventory, core.crd_removal_policy).await?;
+            delete_entries(resource, ctx, &inventory, core.crd_removal_policy).await?;
             Outcome::Removed
         }
         ManagementState::Managed => match desired::<C>(resource, ctx).await? {
@@ -146,12 +192,13 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
             Ok(objects) => {
                 let outcome = match apply_objects(resource, ctx, &objects).await {
                     Ok(outcome) => outcome,
-                    // The API server refused an object (not a passing failure): say so in status,
-                    // then retry with backoff like any error.
-                    Err(Error::Kube(kube::Error::Api(status))) if (400..500).contains(&status.code) && ![409, 429].contains(&status.code) => {
-                        let failed = Outcome::Invalid { field: "apply".into(), message: status.message.clone() };
-                        write_status(resource, ctx, &failed, None).await?;
-                        return Err(Error::Kube(kube::Error::Api(status)));
+                    Err(Error::Apply { object, source }) if refused(&source) => {
+                        let message = match &source {
+                            kube::Error::Api(status) => format!("{object}: {}", status.message),
+                            other => format!("{object}: {other}"),
+                        };
+                        write_status(resource, ctx, &Outcome::Invalid { field: "apply".into(), message }, None).await?;
+                        return Err(Error::Apply { object, source });
                     }
                     Err(e) => return Err(e),
                 };
@@ -159,7 +206,7 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                 let Outcome::Applied { inventory, .. } = &outcome else { unreachable!() };
                 let keep: BTreeSet<&InventoryEntry> = inventory.iter().collect();
                 let left: Vec<InventoryEntry> = previous.into_iter().filter(|e| !keep.contains(e)).collect();
-                delete_entries(ctx, &left, core.crd_removal_policy).await?;
+                delete_entries(resource, ctx, &left, core.crd_removal_policy).await?;
                 outcome
             }
         },
@@ -186,7 +233,8 @@ async fn dereference<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> 
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut inputs = Inputs::default();
     for (field, reference) in C::secret_refs(resource) {
-        let Some(secret) = secrets.get_opt(&reference.name).await? else {
+        let secret = secrets.get_opt(&reference.name).await.map_err(|source| Error::Dereference { secret: format!("{namespace}/{}", reference.name), source })?;
+        let Some(secret) = secret else {
             let msg = format!("Secret {:?} not found in namespace {namespace:?}", reference.name);
             return Ok(Err(InvalidSpec::new(format!("{field}.name"), msg).retryable()));
         };
@@ -212,15 +260,24 @@ fn entry_of(object: &Value, info: &KindInfo) -> InventoryEntry {
     }
 }
 
+/// `Kind namespace/name` (or `Kind name`) for messages.
+fn describe(info: &KindInfo, entry: &InventoryEntry) -> String {
+    match &entry.namespace {
+        Some(ns) => format!("{} {ns}/{}", info.kind, entry.name),
+        None => format!("{} {}", info.kind, entry.name),
+    }
+}
+
 /// Applies `objects` in order, skipping those already as desired, and reports readiness.
 async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, objects: &[Value]) -> Result<Outcome, Error> {
+    let component = C::Resource::COMPONENT.name();
+    let owner = build::owner_id(resource);
+    let version = &resource.core().version;
     let previous: BTreeSet<InventoryEntry> = resource.component_status().map(|s| s.inventory.iter().cloned().collect()).unwrap_or_default();
     let params = PatchParams::apply(&ctx.field_manager).force();
     let mut inventory = Vec::new();
     let mut not_ready = Vec::new();
     let mut changed = Vec::new();
-    // Read every live object first, several at a time (reads are the bulk of a no-op reconcile);
-    // writes then go out one by one in apply order.
     let targets: Vec<(&Value, &KindInfo, InventoryEntry)> = objects
         .iter()
         .map(|desired| {
@@ -229,31 +286,31 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
             (desired, info, entry_of(desired, info))
         })
         .collect();
-    let reads: Vec<(Api<DynamicObject>, String)> =
-        targets.iter().map(|(_, info, entry)| (ctx.dynamic_api(info, entry.namespace.as_deref()), entry.name.clone())).collect();
-    let lives: Vec<Option<Value>> = futures::stream::iter(reads.into_iter().map(|(api, name)| async move {
-        let live = api.get_opt(&name).await?;
-        Ok::<_, Error>(live.map(|o| serde_json::to_value(o).expect("objects serialise")))
-    }))
-    .buffered(8)
-    .try_collect()
-    .await?;
+    let mut lives = Vec::with_capacity(targets.len());
+    for (_, info, entry) in &targets {
+        lives.push(ctx.live(info, entry).await.map_err(|source| Error::Apply { object: describe(info, entry), source })?);
+    }
     // Deployments whose selector changed hand their pods over before anything is written, so the
-    // old pods carry the new selector's labels before a Service moves to it.
-    let mut lives = lives;
+    // old pods carry the new selector's labels before a Service moves to it. Only our own.
     let mut handed_over: BTreeMap<usize, Vec<String>> = BTreeMap::new();
-    for (index, ((desired, info, _), live)) in targets.iter().zip(lives.iter_mut()).enumerate() {
-        if info.kind == "Deployment" && live.as_ref().is_some_and(|l| immutable_field_changed(desired, l, info).is_some()) {
+    for (index, ((desired, info, entry), live)) in targets.iter().zip(lives.iter_mut()).enumerate() {
+        let Some(current) = live.as_ref() else { continue };
+        if info.kind == "Deployment" && immutable_field_changed(desired, current, info).is_some() && build::made_by(current, info, component, &owner) {
             ctx.metrics.write();
-            let retired = handover::retire(&ctx.client, live.as_ref().expect("checked"), desired, C::Resource::COMPONENT.name()).await?;
+            let retired = handover::retire(&ctx.client, current, desired, component, &owner, &ctx.field_manager)
+                .await
+                .map_err(|source| Error::Replace { object: describe(info, entry), source })?;
             *live = None;
             handed_over.insert(index, retired);
         }
     }
     for (index, ((desired, info, entry), live)) in targets.into_iter().zip(lives).enumerate() {
         let api = ctx.dynamic_api(info, entry.namespace.as_deref());
+        let what = describe(info, &entry);
         let live = match live {
             Some(live) if up_to_date(desired, &live, info) => live,
+            // A shared CRD another install keeps at a newer release stays as it is.
+            Some(live) if info.is_crd() && build::crd_belongs_to_newer_release::<C>(&live, version) => live,
             // Shared objects (namespaces) are only ever created, so the operator needs no right
             // to change existing ones.
             None if info.is_shared() => {
@@ -263,11 +320,10 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                 match api.create(&post, &object).await {
                     Ok(created) => serde_json::to_value(created).expect("objects serialise"),
                     Err(kube::Error::Api(status)) if status.code == 409 => desired.clone(),
-                    Err(e) => return Err(e.into()),
+                    Err(source) => return Err(Error::Apply { object: what, source }),
                 }
             }
             live => {
-                let what = format!("{} {}", info.kind, qualified(&entry));
                 let retiring = match handed_over.get(&index) {
                     Some(retired) => retired.clone(),
                     None => live.as_ref().map(handover::retiring).unwrap_or_default(),
@@ -282,25 +338,41 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                     info!(object = %what, "recreating deleted object");
                     changed.push(format!("recreated {what}"));
                 } else if let Some(live) = &live {
-                    if let Some(field) = immutable_field_changed(desired, live, info) {
-                        // The API server refuses to change this field in place: replace the object.
-                        ctx.metrics.write();
-                        api.delete(&entry.name, &DeleteParams::background()).await?;
-                        changed.push(format!("replaced {what} ({field} changed)"));
-                    } else if live["metadata"]["annotations"][HASH_ANNOTATION] == desired["metadata"]["annotations"][HASH_ANNOTATION] {
-                        ctx.metrics.healed();
-                        let path = manifest::first_difference(desired, live).unwrap_or_default();
-                        info!(object = %what, %path, "reverting drift");
-                        changed.push(format!("reverted drift in {what} ({path})"));
+                    match immutable_field_changed(desired, live, info) {
+                        // The API server refuses to change this field in place: replace the object,
+                        // if it is ours (applying over someone else's then fails and says so).
+                        Some(field) if build::made_by(live, info, component, &owner) => {
+                            ctx.metrics.write();
+                            handover::delete_and_wait(&api, live, DeleteParams::background())
+                                .await
+                                .map_err(|source| Error::Replace { object: what.clone(), source })?;
+                            changed.push(format!("replaced {what} ({field} changed)"));
+                        }
+                        Some(_) => {}
+                        None if live["metadata"]["annotations"][HASH_ANNOTATION] == desired["metadata"]["annotations"][HASH_ANNOTATION] => {
+                            ctx.metrics.healed();
+                            let path = manifest::first_difference(desired, live).unwrap_or_default();
+                            info!(object = %what, %path, "reverting drift");
+                            changed.push(format!("reverted drift in {what} ({path})"));
+                        }
+                        None => {}
                     }
                 }
                 ctx.metrics.write();
-                let mut applied = apply_with_retry(&api, &entry.name, &params, &handover::with_retiring(desired, &retiring), info).await?;
+                let (api, params, what, name) = (&api, &params, &what, entry.name.as_str());
+                let apply = move |retiring: Vec<String>| {
+                    let object = handover::with_retiring(desired, &retiring);
+                    async move { api.patch(name, params, &Patch::Apply(&object)).await.map_err(|source| Error::Apply { object: what.clone(), source }) }
+                };
+                let mut applied = apply(retiring).await?;
                 if look_for_retired {
-                    let retired = handover::retired_replica_sets(&ctx.client, entry.namespace.as_deref().unwrap_or_default(), &entry.name).await?;
+                    let namespace = entry.namespace.as_deref().unwrap_or_default();
+                    let retired = handover::retired_replica_sets(&ctx.client, namespace, &entry.name, &owner)
+                        .await
+                        .map_err(|source| Error::Apply { object: what.clone(), source })?;
                     if !retired.is_empty() {
                         ctx.metrics.write();
-                        applied = apply_with_retry(&api, &entry.name, &params, &handover::with_retiring(desired, &retired), info).await?;
+                        applied = apply(retired).await?;
                     }
                 }
                 serde_json::to_value(applied).expect("objects serialise")
@@ -310,7 +382,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
             Some(reason) => not_ready.push(reason),
             None if !handover::retiring(&live).is_empty() => {
                 ctx.metrics.write();
-                handover::finish(&ctx.client, &live, &ctx.field_manager).await?;
+                handover::finish(&ctx.client, &live, &owner, &ctx.field_manager).await.map_err(|source| Error::Apply { object: describe(info, &entry), source })?;
             }
             None => {}
         }
@@ -322,22 +394,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
         let note = changed.join("; ");
         ctx.event(resource, EventType::Normal, "Healed", note).await;
     }
-    Ok(Outcome::Applied { version: resource.core().version.clone(), inventory, not_ready })
-}
-
-/// Server-side apply; a replaced object may still be terminating for a moment, so a conflict on
-/// create is retried briefly.
-async fn apply_with_retry(api: &Api<DynamicObject>, name: &str, params: &PatchParams, desired: &Value, info: &KindInfo) -> Result<DynamicObject, Error> {
-    let mut attempt = 0;
-    loop {
-        match api.patch(name, params, &Patch::Apply(desired)).await {
-            Err(kube::Error::Api(status)) if status.code == 409 && attempt < 20 && !info.immutable_fields.is_empty() => {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            other => return Ok(other?),
-        }
-    }
+    Ok(Outcome::Applied { version: version.clone(), inventory, not_ready })
 }
 
 fn up_to_date(desired: &Value, live: &Value, info: &KindInfo) -> bool {
@@ -363,16 +420,13 @@ fn immutable_field_changed(desired: &Value, live: &Value, info: &KindInfo) -> Op
     })
 }
 
-fn qualified(entry: &InventoryEntry) -> String {
-    match &entry.namespace {
-        Some(ns) => format!("{ns}/{}", entry.name),
-        None => entry.name.clone(),
-    }
-}
-
-/// Deletes `entries`, webhooks first; namespaces are never deleted and CRDs only when the
-/// resource opted in with `crdRemovalPolicy: Delete`.
-async fn delete_entries<C: Component>(ctx: &Context<C>, entries: &[InventoryEntry], policy: CrdRemovalPolicy) -> Result<(), Error> {
+/// Deletes the objects of `entries` that `resource` made, webhooks first; namespaces are never
+/// deleted and CRDs only when the resource opted in with `crdRemovalPolicy: Delete`. An entry whose
+/// live object does not prove it was made by `resource` (see [`build::made_by`]) is kept and named
+/// in a Warning Event: an inventory can be written by anyone who can write the status.
+async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, entries: &[InventoryEntry], policy: CrdRemovalPolicy) -> Result<(), Error> {
+    let component = C::Resource::COMPONENT.name();
+    let owner = build::owner_id(resource);
     let mut targets: Vec<(&KindInfo, &InventoryEntry)> = entries
         .iter()
         .filter_map(|e| {
@@ -382,17 +436,45 @@ async fn delete_entries<C: Component>(ctx: &Context<C>, entries: &[InventoryEntr
         .filter(|(info, _)| !info.is_shared() && (!info.is_crd() || policy == CrdRemovalPolicy::Delete))
         .collect();
     targets.sort_by_key(|(info, _)| std::cmp::Reverse(info.rank));
+    let mut kept = Vec::new();
     for (info, entry) in targets {
+        let what = describe(info, entry);
         let api = ctx.dynamic_api(info, entry.namespace.as_deref());
+        // Objects not labelled for this operator are not in the cache: read them to tell a gone
+        // object from a foreign one.
+        let live = match ctx.live.get(info, entry.namespace.as_deref(), &entry.name) {
+            Some(live) => Some(live),
+            None => api.get_opt(&entry.name).await.map_err(|source| Error::Prune { object: what.clone(), source })?.map(|o| serde_json::to_value(o).expect("objects serialise")),
+        };
+        let Some(live) = live else { continue };
+        if !build::made_by(&live, info, component, &owner) {
+            warn!(object = %what, "listed in the inventory but not made by this resource; kept");
+            kept.push(what);
+            continue;
+        }
+        // Only the incarnation whose labels were checked: a delete conditional on its uid.
+        let uid = live["metadata"]["uid"].as_str().map(String::from);
+        let delete = DeleteParams { preconditions: Some(Preconditions { uid, resource_version: None }), ..DeleteParams::background() };
         ctx.metrics.write();
-        match api.delete(&entry.name, &DeleteParams::background()).await {
-            Ok(_) => info!(kind = info.kind, name = %qualified(entry), "deleted"),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(e.into()),
+        match api.delete(&entry.name, &delete).await {
+            Ok(_) => info!(object = %what, "deleted"),
+            // Gone, or replaced by another object since it was read (a later reconcile judges that one).
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(source) => return Err(Error::Prune { object: what, source }),
         }
         if info.kind == "Deployment" {
-            handover::delete_retired(&ctx.client, entry.namespace.as_deref().unwrap_or_default(), &entry.name).await?;
+            handover::delete_retired(&ctx.client, entry.namespace.as_deref().unwrap_or_default(), &entry.name, &owner)
+                .await
+                .map_err(|source| Error::Prune { object: format!("retired ReplicaSets of {what}"), source })?;
         }
+    }
+    if !kept.is_empty() {
+        let note = format!(
+            "kept {}: listed in status.inventory but not made by {} {owner} (label {PART_OF_LABEL}={component} and annotation {OWNER_ANNOTATION}={owner} missing)",
+            kept.join(", "),
+            C::Resource::COMPONENT.kind()
+        );
+        ctx.event(resource, EventType::Warning, "ForeignObjectsKept", note).await;
     }
     Ok(())
 }
@@ -410,7 +492,7 @@ async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
                 }
             }
         }
-        delete_entries(ctx, &entries.into_iter().collect::<Vec<_>>(), core.crd_removal_policy).await?;
+        delete_entries(resource, ctx, &entries.into_iter().collect::<Vec<_>>(), core.crd_removal_policy).await?;
         ctx.event(resource, EventType::Normal, "Uninstalled", format!("removed the objects of {} {}", C::Resource::COMPONENT.kind(), resource.name_any())).await;
     }
     ctx.report(resource, None);
@@ -426,10 +508,11 @@ async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, ou
     if cached == Some(&next) {
         return Ok(());
     }
+    let status_error = |source| Error::Status { resource: build::owner_id(resource), source };
     let api: Api<C::Resource> = Api::namespaced(ctx.client.clone(), &resource.namespace().unwrap_or_default());
     // The cached resource can predate this operator's own last status write (its watch event not
     // seen yet): compare with the stored status before writing the same one again.
-    let Some(stored) = api.get_opt(&resource.name_any()).await? else { return Ok(()) };
+    let Some(stored) = api.get_opt(&resource.name_any()).await.map_err(status_error)? else { return Ok(()) };
     let current = stored.component_status();
     let next = status::next_status(current, resource.meta().generation, outcome, &now);
     if current == Some(&next) {
@@ -443,7 +526,7 @@ async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, ou
         "status": next,
     });
     ctx.metrics.write();
-    api.patch_status(&resource.name_any(), &PatchParams::apply(&ctx.field_manager).force(), &Patch::Apply(&patch)).await?;
+    api.patch_status(&resource.name_any(), &PatchParams::apply(&ctx.field_manager).force(), &Patch::Apply(&patch)).await.map_err(status_error)?;
     let was_degraded = current.and_then(|s| s.phase) == Some(kubeflow_crds::component::ComponentPhase::Degraded);
     match (invalid, next.phase) {
         (Some(invalid), _) => ctx.event(resource, EventType::Warning, "InvalidSpec", invalid.to_string()).await,

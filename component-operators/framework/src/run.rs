@@ -1,5 +1,6 @@
 //! Wiring a [`Component`] into a running controller: the watch on its resource, label-selected
-//! watches on every kind it ships (namespaced and cluster-scoped), the health/metrics endpoint.
+//! watches on every kind it ships (namespaced and cluster-scoped) feeding the caches reconciles
+//! read from, the health/metrics endpoint (ready once the caches have synced).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
+
 use kube::{Api, Client, ResourceExt};
 use kubeflow_crds::component::ComponentResource;
 use tracing::{info, warn};
@@ -18,6 +20,7 @@ use crate::OperatorArgs;
 use crate::build::{OWNER_ANNOTATION, PART_OF_LABEL};
 use crate::component::Component;
 use crate::kinds::{self, KindInfo};
+use crate::live::LiveObjects;
 use crate::metrics::Metrics;
 use crate::reconcile::{self, Context};
 
@@ -65,23 +68,37 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     let mut controller = Controller::new(resources, watcher::Config::default().any_semantic());
     let selector = format!("{PART_OF_LABEL}={}", component.name());
     let store = controller.store();
+    // One watch per shipped kind: it fills the cache reconciles read live objects from, and each
+    // event triggers the resource that owns the object.
+    let mut live = LiveObjects::default();
     for info in watched_kinds::<C>() {
-        let resource = info.api_resource();
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let config = watcher::Config::default().labels(&selector).any_semantic();
+        let stream = live.watch(&client, info, &selector);
         let watched = args.namespace.clone();
         let store = store.clone();
         let is_crd = info.is_crd();
-        controller = controller.watches_with(api, resource, config, move |o| {
-            // A shared CRD concerns every resource of the component this operator watches.
-            let all: Vec<ObjectRef<DeserializeGuard<C::Resource>>> = if is_crd { store.state().iter().map(|r| ObjectRef::from_obj(r.as_ref())).collect() } else { Vec::new() };
-            owner_of::<C::Resource>(&o, watched.as_deref()).into_iter().chain(all)
-        });
+        controller = controller.watches_stream_with(
+            stream,
+            move |o| {
+                // A shared CRD concerns every resource of the component this operator watches.
+                let all: Vec<ObjectRef<DeserializeGuard<C::Resource>>> = if is_crd { store.state().iter().map(|r| ObjectRef::from_obj(r.as_ref())).collect() } else { Vec::new() };
+                owner_of::<C::Resource>(&o, watched.as_deref()).into_iter().chain(all)
+            },
+            info.api_resource(),
+        );
     }
     let recorder = Recorder::new(client.clone(), Reporter::from(field_manager.as_str()));
     let status_sender = args.nats_url.clone().map(|url| crate::nats_mode::start::<C>(client.clone(), url, args.namespace.clone()));
-    let ctx = Arc::new(Context::<C>::new(client, field_manager, recorder, metrics.clone(), status_sender));
-    metrics.set_ready();
+    // Ready once every cache holds its first full list: before that a reconcile would take
+    // existing objects for missing ones.
+    let (resources_synced, objects_synced, ready) = (store.clone(), live.clone(), metrics.clone());
+    tokio::spawn(async move {
+        if resources_synced.wait_until_ready().await.is_ok() {
+            objects_synced.wait_until_ready().await;
+            ready.set_ready();
+            info!("caches synced; ready");
+        }
+    });
+    let ctx = Arc::new(Context::<C>::new(client, field_manager, recorder, metrics.clone(), status_sender, live));
     info!(%component, namespace = args.namespace.as_deref().unwrap_or("<all>"), "controller started");
     controller
         .shutdown_on_signal()

@@ -148,6 +148,21 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_crd_is_left_to_the_newest_release_that_applied_it() {
+        use component_framework::build::crd_belongs_to_newer_release;
+        let crd = |version: Option<&str>| json!({"metadata": {"name": "experiments.kubeflow.org", "labels": version.map(|v| json!({"components.kubeflow.org/version": v})).unwrap_or(json!({}))}});
+        // An install at v0.10.0 leaves a CRD v0.11.0 applied alone, and never moves it back.
+        assert!(crd_belongs_to_newer_release::<KatibComponent>(&crd(Some("v0.11.0")), "v0.10.0"));
+        // The newer install applies its own over an older one, and one at the same release too.
+        assert!(!crd_belongs_to_newer_release::<KatibComponent>(&crd(Some("v0.10.0")), "v0.11.0"));
+        assert!(!crd_belongs_to_newer_release::<KatibComponent>(&crd(Some("v0.11.0")), "v0.11.0"));
+        // A release this operator does not ship can only come from a newer operator.
+        assert!(crd_belongs_to_newer_release::<KatibComponent>(&crd(Some("v0.99.0")), "v0.11.0"));
+        // A CRD someone else made (no version label) is taken over.
+        assert!(!crd_belongs_to_newer_release::<KatibComponent>(&crd(None), "v0.10.0"));
+    }
+
+    #[test]
     fn every_release_builds_a_full_object_set() {
         for release in KatibComponent::releases() {
             let objects = desired_objects::<KatibComponent>(&katib(json!({"version": release.version})), &Inputs::default()).unwrap();
