@@ -181,12 +181,11 @@ async fn lifecycle<C: Component>(binary: &str, spec: Value) {
     gone(&api, "e2e").await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for entry in &inventory {
-        let present = dynamic_api(&client, entry).get_opt(&entry.name).await.unwrap();
         if entry.kind == "CustomResourceDefinition" {
             assert!(crds.get_opt(&entry.name).await.unwrap().is_some(), "CRD {} was removed", entry.name);
         } else {
-            let gone = present.is_none() || present.unwrap().metadata.deletion_timestamp.is_some();
-            assert!(gone, "{} {:?}/{} left behind", entry.kind, entry.namespace, entry.name);
+            // Gone, not merely terminating.
+            gone(&dynamic_api(&client, entry), &entry.name).await;
         }
     }
 }
@@ -315,7 +314,7 @@ async fn a_deployment_whose_selector_changed_is_replaced_while_its_pods_keep_ser
     .await;
     // The reconcile that replaced the Deployment ends by writing the status of the new spec.
     wait_phase(&api, "dex", "status of the switched spec", |d: &Dex| d.component_status().is_some_and(|s| s.observed_generation == d.meta().generation)).await;
-    for _ in 0..10 {
+    let held_back = || async {
         let serving: Vec<String> = pods
             .list(&ListParams::default().labels("app.kubernetes.io/name=dex"))
             .await
@@ -331,7 +330,26 @@ async fn a_deployment_whose_selector_changed_is_replaced_while_its_pods_keep_ser
         assert!(retired[0].owner_references().is_empty(), "the retired ReplicaSet is orphaned: {:?}", retired[0].owner_references());
         let status = api.get("dex").await.unwrap().component_status().cloned().unwrap_or_default();
         assert_ne!(status.phase, Some(ComponentPhase::Ready), "Ready while the new Deployment cannot run: {status:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    // The state holds for a window: checked again on every change to the pods, the ReplicaSets
+    // or the Dex resource while it lasts.
+    held_back().await;
+    {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let mut changes = futures::stream::select_all([
+            watcher(pods.clone(), watcher::Config::default()).touched_objects().map(|_| ()).boxed(),
+            watcher(replica_sets.clone(), watcher::Config::default()).touched_objects().map(|_| ()).boxed(),
+            watcher(api.clone(), watcher::Config::default()).touched_objects().map(|_| ()).boxed(),
+        ]);
+        let window = tokio::time::sleep(std::time::Duration::from_secs(2));
+        tokio::pin!(window);
+        loop {
+            tokio::select! {
+                _ = &mut window => break,
+                Some(()) = changes.next() => held_back().await,
+            }
+        }
     }
     assert!(deployments.get("dex").await.unwrap().annotations().contains_key(RETIRING_ANNOTATION));
 
@@ -425,9 +443,10 @@ async fn objects_listed_in_the_inventory_but_not_made_by_the_resource_are_never_
     add_to_inventory(&api, "katib", &foreign).await;
     api.patch("katib", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": "v0.11.0"}}))).await.unwrap();
     wait_phase(&api, "katib", "v0.11.0 Ready", ready_at::<Katib>("v0.11.0")).await;
+    // (Ready at the new version: that reconcile's prune is done.)
+    survived().await;
     let event = event_naming(&client, &ns.name, "ForeignObjectsKept", &[&role_name, &format!("{}/katib-ui", elsewhere.name)]).await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
-    survived().await;
 
     // Cleanup: with the operator stopped, list them again and delete the resource; the finalizer
     // runs on that inventory once the operator is back.

@@ -62,8 +62,10 @@ async fn unmanaged_leaves_objects_removed_uninstalls_and_crd_deletion_is_opt_in(
     set("Removed").await;
     let removed = phase(&api, ComponentPhase::Removed).await;
     assert!(removed.status.unwrap().inventory.is_empty());
-    let left = deployments.list(&Default::default()).await.unwrap().items;
-    assert!(left.iter().all(|d| d.metadata.deletion_timestamp.is_some()), "left: {:?}", left.iter().map(|d| d.name_any()).collect::<Vec<_>>());
+    // Gone, not merely terminating.
+    for deployment in deployments.list(&Default::default()).await.unwrap().items {
+        gone(&deployments, &deployment.name_any()).await;
+    }
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     assert!(crds.get_opt("experiments.kubeflow.org").await.unwrap().is_some());
 

@@ -5,19 +5,22 @@
 
 use std::collections::BTreeMap;
 
-use futures::Stream;
+use futures::{Stream, TryStreamExt};
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
+use tokio::sync::watch;
 
 use crate::kinds::KindInfo;
 
-/// Reflector stores of every watched kind, by kind name.
+/// Reflector stores of every watched kind, by kind name, and whether each watch has delivered its
+/// first full list.
 #[derive(Clone, Default)]
 pub struct LiveObjects {
     stores: BTreeMap<&'static str, (&'static KindInfo, Store<DynamicObject>)>,
+    synced: Vec<watch::Receiver<bool>>,
 }
 
 impl LiveObjects {
@@ -34,7 +37,25 @@ impl LiveObjects {
         let writer = reflector::store::Writer::new(resource);
         self.stores.insert(info.kind, (info, writer.as_reader()));
         let config = watcher::Config::default().labels(selector).any_semantic();
-        watcher(api, config).default_backoff().reflect(writer).touched_objects()
+        let events = watcher(api, config).default_backoff().reflect(writer);
+        self.track_sync(events).touched_objects()
+    }
+
+    /// Passes a watch's `events` through, counting it among the watches [`Self::wait_until_ready`]
+    /// waits for. (A store's own `wait_until_ready` cannot be shared: kube-runtime wakes only the
+    /// last of several waiters, and the controller already waits on its store.)
+    pub fn track_sync<K, S>(&mut self, events: S) -> impl Stream<Item = S::Item> + Send + 'static
+    where
+        K: Send + 'static,
+        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    {
+        let (synced, receiver) = watch::channel(false);
+        self.synced.push(receiver);
+        events.inspect_ok(move |event| {
+            if matches!(event, watcher::Event::InitDone) {
+                synced.send_replace(true);
+            }
+        })
     }
 
     /// The cached object of kind `info` at `namespace/name` (namespace ignored for cluster-scoped
@@ -45,7 +66,11 @@ impl LiveObjects {
         if !info.cluster_scoped {
             reference = reference.within(namespace.unwrap_or_default());
         }
-        store.get(&reference).map(|object| serde_json::to_value(object.as_ref()).expect("objects serialise"))
+        let mut object = serde_json::to_value(store.get(&reference)?.as_ref()).expect("objects serialise");
+        // Items of a list carry no apiVersion and kind; objects from watch events do.
+        object["apiVersion"] = info.api_version().into();
+        object["kind"] = info.kind.into();
+        Some(object)
     }
 
     /// Whether objects of `info` are cached here.
@@ -53,12 +78,11 @@ impl LiveObjects {
         self.stores.contains_key(info.kind)
     }
 
-    /// Returns once every store has received its first full list.
+    /// Returns once every tracked watch has delivered its first full list.
     pub async fn wait_until_ready(&self) {
-        for (info, store) in self.stores.values() {
-            if store.wait_until_ready().await.is_err() {
-                tracing::warn!(kind = info.kind, "watch stopped before its first list");
-            }
+        for synced in &self.synced {
+            // An error means the watch was dropped: the operator is shutting down.
+            let _ = synced.clone().wait_for(|synced| *synced).await;
         }
     }
 }

@@ -9,9 +9,8 @@ use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::core::DeserializeGuard;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
-
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use kubeflow_crds::component::ComponentResource;
 use tracing::{info, warn};
@@ -65,12 +64,14 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let mut controller = Controller::new(resources, watcher::Config::default().any_semantic());
+    let mut live = LiveObjects::default();
+    let writer = reflector::store::Writer::default();
+    let store = writer.as_reader();
+    let resource_events = watcher(resources, watcher::Config::default().any_semantic()).default_backoff().reflect(writer);
+    let mut controller = Controller::for_stream(live.track_sync(resource_events).applied_objects(), store.clone());
     let selector = format!("{PART_OF_LABEL}={}", component.name());
-    let store = controller.store();
     // One watch per shipped kind: it fills the cache reconciles read live objects from, and each
     // event triggers the resource that owns the object.
-    let mut live = LiveObjects::default();
     for info in watched_kinds::<C>() {
         let stream = live.watch(&client, info, &selector);
         let watched = args.namespace.clone();
@@ -90,13 +91,11 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     let status_sender = args.nats_url.clone().map(|url| crate::nats_mode::start::<C>(client.clone(), url, args.namespace.clone()));
     // Ready once every cache holds its first full list: before that a reconcile would take
     // existing objects for missing ones.
-    let (resources_synced, objects_synced, ready) = (store.clone(), live.clone(), metrics.clone());
+    let (synced, ready) = (live.clone(), metrics.clone());
     tokio::spawn(async move {
-        if resources_synced.wait_until_ready().await.is_ok() {
-            objects_synced.wait_until_ready().await;
-            ready.set_ready();
-            info!("caches synced; ready");
-        }
+        synced.wait_until_ready().await;
+        ready.set_ready();
+        info!("caches synced; ready");
     });
     let ctx = Arc::new(Context::<C>::new(client, field_manager, recorder, metrics.clone(), status_sender, live));
     info!(%component, namespace = args.namespace.as_deref().unwrap_or("<all>"), "controller started");
