@@ -1,8 +1,10 @@
 //! What every operator process of the project needs, the meta-operator and the component operators
-//! alike: Prometheus metrics ([`metrics`]) and the health endpoint serving them ([`server`]),
-//! logging and tracing ([`telemetry`]), the NATS transport ([`nats`]), retry delays ([`retry`]),
-//! condition bookkeeping ([`conditions`]) and the content hash that tells whether a desired object or spec changed.
+//! alike: Prometheus metrics ([`metrics`]) and the health endpoint serving them ([`server`]), a
+//! Kubernetes client that counts its writes ([`client`]), logging and tracing ([`telemetry`]), the
+//! NATS transport ([`nats`]), retry delays ([`retry`]), condition bookkeeping ([`conditions`]) and
+//! the content hash that tells whether a desired object or spec changed.
 
+pub mod client;
 pub mod conditions;
 pub mod metrics;
 pub mod nats;
