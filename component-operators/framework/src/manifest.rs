@@ -36,7 +36,7 @@ pub enum TemplateError {
 /// Parses `template` and substitutes `params` into every string scalar.
 pub fn render(template: &str, params: &Params) -> Result<Vec<Value>, TemplateError> {
     let mut objects = Vec::new();
-    for (index, doc) in serde_yaml::Deserializer::from_str(template).enumerate() {
+    for (index, doc) in serde_yaml_ng::Deserializer::from_str(template).enumerate() {
         let mut value = Value::deserialize(doc).map_err(|e| TemplateError::Yaml(e.to_string()))?;
         if value.is_null() {
             continue;
