@@ -31,7 +31,7 @@ pub enum BundleError {
     #[error("generated bundle files are out of date: {0:?}; run `make generate` and commit the result")]
     Drift(Vec<String>),
     #[error("cannot parse {path}: {source}")]
-    Parse { path: PathBuf, source: serde_yaml::Error },
+    Parse { path: PathBuf, source: serde_yaml_ng::Error },
     #[error("released bundle {0} is missing from bundle/; released bundles are kept as published")]
     MissingRelease(String),
     #[error("the released bundles of {version} changed (digest {found}, released as {recorded}); a published bundle never changes: restore it from git, and put changes in the next release")]
@@ -72,7 +72,7 @@ impl Package {
 }
 
 fn yaml(value: &Value) -> String {
-    serde_yaml::to_string(value).expect("JSON values serialise to YAML")
+    serde_yaml_ng::to_string(value).expect("JSON values serialise to YAML")
 }
 
 /// Every package: the meta-operator and one per component operator.
@@ -111,7 +111,7 @@ pub fn bundle_manifests(dir: &Path, package: &Package, index: usize) -> Result<V
         let mut files: Vec<(String, Value)> = read_tree(dir, &manifests)?
             .into_iter()
             .map(|(path, text)| {
-                let object = serde_yaml::from_str(&text).map_err(|source| BundleError::Parse { path: dir.join(&path), source })?;
+                let object = serde_yaml_ng::from_str(&text).map_err(|source| BundleError::Parse { path: dir.join(&path), source })?;
                 Ok((path.trim_start_matches(&manifests).to_string(), object))
             })
             .collect::<Result<_, BundleError>>()?;

@@ -14,8 +14,8 @@ fn example(name: &str) -> String {
 
 /// Parses `yaml` as untyped JSON and as a typed KfDef, and returns (original, typed re-serialised).
 fn round_trip(yaml: &str) -> (Value, Value) {
-    let original: Value = serde_yaml::from_str(yaml).expect("fixture is YAML");
-    let typed: KfDef = serde_yaml::from_str(yaml).expect("fixture deserialises into KfDef");
+    let original: Value = serde_yaml_ng::from_str(yaml).expect("fixture is YAML");
+    let typed: KfDef = serde_yaml_ng::from_str(yaml).expect("fixture deserialises into KfDef");
     (original, serde_json::to_value(&typed).expect("KfDef serialises"))
 }
 
@@ -62,7 +62,7 @@ fn every_example_kfdef_round_trips() {
 
 #[test]
 fn component_spec_defaults_to_managed_and_retains_crds() {
-    let katib: Katib = serde_yaml::from_str(
+    let katib: Katib = serde_yaml_ng::from_str(
         "apiVersion: components.kubeflow.org/v1alpha1\nkind: Katib\nmetadata: {name: katib}\nspec: {version: v0.11.0}\n",
     )
     .unwrap();
@@ -73,7 +73,7 @@ fn component_spec_defaults_to_managed_and_retains_crds() {
 
 #[test]
 fn kfupgrade_accepts_kfctl_fields_and_defaults_rollback_on() {
-    let upgrade: KfUpgrade = serde_yaml::from_str(
+    let upgrade: KfUpgrade = serde_yaml_ng::from_str(
         "apiVersion: kfupgrade.apps.kubeflow.org/v1alpha1\nkind: KfUpgrade\nmetadata: {name: up}\n\
          spec:\n  currentKfDef: {name: kubeflow, version: v1.0.0}\n  newKfDef: {name: kubeflow, version: v1.0.2}\n  baseConfigPath: kfctl.yaml\n",
     )

@@ -25,7 +25,7 @@ fn yaml_docs(objects: &[Value]) -> String {
     let mut out = HEADER.to_string();
     for object in objects {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(object).expect("JSON values serialise to YAML"));
+        out.push_str(&serde_yaml_ng::to_string(object).expect("JSON values serialise to YAML"));
     }
     out
 }

@@ -359,10 +359,10 @@ pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: 
     let request = TokenRequest { spec: TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }, ..Default::default() };
     let token = accounts.create_token_request(name, &PostParams::default(), &request).await.unwrap().status.unwrap().token;
     let admin = std::fs::read_to_string(std::env::var("KUBECONFIG").unwrap()).unwrap();
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&admin).unwrap();
-    config["users"][0]["user"] = serde_yaml::from_str(&format!("token: {token}")).unwrap();
+    let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&admin).unwrap();
+    config["users"][0]["user"] = serde_yaml_ng::from_str(&format!("token: {token}")).unwrap();
     let path = std::env::temp_dir().join(unique_name(&format!("kubeconfig-{name}")));
-    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    std::fs::write(&path, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
     path
 }
 

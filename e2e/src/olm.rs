@@ -107,7 +107,7 @@ impl Drop for Olm {
 pub fn catalog_documents(package: &str) -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bundle/catalog").join(package).join("catalog.yaml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    serde_yaml::Deserializer::from_str(&text).map(|doc| serde::Deserialize::deserialize(doc).unwrap()).collect()
+    serde_yaml_ng::Deserializer::from_str(&text).map(|doc| serde::Deserialize::deserialize(doc).unwrap()).collect()
 }
 
 /// Bundle names of `package`'s `stable` channel, oldest first.
@@ -133,7 +133,7 @@ pub fn catalog_until(package: &str, last: &str) -> PathBuf {
             _ => {}
         }
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&doc).unwrap());
+        out.push_str(&serde_yaml_ng::to_string(&doc).unwrap());
     }
     let dir = std::env::temp_dir().join(unique_name("catalog"));
     std::fs::create_dir_all(dir.join(package)).unwrap();

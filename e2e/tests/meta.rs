@@ -77,7 +77,7 @@ async fn full_kfdef_converges_reports_every_application_follows_edits_and_delete
     let stack = OperatorStack::start(&client, &[]).await;
     let ns = TestNamespace::create(&client, "e2e-kfdef-full").await;
     let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
-    let mut kfdef: KfDef = serde_yaml::from_str(&yaml).unwrap();
+    let mut kfdef: KfDef = serde_yaml_ng::from_str(&yaml).unwrap();
     kfdef.metadata.namespace = Some(ns.name.clone());
     let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
     api.create(&PostParams::default(), &kfdef).await.unwrap();

@@ -263,7 +263,7 @@ async fn every_bundles_alm_examples_are_accepted_by_the_api_server() {
         let package = package.unwrap().file_name().into_string().unwrap();
         for csv_name in channel_entries(&package) {
             let file = bundles.join(&package).join(version_of(&csv_name)).join("manifests").join(format!("{package}.clusterserviceversion.yaml"));
-            let csv: Value = serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+            let csv: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
             let examples: Vec<Value> = serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
             for example in &examples {
                 dry_run_create(&client, &namespace.name, example, example["metadata"]["name"].as_str().unwrap()).await;

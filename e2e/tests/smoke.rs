@@ -40,7 +40,7 @@ async fn all_crds_install_and_become_established() {
 /// Creates the KfDef `yaml` in `ns` exactly as written (no typed round trip) and returns what the API server
 /// stored.
 async fn create_kfdef_untyped(client: &kube::Client, ns: &str, yaml: &str) -> (Value, Value) {
-    let mut original: Value = serde_yaml::from_str(yaml).unwrap();
+    let mut original: Value = serde_yaml_ng::from_str(yaml).unwrap();
     original["metadata"]["namespace"] = json!(ns);
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<KfDef>(&()));
     let object: DynamicObject = serde_json::from_value(original.clone()).unwrap();

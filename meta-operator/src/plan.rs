@@ -89,7 +89,7 @@ mod tests {
     use super::*;
 
     fn kfdef(yaml: &str) -> KfDef {
-        serde_yaml::from_str(yaml).unwrap()
+        serde_yaml_ng::from_str(yaml).unwrap()
     }
 
     fn example() -> KfDef {

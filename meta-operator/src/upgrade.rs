@@ -113,7 +113,7 @@ mod tests {
 
     fn spec(yaml: &str) -> KfUpgradeSpec {
         let full = format!("apiVersion: kfupgrade.apps.kubeflow.org/v1alpha1\nkind: KfUpgrade\nmetadata: {{name: u}}\nspec:\n{yaml}");
-        serde_yaml::from_str::<KfUpgrade>(&full).unwrap().spec
+        serde_yaml_ng::from_str::<KfUpgrade>(&full).unwrap().spec
     }
 
     fn v12() -> BTreeMap<ComponentKind, String> {

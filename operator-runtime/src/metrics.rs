@@ -1,58 +1,85 @@
-//! Prometheus metrics of a component operator, rendered in the text exposition format.
+//! Prometheus metrics of an operator, rendered in the OpenMetrics text format.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
 
 /// Upper bounds (seconds) of the reconcile duration histogram.
 const BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
-#[derive(Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriterLabels {
+    field_manager: String,
+}
+
+/// The `kfop_*` metrics of one operator process, every series labelled `component="<name>"`.
+#[derive(Debug)]
 pub struct Metrics {
-    component: String,
-    reconciles: AtomicU64,
-    heals: AtomicU64,
-    writes: AtomicU64,
-    errors: Mutex<BTreeMap<&'static str, u64>>,
-    /// Cumulative bucket counts, then the sum in microseconds and the count.
-    durations: Mutex<([u64; BUCKETS.len()], u64, u64)>,
+    registry: Registry,
+    reconciles: Counter,
+    heals: Counter,
+    writes: Counter,
+    writes_by: Family<WriterLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    durations: Histogram,
     ready: AtomicBool,
 }
 
 impl Metrics {
     pub fn new(component: &str) -> Self {
-        Self { component: component.into(), ..Default::default() }
+        let mut registry = Registry::with_prefix_and_labels("kfop", [("component".into(), component.to_string().into())].into_iter());
+        let (reconciles, heals, writes) = (Counter::default(), Counter::default(), Counter::default());
+        let (writes_by, errors) = (Family::default(), Family::default());
+        let durations = Histogram::new(BUCKETS);
+        registry.register("reconciles", "Reconciles started", reconciles.clone());
+        registry.register("heals", "Owned objects recreated or reverted to the desired state", heals.clone());
+        registry.register("writes", "Write requests sent to the API server", writes.clone());
+        registry.register("writes_by_field_manager", "Write requests sent to the API server, by field manager", writes_by.clone());
+        registry.register("reconcile_errors", "Failed reconciles by error kind", errors.clone());
+        registry.register_with_unit("reconcile_duration", "Reconcile duration", Unit::Seconds, durations.clone());
+        Self { registry, reconciles, heals, writes, writes_by, errors, durations, ready: AtomicBool::new(false) }
     }
     pub fn reconcile_started(&self) {
-        self.reconciles.fetch_add(1, Ordering::Relaxed);
+        self.reconciles.inc();
     }
     pub fn reconcile_finished(&self, took: Duration) {
-        let mut d = self.durations.lock().unwrap();
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if took.as_secs_f64() <= *bound {
-                d.0[i] += 1;
-            }
-        }
-        d.1 += took.as_micros() as u64;
-        d.2 += 1;
+        self.durations.observe(took.as_secs_f64());
     }
     /// An owned object was recreated or its drift reverted.
     pub fn healed(&self) {
-        self.heals.fetch_add(1, Ordering::Relaxed);
+        self.heals.inc();
     }
     /// A write request (apply, delete, status, event) was sent to the API server.
     #[track_caller]
     pub fn write(&self) {
         tracing::debug!(at = %std::panic::Location::caller(), "API write");
-        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.writes.inc();
+    }
+    /// A write request was sent to the API server as `field_manager` (counted in both write metrics).
+    pub fn write_by(&self, field_manager: &str) {
+        self.writes_by.get_or_create(&WriterLabels { field_manager: field_manager.into() }).inc();
+        self.writes.inc();
     }
     pub fn writes(&self) -> u64 {
-        self.writes.load(Ordering::Relaxed)
+        self.writes.get()
+    }
+    /// Write requests sent as `field_manager`.
+    pub fn writes_by(&self, field_manager: &str) -> u64 {
+        self.writes_by.get(&WriterLabels { field_manager: field_manager.into() }).map_or(0, |c| c.get())
     }
     pub fn error(&self, kind: &'static str) {
-        *self.errors.lock().unwrap().entry(kind).or_default() += 1;
+        self.errors.get_or_create(&ErrorLabels { kind }).inc();
     }
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Relaxed);
@@ -61,28 +88,10 @@ impl Metrics {
         self.ready.load(Ordering::Relaxed)
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// The OpenMetrics text exposition of every metric.
     pub fn render(&self) -> String {
-        let c = &self.component;
         let mut out = String::new();
-        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{component=\"{c}\"}} {value}");
-        };
-        counter(&mut out, "kfop_reconciles_total", "Reconciles started.", self.reconciles.load(Ordering::Relaxed));
-        counter(&mut out, "kfop_heals_total", "Owned objects recreated or reverted to the desired state.", self.heals.load(Ordering::Relaxed));
-        counter(&mut out, "kfop_writes_total", "Write requests sent to the API server.", self.writes());
-        let _ = writeln!(out, "# HELP kfop_reconcile_errors_total Failed reconciles by error kind.\n# TYPE kfop_reconcile_errors_total counter");
-        for (kind, n) in self.errors.lock().unwrap().iter() {
-            let _ = writeln!(out, "kfop_reconcile_errors_total{{component=\"{c}\",kind=\"{kind}\"}} {n}");
-        }
-        let (buckets, sum_us, count) = *self.durations.lock().unwrap();
-        let _ = writeln!(out, "# HELP kfop_reconcile_duration_seconds Reconcile duration.\n# TYPE kfop_reconcile_duration_seconds histogram");
-        for (bound, n) in BUCKETS.iter().zip(buckets) {
-            let _ = writeln!(out, "kfop_reconcile_duration_seconds_bucket{{component=\"{c}\",le=\"{bound}\"}} {n}");
-        }
-        let _ = writeln!(out, "kfop_reconcile_duration_seconds_bucket{{component=\"{c}\",le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "kfop_reconcile_duration_seconds_sum{{component=\"{c}\"}} {}", sum_us as f64 / 1e6);
-        let _ = writeln!(out, "kfop_reconcile_duration_seconds_count{{component=\"{c}\"}} {count}");
+        encode(&mut out, &self.registry).expect("encoding into a String does not fail");
         out
     }
 }
@@ -98,11 +107,39 @@ mod tests {
         m.reconcile_finished(Duration::from_millis(20));
         m.healed();
         m.write();
+        m.write_by("kubeflow-katib-operator");
+        m.write_by("kubeflow-katib-operator");
+        m.write_by("none");
         m.error("api");
+        assert_eq!((m.writes(), m.writes_by("kubeflow-katib-operator"), m.writes_by("none"), m.writes_by("other")), (4, 2, 1, 0));
         let text = m.render();
-        assert!(text.contains("kfop_reconciles_total{component=\"katib\"} 1"), "{text}");
-        assert!(text.contains("kfop_heals_total{component=\"katib\"} 1"), "{text}");
-        assert!(text.contains("kfop_reconcile_errors_total{component=\"katib\",kind=\"api\"} 1"), "{text}");
-        assert!(text.contains("le=\"0.01\"} 0") && text.contains("le=\"0.025\"} 1"), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        for line in [
+            "# TYPE kfop_reconciles counter",
+            "kfop_reconciles_total{component=\"katib\"} 1",
+            "kfop_heals_total{component=\"katib\"} 1",
+            "kfop_writes_total{component=\"katib\"} 4",
+            "kfop_writes_by_field_manager_total{component=\"katib\",field_manager=\"kubeflow-katib-operator\"} 2",
+            "kfop_writes_by_field_manager_total{component=\"katib\",field_manager=\"none\"} 1",
+            "kfop_reconcile_errors_total{component=\"katib\",kind=\"api\"} 1",
+            "# TYPE kfop_reconcile_duration_seconds histogram",
+            "kfop_reconcile_duration_seconds_sum{component=\"katib\"} 0.02",
+            "kfop_reconcile_duration_seconds_count{component=\"katib\"} 1",
+            "kfop_reconcile_duration_seconds_bucket{component=\"katib\",le=\"0.01\"} 0",
+            "kfop_reconcile_duration_seconds_bucket{component=\"katib\",le=\"0.025\"} 1",
+            "kfop_reconcile_duration_seconds_bucket{component=\"katib\",le=\"5.0\"} 1",
+            "kfop_reconcile_duration_seconds_bucket{component=\"katib\",le=\"+Inf\"} 1",
+        ] {
+            assert!(lines.contains(&line), "no line {line:?} in\n{text}");
+        }
+        assert_eq!(lines.last(), Some(&"# EOF"));
+    }
+
+    #[test]
+    fn readiness_is_set_once_started() {
+        let m = Metrics::new("katib");
+        assert!(!m.is_ready());
+        m.set_ready();
+        assert!(m.is_ready());
     }
 }

@@ -16,7 +16,7 @@ use component_framework::api::component::SecretKeyRef;
 use component_framework::build::target_namespace;
 use component_framework::manifest::content_hash;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
-use serde_yaml::{Mapping, Value as Yaml};
+use serde_yaml_ng::{Mapping, Value as Yaml};
 
 pub struct DexComponent;
 
@@ -123,13 +123,13 @@ fn connectors(resource: &Dex) -> Result<Vec<Yaml>, InvalidSpec> {
         let config = match &connector.config {
             // Dex parses every connector's `config`, so an empty one is still written.
             None => Yaml::Mapping(Mapping::new()),
-            Some(config @ serde_json::Value::Object(_)) => serde_yaml::to_value(config)
+            Some(config @ serde_json::Value::Object(_)) => serde_yaml_ng::to_value(config)
                 .map_err(|e| InvalidSpec::new(format!("spec.connectors[{i}].config"), format!("cannot be written as YAML: {e}")))?,
             Some(other) => {
                 return Err(InvalidSpec::new(format!("spec.connectors[{i}].config"), format!("must be an object of the connector's settings, got {other}")));
             }
         };
-        let type_ = serde_yaml::to_value(connector.type_).expect("connector types serialise");
+        let type_ = serde_yaml_ng::to_value(connector.type_).expect("connector types serialise");
         out.push(mapping([("type", type_), ("id", connector.id.as_str().into()), ("name", connector.name.as_str().into()), ("config", config)]));
     }
     Ok(out)
@@ -140,7 +140,7 @@ fn static_passwords(reference: &SecretKeyRef, text: &str) -> Result<Vec<Yaml>, I
     let bad = |what: String| {
         InvalidSpec::new(STATIC_PASSWORDS_FIELD, format!("Secret {:?} key {:?} {what}; {STATIC_PASSWORDS_EXPECTED}", reference.name, reference.key))
     };
-    let parsed: Yaml = serde_yaml::from_str(text).map_err(|e| bad(format!("is not valid YAML ({e})")))?;
+    let parsed: Yaml = serde_yaml_ng::from_str(text).map_err(|e| bad(format!("is not valid YAML ({e})")))?;
     let Yaml::Sequence(entries) = parsed else {
         return Err(bad(format!("holds {}, not a list", describe(&parsed))));
     };
@@ -150,7 +150,7 @@ fn static_passwords(reference: &SecretKeyRef, text: &str) -> Result<Vec<Yaml>, I
             return Err(bad(format!("entry {i} is {}, not an object", describe(entry))));
         };
         if let Some(unknown) = fields.keys().find(|k| !k.as_str().is_some_and(|k| STATIC_PASSWORD_KEYS.contains(&k))) {
-            return Err(bad(format!("entry {i} has unknown field {}", serde_yaml::to_string(unknown).unwrap_or_default().trim())));
+            return Err(bad(format!("entry {i} has unknown field {}", serde_yaml_ng::to_string(unknown).unwrap_or_default().trim())));
         }
         let mut password = Mapping::new();
         for key in STATIC_PASSWORD_KEYS {
@@ -206,7 +206,7 @@ fn dex_config(issuer: &str, client_secret: &str, connectors: Vec<Yaml>, static_p
     if let Some(passwords) = static_passwords {
         config.push(("staticPasswords", Yaml::Sequence(passwords)));
     }
-    serde_yaml::to_string(&mapping(config)).expect("Dex configuration serialises")
+    serde_yaml_ng::to_string(&mapping(config)).expect("Dex configuration serialises")
 }
 
 #[cfg(test)]
@@ -260,7 +260,7 @@ mod tests {
     fn installed_config(objects: &[Value]) -> serde_json::Value {
         let secret = find(objects, "Secret", "dex-config");
         assert!(secret.get("stringData").is_none());
-        serde_yaml::from_str(&base64_decode(secret["data"]["config.yaml"].as_str().unwrap())).unwrap()
+        serde_yaml_ng::from_str(&base64_decode(secret["data"]["config.yaml"].as_str().unwrap())).unwrap()
     }
 
     #[test]
@@ -342,7 +342,7 @@ mod tests {
         let spec = json!({"version": "v2.22.0", "issuer": "https://kubeflow.example.com/dex",
                           "overrides": {"parameters": [{"name": "clientSecret", "value": "s3cret"}]}});
         let params = DexComponent::parameters(&dex(spec), &Inputs::default()).unwrap();
-        let config: serde_json::Value = serde_yaml::from_str(&params["dexConfig"]).unwrap();
+        let config: serde_json::Value = serde_yaml_ng::from_str(&params["dexConfig"]).unwrap();
         assert_eq!(config["issuer"], "https://kubeflow.example.com/dex");
         assert_eq!(config["staticClients"][0]["secret"], "s3cret");
         assert!(config.get("staticPasswords").is_none() && config.get("connectors").is_none());

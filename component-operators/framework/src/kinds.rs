@@ -1,6 +1,12 @@
 //! The Kubernetes kinds components may ship, with what the framework needs to know about each:
 //! where it is served, whether it is cluster-scoped, when it is applied, and whether removal keeps it.
 
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource};
 use kube::core::{ApiResource, GroupVersionKind};
 
 /// A kind the framework can apply, watch and prune.
@@ -19,8 +25,30 @@ pub struct KindInfo {
     pub immutable_fields: &'static [&'static str],
 }
 
-const fn k(group: &'static str, version: &'static str, kind: &'static str, plural: &'static str, cluster_scoped: bool, rank: u8) -> KindInfo {
-    KindInfo { group, version, kind, plural, cluster_scoped, rank, immutable_fields: &[] }
+/// Whether a k8s-openapi resource scope is the cluster.
+trait Scope {
+    const CLUSTER: bool;
+}
+
+impl Scope for ClusterResourceScope {
+    const CLUSTER: bool = true;
+}
+
+impl Scope for NamespaceResourceScope {
+    const CLUSTER: bool = false;
+}
+
+/// The kind of the k8s-openapi type `K`, applied at `rank`.
+const fn of<K: Resource<Scope: Scope>>(rank: u8) -> KindInfo {
+    KindInfo {
+        group: K::GROUP,
+        version: K::VERSION,
+        kind: K::KIND,
+        plural: K::URL_PATH_SEGMENT,
+        cluster_scoped: <K::Scope as Scope>::CLUSTER,
+        rank,
+        immutable_fields: &[],
+    }
 }
 
 const fn immutable(info: KindInfo, fields: &'static [&'static str]) -> KindInfo {
@@ -29,24 +57,21 @@ const fn immutable(info: KindInfo, fields: &'static [&'static str]) -> KindInfo 
 
 /// Every kind a component manifest may contain.
 pub const KINDS: &[KindInfo] = &[
-    k("", "v1", "Namespace", "namespaces", true, 0),
-    k("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", true, 1),
-    k("", "v1", "ServiceAccount", "serviceaccounts", false, 2),
-    k("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", true, 2),
-    k("rbac.authorization.k8s.io", "v1", "Role", "roles", false, 2),
-    k("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", true, 3),
-    k("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", false, 3),
-    k("", "v1", "ConfigMap", "configmaps", false, 3),
-    k("", "v1", "Secret", "secrets", false, 3),
-    k("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", false, 3),
-    k("", "v1", "Service", "services", false, 4),
-    immutable(k("apps", "v1", "Deployment", "deployments", false, 5), &["spec.selector"]),
-    immutable(
-        k("apps", "v1", "StatefulSet", "statefulsets", false, 5),
-        &["spec.selector", "spec.serviceName", "spec.volumeClaimTemplates", "spec.podManagementPolicy"],
-    ),
-    k("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", true, 6),
-    k("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", true, 6),
+    of::<Namespace>(0),
+    of::<CustomResourceDefinition>(1),
+    of::<ServiceAccount>(2),
+    of::<ClusterRole>(2),
+    of::<Role>(2),
+    of::<ClusterRoleBinding>(3),
+    of::<RoleBinding>(3),
+    of::<ConfigMap>(3),
+    of::<Secret>(3),
+    of::<PersistentVolumeClaim>(3),
+    of::<Service>(4),
+    immutable(of::<Deployment>(5), &["spec.selector"]),
+    immutable(of::<StatefulSet>(5), &["spec.selector", "spec.serviceName", "spec.volumeClaimTemplates", "spec.podManagementPolicy"]),
+    of::<MutatingWebhookConfiguration>(6),
+    of::<ValidatingWebhookConfiguration>(6),
 ];
 
 /// Looks up `apiVersion` + `kind`.
@@ -75,12 +100,48 @@ impl KindInfo {
     }
 
     pub fn is_crd(&self) -> bool {
-        self.kind == "CustomResourceDefinition"
+        self.kind == CustomResourceDefinition::KIND
     }
 
     /// Namespaces may be shared by several components and hold users' data: they are created when
     /// missing but never labelled, watched or deleted by a component.
     pub fn is_shared(&self) -> bool {
-        self.kind == "Namespace"
+        self.kind == Namespace::KIND
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_resources_are_those_of_the_k8s_openapi_types() {
+        let erased = [
+            ApiResource::erase::<Namespace>(&()),
+            ApiResource::erase::<CustomResourceDefinition>(&()),
+            ApiResource::erase::<ServiceAccount>(&()),
+            ApiResource::erase::<ClusterRole>(&()),
+            ApiResource::erase::<Role>(&()),
+            ApiResource::erase::<ClusterRoleBinding>(&()),
+            ApiResource::erase::<RoleBinding>(&()),
+            ApiResource::erase::<ConfigMap>(&()),
+            ApiResource::erase::<Secret>(&()),
+            ApiResource::erase::<PersistentVolumeClaim>(&()),
+            ApiResource::erase::<Service>(&()),
+            ApiResource::erase::<Deployment>(&()),
+            ApiResource::erase::<StatefulSet>(&()),
+            ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+            ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+        ];
+        assert_eq!(KINDS.iter().map(KindInfo::api_resource).collect::<Vec<_>>(), erased);
+    }
+
+    #[test]
+    fn lookup_finds_kinds_by_api_version() {
+        let deployment = lookup("apps/v1", "Deployment").unwrap();
+        assert_eq!((deployment.plural, deployment.cluster_scoped, deployment.immutable_fields), ("deployments", false, &["spec.selector"][..]));
+        assert!(lookup("v1", "Namespace").is_some_and(|n| n.cluster_scoped && n.is_shared()));
+        assert!(lookup("apiextensions.k8s.io/v1", "CustomResourceDefinition").is_some_and(KindInfo::is_crd));
+        assert_eq!(lookup("apps/v1beta1", "Deployment"), None);
     }
 }

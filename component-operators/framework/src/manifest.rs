@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -34,7 +36,7 @@ pub enum TemplateError {
 /// Parses `template` and substitutes `params` into every string scalar.
 pub fn render(template: &str, params: &Params) -> Result<Vec<Value>, TemplateError> {
     let mut objects = Vec::new();
-    for (index, doc) in serde_yaml::Deserializer::from_str(template).enumerate() {
+    for (index, doc) in serde_yaml_ng::Deserializer::from_str(template).enumerate() {
         let mut value = Value::deserialize(doc).map_err(|e| TemplateError::Yaml(e.to_string()))?;
         if value.is_null() {
             continue;
@@ -158,24 +160,8 @@ pub fn normalize_secret(object: &mut Value) {
     let Some(Value::Object(string_data)) = object.as_object_mut().and_then(|o| o.remove("stringData")) else { return };
     for (key, value) in string_data {
         let text = value.as_str().map_or_else(|| value.to_string(), str::to_string);
-        object["data"][key] = Value::String(base64(text.as_bytes()));
+        object["data"][key] = Value::String(STANDARD.encode(text));
     }
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

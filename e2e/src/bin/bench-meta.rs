@@ -60,7 +60,7 @@ async fn main() {
     let ns = TestNamespace::create(&client, "bench-kfdef").await;
     let reference_ns = TestNamespace::create(&client, "bench-ref").await;
     let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
-    let mut kfdef: KfDef = serde_yaml::from_str(&yaml).unwrap();
+    let mut kfdef: KfDef = serde_yaml_ng::from_str(&yaml).unwrap();
     kfdef.metadata.namespace = Some(ns.name.clone());
     let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
 
@@ -91,7 +91,7 @@ async fn main() {
         }
     }
     let file = std::env::temp_dir().join(unique_name("bench-reference.yaml"));
-    std::fs::write(&file, objects.iter().map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap())).collect::<String>()).unwrap();
+    std::fs::write(&file, objects.iter().map(|o| format!("---\n{}", serde_yaml_ng::to_string(o).unwrap())).collect::<String>()).unwrap();
     let t0 = Instant::now();
     kubectl(&["apply", "--server-side", "--force-conflicts", "--field-manager", "bench-reference", "-f", file.to_str().unwrap()]);
     eventually("reference workloads ready", || async { if all_workloads_ready(&client, &objects).await { Ok(()) } else { Err("not yet") } }).await;

@@ -71,7 +71,7 @@ async fn ready(client: &Client, objects: &[Value]) -> bool {
 
 fn apply(objects: &[Value]) {
     let file = std::env::temp_dir().join(unique_name("bench-upgrade.yaml"));
-    std::fs::write(&file, objects.iter().map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap())).collect::<String>()).unwrap();
+    std::fs::write(&file, objects.iter().map(|o| format!("---\n{}", serde_yaml_ng::to_string(o).unwrap())).collect::<String>()).unwrap();
     kubectl(&["apply", "--server-side", "--force-conflicts", "--field-manager", "bench-reference", "-f", file.to_str().unwrap()]);
 }
 
