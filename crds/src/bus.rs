@@ -72,6 +72,19 @@ pub struct StatusReport {
     pub observed_generation: Option<i64>,
 }
 
+/// One release a component operator ships, as it announces it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseInfo {
+    pub version: String,
+    /// Versions this one may be upgraded from directly.
+    #[serde(default)]
+    pub upgrades_from: Vec<String>,
+    /// Kubeflow releases (major.minor, e.g. `1.3`) whose version of the component this is.
+    #[serde(default)]
+    pub kubeflow: Vec<String>,
+}
+
 /// A component operator saying it is alive.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Heartbeat {

@@ -366,6 +366,19 @@ pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: 
     path
 }
 
+/// The version of each component installed for the resource `name` in `namespace` (its
+/// `status.installedVersion`), for every registered component.
+pub async fn installed_versions(client: &Client, namespace: &str, name: &str) -> BTreeMap<ComponentKind, Option<String>> {
+    let mut versions = BTreeMap::new();
+    for component in kubeflow_component_registry::all() {
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), namespace, &component.api_resource());
+        let object = api.get_opt(name).await.unwrap_or_else(|e| panic!("read {} {namespace}/{name}: {e}", component.kind.kind()));
+        let installed = object.and_then(|o| o.data["status"]["installedVersion"].as_str().map(String::from));
+        versions.insert(component.kind, installed);
+    }
+    versions
+}
+
 /// NATS plus the six operators, run on the host with the ServiceAccount tokens of deploy/all
 /// (so the package's RBAC is what they run with). `without` leaves component operators out.
 pub struct OperatorStack {
@@ -387,8 +400,10 @@ impl OperatorStack {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
         kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
         let mut kubeconfigs = BTreeMap::new();
-        for name in ["meta-operator", "istio-operator", "dex-operator", "kfserving-operator", "katib-operator", "pipelines-operator"] {
-            kubeconfigs.insert(name.to_string(), operator_kubeconfig(client, name).await);
+        let operators = kubeflow_component_registry::all().into_iter().map(|c| c.operator);
+        for name in std::iter::once("meta-operator".to_string()).chain(operators) {
+            let kubeconfig = operator_kubeconfig(client, &name).await;
+            kubeconfigs.insert(name, kubeconfig);
         }
         let nats = NatsServer::start().await;
         let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();

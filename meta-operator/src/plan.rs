@@ -1,8 +1,8 @@
 //! Splitting a KfDef into one desired spec per component (pure).
 //!
-//! * Each application maps to at most one component ([`crate::distribution::APPLICATIONS`]); its
+//! * Each application maps to at most one component ([`ComponentKind::from_application`]); its
 //!   kustomize overlays and parameters travel in the component spec's `sources`.
-//! * Component versions come from the KfDef's Kubeflow version ([`crate::distribution::RELEASES`]).
+//! * Component versions come from the KfDef's Kubeflow version ([`crate::distribution`]).
 //! * Namespaced objects go to the KfDef's namespace, unless one of the component's applications
 //!   sets the kfctl parameter `namespace` — so two KfDefs in two namespaces never share objects.
 //! * `platform` is what API discovery found (OpenShift or Kubernetes).
@@ -47,14 +47,15 @@ pub fn plan(kfdef: &KfDef, platform: Platform) -> Result<Plan, UnsupportedReleas
     let mut sources: BTreeMap<ComponentKind, Vec<KustomizeSource>> = BTreeMap::new();
     let mut applications = Vec::new();
     for app in &kfdef.spec.applications {
-        let Some(component) = distribution::component_of(&app.name) else {
+        let Some(component) = ComponentKind::from_application(&app.name) else {
             applications.push(ApplicationStatus {
                 name: app.name.clone(),
                 component: None,
                 state: "Unmapped".into(),
                 message: format!(
-                    "application {:?} belongs to none of the managed components (istio, dex, kfserving, katib, pipelines); it is kept in the spec but not installed",
-                    app.name
+                    "application {:?} belongs to none of the managed components ({}); it is kept in the spec but not installed",
+                    app.name,
+                    ComponentKind::allowed_names()
                 ),
             });
             continue;
@@ -74,7 +75,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform) -> Result<Plan, UnsupportedReleas
     let components = sources
         .into_iter()
         .map(|(component, sources)| {
-            let version = pins.get(&component).cloned().unwrap_or_else(|| versions.iter().find(|(c, _)| *c == component).map(|(_, v)| v.to_string()).unwrap_or_default());
+            let version = pins.get(&component).or_else(|| versions.get(&component)).cloned().unwrap_or_default();
             let target = sources.iter().flat_map(|s| &s.parameters).find(|p| p.name == "namespace").map_or(namespace.clone(), |p| p.value.clone());
             let spec = json!({"version": version, "targetNamespace": target, "platform": platform, "sources": sources});
             let spec_hash = operator_runtime::content_hash(&spec);

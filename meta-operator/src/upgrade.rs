@@ -9,9 +9,6 @@ use kubeflow_crds::kfupgrade::{KfUpgradeSpec, StepPhase, UpgradeStep};
 
 use crate::distribution;
 
-/// Default order: the mesh first, then identity, then the workloads that depend on both.
-pub const DEFAULT_ORDER: [ComponentKind; 5] = [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines];
-
 /// Built-in releases (oldest first) of `component`.
 pub fn releases(component: ComponentKind) -> &'static [Release] {
     match component {
@@ -67,16 +64,19 @@ pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>) ->
         }
     }
     let mut order: Vec<ComponentKind> = spec.order.clone();
-    order.extend(DEFAULT_ORDER.iter().filter(|c| !spec.order.contains(c)));
+    order.extend(ComponentKind::upgrade_order().into_iter().filter(|c| !spec.order.contains(c)));
     let mut steps = Vec::new();
     for component in order.into_iter().filter(|c| current.contains_key(c)) {
         if spec.only_listed && !explicit.contains_key(&component) {
             continue;
         }
         let from = current[&component].clone();
-        let to = match (explicit.get(&component), release_targets) {
+        let to = match (explicit.get(&component), &release_targets) {
             (Some(v), _) => v.to_string(),
-            (None, Some(targets)) => targets.iter().find(|(c, _)| *c == component).map(|(_, v)| v.to_string()).unwrap(),
+            (None, Some(targets)) => match targets.get(&component) {
+                Some(v) => v.clone(),
+                None => continue,
+            },
             (None, None) => continue,
         };
         if from == to {
@@ -117,14 +117,14 @@ mod tests {
     }
 
     fn v12() -> BTreeMap<ComponentKind, String> {
-        distribution::component_versions("v1.2.0").unwrap().iter().map(|(c, v)| (*c, v.to_string())).collect()
+        distribution::component_versions("v1.2.0").unwrap()
     }
 
     #[test]
     fn release_upgrade_moves_every_component_in_dependency_order() {
         let steps = steps(&spec("  currentKfDef: {name: kf, version: v1.2.0}\n  newKfDef: {name: kf, version: v1.3.0}\n"), &v12()).unwrap();
         let order: Vec<_> = steps.iter().map(|s| s.component).collect();
-        assert_eq!(order, DEFAULT_ORDER);
+        assert_eq!(order, [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines]);
         let katib = steps.iter().find(|s| s.component == ComponentKind::Katib).unwrap();
         assert_eq!((katib.from_version.as_str(), katib.to_version.as_str()), ("v0.10.0", "v0.11.0"));
     }

@@ -17,6 +17,7 @@ static RELEASES: [Release; 4] = [
         manifest: TEMPLATE,
         params: &[("uiSelectorKey", "component"), ("trialResources", "Job.v1.batch,TFJob.v1.kubeflow.org,PyTorchJob.v1.kubeflow.org")],
         upgrades_from: &[],
+        kubeflow: &["1.2"],
     },
     Release {
         version: "v0.11.0",
@@ -26,6 +27,7 @@ static RELEASES: [Release; 4] = [
             ("trialResources", "Job.v1.batch,TFJob.v1.kubeflow.org,PyTorchJob.v1.kubeflow.org,MPIJob.v1.kubeflow.org,XGBoostJob.v1.kubeflow.org"),
         ],
         upgrades_from: &["v0.10.0"],
+        kubeflow: &["1.3"],
     },
     // Test-only releases (KFOP_TEST_RELEASES=1): a later healthy one that must be reached through
     // v0.11.0, and one whose controller can never be scheduled, for upgrade and rollback tests.
@@ -37,6 +39,7 @@ static RELEASES: [Release; 4] = [
             ("trialResources", "Job.v1.batch,TFJob.v1.kubeflow.org,PyTorchJob.v1.kubeflow.org,MPIJob.v1.kubeflow.org,XGBoostJob.v1.kubeflow.org"),
         ],
         upgrades_from: &["v0.11.0"],
+        kubeflow: &[],
     },
     Release {
         version: "v0.13.0-unready",
@@ -47,6 +50,7 @@ static RELEASES: [Release; 4] = [
             ("controllerNodeOs", "no-such-os"),
         ],
         upgrades_from: &["v0.10.0", "v0.11.0", "v0.12.0"],
+        kubeflow: &[],
     },
 ];
 
@@ -63,6 +67,7 @@ fn params(pairs: &[(&str, &str)]) -> Params {
 impl Component for KatibComponent {
     type Resource = Katib;
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
+    const INSTALLS: &'static str = "Katib, hyperparameter tuning and neural architecture search (Experiment, Trial, Suggestion)";
 
     fn releases() -> &'static [Release] {
         if test_releases() { &RELEASES } else { &RELEASES[..2] }
