@@ -386,16 +386,18 @@ pub struct OperatorStack {
     pub meta: OperatorProcess,
     pub components: BTreeMap<ComponentKind, OperatorProcess>,
     kubeconfigs: BTreeMap<String, std::path::PathBuf>,
-    env: Vec<(String, String)>,
+    /// Binary run for a component instead of its `<component>-operator`.
+    binaries: BTreeMap<ComponentKind, String>,
 }
 
 impl OperatorStack {
     pub async fn start(client: &Client, without: &[ComponentKind]) -> Self {
-        Self::start_with_env(client, without, &[]).await
+        Self::start_with_binaries(client, without, &[]).await
     }
 
-    /// As [`Self::start`], with extra environment for every operator.
-    pub async fn start_with_env(client: &Client, without: &[ComponentKind], env: &[(&str, &str)]) -> Self {
+    /// As [`Self::start`], running `binary` (with the ServiceAccount of the component's operator)
+    /// for each `(component, binary)` of `binaries`.
+    pub async fn start_with_binaries(client: &Client, without: &[ComponentKind], binaries: &[(ComponentKind, &str)]) -> Self {
         install_crds(client).await;
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
         kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
@@ -406,9 +408,9 @@ impl OperatorStack {
             kubeconfigs.insert(name, kubeconfig);
         }
         let nats = NatsServer::start().await;
-        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let meta = Self::spawn("meta-operator", &nats.url(), &kubeconfigs["meta-operator"], &env);
-        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, env };
+        let meta = Self::spawn("meta-operator", &nats.url(), &kubeconfigs["meta-operator"]);
+        let binaries = binaries.iter().map(|(c, b)| (*c, b.to_string())).collect();
+        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries };
         for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
             stack.start_component(component);
         }
@@ -416,21 +418,19 @@ impl OperatorStack {
         stack
     }
 
-    fn spawn(binary: &str, nats: &str, kubeconfig: &std::path::Path, env: &[(String, String)]) -> OperatorProcess {
-        let mut all: Vec<(&str, &str)> = vec![("KUBECONFIG", kubeconfig.to_str().unwrap())];
-        all.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        OperatorProcess::start(binary, &["--nats-url", nats], &all)
+    fn spawn(binary: &str, nats: &str, kubeconfig: &std::path::Path) -> OperatorProcess {
+        OperatorProcess::start(binary, &["--nats-url", nats], &[("KUBECONFIG", kubeconfig.to_str().unwrap())])
     }
 
     /// Starts the meta-operator again (after `meta.kill()`).
     pub fn restart_meta(&mut self) {
-        self.meta = Self::spawn("meta-operator", &self.nats.url(), &self.kubeconfigs["meta-operator"], &self.env);
+        self.meta = Self::spawn("meta-operator", &self.nats.url(), &self.kubeconfigs["meta-operator"]);
     }
 
     pub fn start_component(&mut self, component: ComponentKind) {
-        let binary = format!("{component}-operator");
-        let process = Self::spawn(&binary, &self.nats.url(), &self.kubeconfigs[&binary], &self.env);
+        let operator = format!("{component}-operator");
+        let binary = self.binaries.get(&component).cloned().unwrap_or_else(|| operator.clone());
+        let process = Self::spawn(&binary, &self.nats.url(), &self.kubeconfigs[&operator]);
         self.components.insert(component, process);
     }
 }
-

@@ -1,7 +1,8 @@
 //! KfUpgrade, executed by the meta-operator over NATS: ordered, health-gated, rolled back on
-//! failure, refused when unsafe, resumed after a restart. The operators run with
-//! KFOP_TEST_RELEASES=1, which adds Katib v0.12.0 (reachable only through v0.11.0) and
-//! v0.13.0-unready (its controller can never be scheduled).
+//! failure, refused when unsafe, resumed after a restart. Katib's operator is
+//! `katib-operator-test-releases`, which adds Katib v0.12.0 (reachable only through v0.11.0) and
+//! v0.13.0-unready (its controller can never be scheduled); the meta-operator learns them from its
+//! heartbeat.
 
 use component_framework::api::component::ComponentKind;
 use component_framework::api::{KfDef, KfUpgrade};
@@ -13,7 +14,7 @@ use kubeflow_e2e::*;
 use serde_json::{Value, json};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-const TEST_RELEASES: &[(&str, &str)] = &[("KFOP_TEST_RELEASES", "1")];
+const TEST_RELEASES: &[(ComponentKind, &str)] = &[(ComponentKind::Katib, "katib-operator-test-releases")];
 
 fn kfdef(version: &str) -> KfDef {
     let apps = ["istio-install", "dex", "kfserving-install", "katib-controller", "api-service"];
@@ -76,7 +77,7 @@ async fn delete_kfdef(api: &Api<KfDef>) {
 async fn release_upgrade_succeeds_in_order_keeps_user_resources_survives_a_restart_and_admits_one_of_two_twins() {
     let _serial = SERIAL.lock().await;
     let client: Client = client().await;
-    let mut stack = OperatorStack::start_with_env(&client, &[], TEST_RELEASES).await;
+    let mut stack = OperatorStack::start_with_binaries(&client, &[], TEST_RELEASES).await;
     let ns = TestNamespace::create(&client, "e2e-upgrade").await;
     let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
     kfdefs.create(&PostParams::default(), &kfdef("v1.2.0")).await.unwrap();
@@ -146,7 +147,7 @@ async fn release_upgrade_succeeds_in_order_keeps_user_resources_survives_a_resta
 async fn a_step_that_never_becomes_healthy_rolls_everything_back_and_concurrent_or_skipping_upgrades_are_refused() {
     let _serial = SERIAL.lock().await;
     let client: Client = client().await;
-    let _stack = OperatorStack::start_with_env(&client, &[], TEST_RELEASES).await;
+    let _stack = OperatorStack::start_with_binaries(&client, &[], TEST_RELEASES).await;
     let ns = TestNamespace::create(&client, "e2e-rollback").await;
     let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
     kfdefs.create(&PostParams::default(), &kfdef("v1.2.0")).await.unwrap();

@@ -9,7 +9,8 @@ use kubeflow_crds::ConditionStatus::{False, True};
 use kubeflow_crds::component::ComponentKind;
 use kubeflow_crds::kfdef::{ComponentSummary, KfDefPhase, KfDefStatus};
 
-use crate::plan::Plan;
+use crate::catalog::Unresolved;
+use crate::plan::{Plan, PlanError};
 
 /// Everything known about the components of one KfDef.
 pub struct Observed<'a> {
@@ -23,13 +24,14 @@ pub struct Observed<'a> {
 }
 
 /// The KfDef's next status; `previous` keeps condition transition times.
-pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, plan: Result<&Plan, String>, observed: &Observed, platform: &str, now: &Time) -> KfDefStatus {
+pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, plan: Result<&Plan, &PlanError>, observed: &Observed, platform: &str, now: &Time) -> KfDefStatus {
     let mut status = previous.cloned().unwrap_or_default();
     status.observed_generation = generation;
     status.platform = Some(platform.to_string());
     let plan = match plan {
         Ok(plan) => plan,
-        Err(message) => {
+        Err(error) => {
+            let message = error.to_string();
             status.phase = Some(KfDefPhase::Degraded);
             set_condition(&mut status.conditions, "Degraded", True, "InvalidSpec", &message, generation, now);
             set_condition(&mut status.conditions, "Progressing", False, "InvalidSpec", &message, generation, now);
@@ -61,16 +63,29 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
             };
             (component.name().to_string(), summary)
         })
+        .chain(plan.unresolved.iter().map(|(component, why)| {
+            let summary = match why {
+                Unresolved::NotAnnounced { .. } => ComponentSummary { phase: Some("WaitingForOperator".into()), version: None, ready: false, message: why.to_string() },
+                Unresolved::UnsupportedKubeflow { .. } => ComponentSummary { phase: Some("Degraded".into()), version: None, ready: false, message: format!("spec.version: {why}") },
+            };
+            (component.name().to_string(), summary)
+        }))
         .collect();
 
-    let degraded: Vec<String> = plan
+    let unsupported: Vec<String> = plan
+        .unresolved
+        .iter()
+        .filter(|(_, why)| matches!(why, Unresolved::UnsupportedKubeflow { .. }))
+        .map(|(c, why)| format!("{c}: spec.version: {why}"))
+        .collect();
+    let reported_degraded = plan
         .components
         .keys()
         .filter(|c| observed.reports.get(c).is_some_and(|r| r.degraded && r.spec_hash == plan.components[c].spec_hash))
-        .map(|c| format!("{c}: {}", observed.reports[c].message))
-        .collect();
+        .map(|c| format!("{c}: {}", observed.reports[c].message));
+    let degraded: Vec<String> = unsupported.iter().cloned().chain(reported_degraded).collect();
     let waiting: Vec<String> = status.components.iter().filter(|(_, s)| !s.ready).map(|(name, s)| format!("{name}: {}", s.message)).collect();
-    let all_ready = waiting.is_empty() && !plan.components.is_empty();
+    let all_ready = waiting.is_empty() && !status.components.is_empty();
     if let Some(error) = &observed.bus_error {
         set_condition(&mut status.conditions, "Progressing", True, "NatsUnavailable", error, generation, now);
     } else if all_ready {
@@ -81,9 +96,10 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
     if degraded.is_empty() {
         set_condition(&mut status.conditions, "Degraded", False, "AsExpected", "", generation, now);
     } else {
-        set_condition(&mut status.conditions, "Degraded", True, "ComponentDegraded", &degraded.join("; "), generation, now);
+        let reason = if unsupported.is_empty() { "ComponentDegraded" } else { "UnsupportedVersion" };
+        set_condition(&mut status.conditions, "Degraded", True, reason, &degraded.join("; "), generation, now);
     }
-    let available_message = if plan.components.is_empty() { "the KfDef has no application of a managed component".to_string() } else { String::new() };
+    let available_message = if status.components.is_empty() { "the KfDef has no application of a managed component".to_string() } else { String::new() };
     set_condition(&mut status.conditions, "Available", if all_ready { True } else { False }, if all_ready { "AllComponentsReady" } else { "ComponentsNotReady" }, &available_message, generation, now);
     status.phase = Some(if all_ready {
         KfDefPhase::Available
@@ -101,8 +117,8 @@ mod tests {
     use crate::plan::ComponentPlan;
 
     fn plan() -> Plan {
-        let entry = |v: &str| ComponentPlan { spec: serde_json::json!({}), spec_hash: format!("h-{v}"), version: v.into() };
-        Plan { components: [(ComponentKind::Katib, entry("v0.11.0")), (ComponentKind::Dex, entry("v2.24.0"))].into(), applications: vec![] }
+        let entry = |v: &str| ComponentPlan { spec: serde_json::json!({}), spec_hash: format!("h-{v}"), version: v.into(), pinned: false, release_version: Some(v.into()) };
+        Plan { components: [(ComponentKind::Katib, entry("v0.11.0")), (ComponentKind::Dex, entry("v2.24.0"))].into(), unresolved: BTreeMap::new(), applications: vec![] }
     }
 
     fn report(hash: &str, version: &str, ready: bool) -> StatusReport {
@@ -159,8 +175,28 @@ mod tests {
         let s = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.phase, Some(KfDefPhase::Degraded));
         assert!(cond(&s, "Degraded").message.contains("katib: spec.version"));
-        let s = kfdef_status(None, Some(2), Err("spec.version: Kubeflow version \"v9\" is not supported".into()), &observed, "Kubernetes", &time());
+        let bad_pins = PlanError::MalformedPins { source: serde_json::from_str::<serde_json::Value>("{").unwrap_err() };
+        let s = kfdef_status(None, Some(2), Err(&bad_pins), &observed, "Kubernetes", &time());
         assert_eq!(s.phase, Some(KfDefPhase::Degraded));
         assert_eq!(cond(&s, "Degraded").reason, "InvalidSpec");
+        assert!(cond(&s, "Degraded").message.starts_with("annotation kfdef.apps.kubeflow.org/component-versions is not a JSON map"), "{}", cond(&s, "Degraded").message);
+    }
+
+    #[test]
+    fn unresolved_components_wait_for_their_operator_or_name_the_versions_it_ships() {
+        let beats = [(ComponentKind::Katib, 100), (ComponentKind::Dex, 100)].into();
+        let reports = BTreeMap::new();
+        let mut p = plan();
+        p.components.clear();
+        p.unresolved.insert(ComponentKind::Katib, Unresolved::NotAnnounced { component: ComponentKind::Katib });
+        p.unresolved.insert(ComponentKind::Dex, Unresolved::UnsupportedKubeflow { component: ComponentKind::Dex, given: "v9".into(), shipped: "v2.22.0 (Kubeflow 1.2)".into() });
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None };
+        let s = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
+        assert_eq!(s.components["katib"].phase.as_deref(), Some("WaitingForOperator"));
+        assert_eq!(s.components["katib"].message, "waiting for katib-operator: it has not announced its releases on NATS");
+        assert_eq!(s.components["dex"].phase.as_deref(), Some("Degraded"));
+        assert_eq!(s.phase, Some(KfDefPhase::Degraded));
+        assert_eq!(cond(&s, "Degraded").reason, "UnsupportedVersion");
+        assert_eq!(cond(&s, "Degraded").message, "dex: spec.version: Kubeflow version \"v9\" has no dex release; dex-operator ships v2.22.0 (Kubeflow 1.2)");
     }
 }

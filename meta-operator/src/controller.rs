@@ -25,6 +25,7 @@ use tokio::sync::{RwLock, mpsc};
 use tracing::{info, instrument, warn};
 
 use crate::aggregate::{self, Observed};
+use crate::catalog::Catalog;
 use crate::plan::{self, Plan};
 
 pub const FINALIZER: &str = "kfdef.apps.kubeflow.org/cleanup";
@@ -64,6 +65,8 @@ pub struct BusState {
     /// Latest report per KfDef (namespace, name) and component.
     pub reports: RwLock<BTreeMap<(String, String), BTreeMap<ComponentKind, StatusReport>>>,
     pub heartbeats: RwLock<BTreeMap<ComponentKind, u64>>,
+    /// Releases each component operator announced; kept when its heartbeat goes stale.
+    pub catalog: RwLock<Catalog>,
 }
 
 pub struct Context {
@@ -110,7 +113,8 @@ pub fn error_policy(_kfdef: Arc<KfDef>, error: &Error, ctx: Arc<Context>) -> Act
 }
 
 async fn apply(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
-    let plan = plan::plan(kfdef, ctx.platform).map_err(|e| e.to_string());
+    let catalog = ctx.state.catalog.read().await.clone();
+    let plan = plan::plan(kfdef, ctx.platform, &catalog);
     let bus_error = match &plan {
         Ok(plan) => publish(kfdef, plan, ctx).await.err().map(|e| e.to_string()),
         Err(_) => None,
@@ -121,7 +125,7 @@ async fn apply(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
     let observed = Observed { reports: &reports, heartbeats: &heartbeats, now_unix: nats::now_unix(), bus_error };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let platform = format!("{:?}", ctx.platform);
-    let next = aggregate::kfdef_status(kfdef.status.as_ref(), kfdef.meta().generation, plan.as_ref().map_err(Clone::clone), &observed, &platform, &now);
+    let next = aggregate::kfdef_status(kfdef.status.as_ref(), kfdef.meta().generation, plan.as_ref(), &observed, &platform, &now);
     if kfdef.status.as_ref() != Some(&next) {
         let api: Api<KfDef> = Api::namespaced(ctx.client.clone(), &key.0);
         let patch = json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "status": next});
@@ -176,7 +180,7 @@ async fn publish(kfdef: &KfDef, plan: &Plan, ctx: &Context) -> Result<(), Error>
                 nats::put_with_id(&bus.js, bus::DESIRED_BUCKET, &key, &msg_id, &message).await.map_err(|e| Error::Bus(e.to_string()))?;
                 info!(%key, version = %wanted.version, "published desired state");
             }
-            None if current.is_some() => {
+            None if current.is_some() && !plan.unresolved.contains_key(&component) => {
                 bus.desired.delete(&key).await.map_err(|e| Error::Bus(e.to_string()))?;
                 info!(%key, "component left the KfDef; desired state deleted");
             }
@@ -247,11 +251,20 @@ pub async fn watch_bus(url: String, state: Arc<BusState>, trigger: mpsc::Unbound
                 entry = beats.next() => {
                     let Some(Ok(entry)) = entry else { break };
                     let Ok(component) = entry.key.parse::<ComponentKind>() else { continue };
-                    let Ok(beat) = serde_json::from_slice::<Heartbeat>(&entry.value) else { continue };
+                    let beat = match serde_json::from_slice::<Heartbeat>(&entry.value) {
+                        Ok(beat) => beat,
+                        Err(e) => { warn!(key = %entry.key, error = %e, "ignoring undecodable heartbeat"); continue; }
+                    };
+                    let learned = state.catalog.write().await.learn(component, beat.releases);
                     let previous = state.heartbeats.write().await.insert(component, beat.at);
                     let was_alive = previous.is_some_and(|at| nats::now_unix().saturating_sub(at) <= bus::HEARTBEAT_STALE.as_secs());
+                    if learned {
+                        info!(%component, "component operator announced its releases");
+                    }
                     if !was_alive {
                         info!(%component, "component operator is alive");
+                    }
+                    if learned || !was_alive {
                         let _ = trigger_all.send(());
                     }
                 }

@@ -102,12 +102,13 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
     if phase != Some(KfDefPhase::Available) {
         return Ok(refuse(up, status, ctx, format!("KfDef {} is {:?}, not Available; upgrade a healthy deployment", kfdef.name_any(), phase.unwrap_or_default())).await);
     }
-    let current: BTreeMap<ComponentKind, String> = match plan::plan(&kfdef, ctx.platform) {
+    let catalog = ctx.state.catalog.read().await.clone();
+    let current: BTreeMap<ComponentKind, String> = match plan::plan(&kfdef, ctx.platform, &catalog) {
         Ok(p) => p.components.into_iter().map(|(c, p)| (c, p.version)).collect(),
         Err(e) => return Ok(refuse(up, status, ctx, e.to_string()).await),
     };
-    match upgrade::steps(spec, &current) {
-        Err(refusal) => Ok(refuse(up, status, ctx, refusal.0).await),
+    match upgrade::steps(spec, &current, &catalog) {
+        Err(refusal) => Ok(refuse(up, status, ctx, refusal.to_string()).await),
         Ok(steps) => {
             if lock_holder(&kfdef).as_deref() != Some(up.name_any().as_str()) {
                 // Conditional on the KfDef's resourceVersion: of two upgrades validated at the
@@ -154,7 +155,7 @@ async fn unlock(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade, ctx: &Contex
 
 /// Pins `component` to `version` on the KfDef (only when it differs).
 async fn pin(kfdef: &KfDef, kfdefs: &Api<KfDef>, component: ComponentKind, version: &str, ctx: &Context) -> Result<(), Error> {
-    let mut pins = plan::pins(kfdef);
+    let mut pins = plan::pins(kfdef).unwrap_or_default();
     if pins.get(&component).map(String::as_str) == Some(version) {
         return Ok(());
     }
@@ -233,7 +234,8 @@ async fn finish(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdef: &KfDef, kfd
         moved.spec.version = Some(version.clone());
         let mut without_pins = moved.clone();
         without_pins.annotations_mut().remove(PINS_ANNOTATION);
-        let same = |k: &KfDef| plan::plan(k, ctx.platform).ok().map(|p| p.components.into_iter().map(|(c, p)| (c, p.version)).collect::<BTreeMap<_, _>>());
+        let catalog = ctx.state.catalog.read().await.clone();
+        let same = |k: &KfDef| plan::plan(k, ctx.platform, &catalog).ok().map(|p| p.components.into_iter().map(|(c, p)| (c, p.version)).collect::<BTreeMap<_, _>>());
         if same(&without_pins).is_some() && same(&without_pins) == same(&moved) {
             ctx.metrics.write();
             // One write: the new version, the pins gone and the KfDef released.

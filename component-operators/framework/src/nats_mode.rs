@@ -11,7 +11,7 @@ use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
-use kubeflow_crds::component::{ComponentPhase, ComponentResource, ComponentStatus};
+use kubeflow_crds::component::{ComponentKind, ComponentPhase, ComponentResource, ComponentStatus};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{Instrument, info, info_span, warn};
@@ -67,7 +67,14 @@ pub fn start<C: Component>(client: Client, url: String, namespace: Option<String
             Err(e) => return warn!(error = %e, %url, "NATS mode disabled: invalid NATS options"),
         };
         let js = jetstream::new(nats);
-        tokio::spawn(publish_status(js.clone(), rx, name.clone()));
+        let heartbeat = Heartbeat {
+            operator: name.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            at: 0,
+            component: Some(C::Resource::COMPONENT),
+            releases: C::releases().iter().map(|r| r.info()).collect(),
+        };
+        tokio::spawn(publish_status(js.clone(), rx, C::Resource::COMPONENT, heartbeat));
         consume_desired::<C>(client, js, connected, namespace, failures).await;
     });
     tx
@@ -238,22 +245,21 @@ async fn remove_orphans<C: Component>(client: &Client, namespace: Option<&str>, 
 }
 
 /// Publishes the latest report per key when it differs from what was last published; keeps
-/// what could not be sent and retries, and refreshes the heartbeat.
-async fn publish_status(js: jetstream::Context, mut rx: mpsc::UnboundedReceiver<(String, Option<StatusReport>)>, operator: String) {
+/// what could not be sent and retries, and refreshes `heartbeat` (with the current time).
+async fn publish_status(js: jetstream::Context, mut rx: mpsc::UnboundedReceiver<(String, Option<StatusReport>)>, component: ComponentKind, mut heartbeat: Heartbeat) {
     let (_, status, operators) = open_buckets(&js).await;
     let mut pending: BTreeMap<String, Option<StatusReport>> = BTreeMap::new();
     let mut published: BTreeMap<String, Option<StatusReport>> = BTreeMap::new();
-    let mut heartbeat = tokio::time::interval(bus::HEARTBEAT_EVERY);
-    let component = operator.trim_end_matches("-operator").to_string();
+    let mut beat_every = tokio::time::interval(bus::HEARTBEAT_EVERY);
     loop {
         tokio::select! {
             message = rx.recv() => {
                 let Some((key, report)) = message else { return };
                 pending.insert(key, report);
             }
-            _ = heartbeat.tick() => {
-                let beat = Heartbeat { operator: operator.clone(), version: env!("CARGO_PKG_VERSION").into(), at: nats::now_unix() };
-                if let Err(e) = operators.put(&component, serde_json::to_vec(&beat).unwrap().into()).await {
+            _ = beat_every.tick() => {
+                heartbeat.at = nats::now_unix();
+                if let Err(e) = operators.put(component.name(), serde_json::to_vec(&heartbeat).unwrap().into()).await {
                     warn!(error = %e, "cannot publish heartbeat");
                 }
             }
