@@ -72,6 +72,28 @@ where
     }
 }
 
+/// Watches object `name` for `window` and fails with the first state `check` refuses: for
+/// "stays so" assertions, which a sleep followed by one read could not make.
+pub async fn holds_for<K>(api: &Api<K>, name: &str, window: Duration, check: impl Fn(&K) -> Result<(), String>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + Debug + Send + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut objects = std::pin::pin!(watcher(api.clone(), config).applied_objects());
+    let watched = tokio::time::timeout(window, async {
+        while let Some(object) = objects.next().await {
+            match object {
+                Ok(object) => check(&object).unwrap_or_else(|state| panic!("{name} changed within {window:?}: {state}")),
+                Err(e) => panic!("watch of {name} failed: {e}"),
+            }
+        }
+    })
+    .await;
+    assert!(watched.is_err(), "the watch of {name} ended before {window:?}");
+}
+
 /// Waits until object `name` no longer exists (finalizers done), failing with its finalizers and
 /// deletion time if it lingers.
 pub async fn gone<K>(api: &Api<K>, name: &str)
@@ -213,6 +235,17 @@ impl OperatorProcess {
         let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
         let body = http_get(&url).await.ok()?;
         body.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with('{')).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    /// The sample of the operator's Prometheus metric `name` whose labels include `labels`.
+    pub async fn metric_with_labels(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
+        let body = http_get(&url).await.ok()?;
+        let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        body.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+            .find(|l| wanted.iter().all(|w| l.split_once('}').is_some_and(|(series, _)| series.contains(w.as_str()))))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
     /// Waits until no reconcile is in flight (started == finished) and returns

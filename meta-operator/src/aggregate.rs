@@ -11,6 +11,7 @@ use kubeflow_crds::kfdef::{ComponentSummary, KfDefPhase, KfDefStatus};
 
 use crate::catalog::Unresolved;
 use crate::plan::{Plan, PlanError};
+use crate::upgrade::EditRefused;
 
 /// Everything known about the components of one KfDef.
 pub struct Observed<'a> {
@@ -21,6 +22,10 @@ pub struct Observed<'a> {
     pub now_unix: u64,
     /// Why desired state could not be published, if it could not.
     pub bus_error: Option<String>,
+    /// A version change outside a KfUpgrade that was refused (nothing published).
+    pub edit_refused: Option<&'a EditRefused>,
+    /// How pinned versions differ from `spec.version` ([`crate::plan::pinned_drift`]).
+    pub pinned_drift: Option<String>,
 }
 
 /// The KfDef's next status; `previous` keeps condition transition times.
@@ -39,6 +44,18 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
             return status;
         }
     };
+    match &observed.pinned_drift {
+        Some(drift) => set_condition(&mut status.conditions, "VersionPinned", True, "PinnedByKfUpgrade", drift, generation, now),
+        None => set_condition(&mut status.conditions, "VersionPinned", False, "FollowsSpecVersion", "", generation, now),
+    }
+    if let Some(refused) = observed.edit_refused {
+        // What runs stays, and so does what status says about it.
+        let message = refused.to_string();
+        status.phase = Some(KfDefPhase::Degraded);
+        set_condition(&mut status.conditions, "Degraded", True, "VersionChangeRefused", &message, generation, now);
+        set_condition(&mut status.conditions, "Progressing", False, "VersionChangeRefused", &message, generation, now);
+        return status;
+    }
     status.applications = plan.applications.clone();
     status.components = plan
         .components
@@ -138,13 +155,13 @@ mod tests {
         let beats = [(ComponentKind::Katib, 100), (ComponentKind::Dex, 100)].into();
         let p = plan();
         let mut reports: BTreeMap<_, _> = [(ComponentKind::Katib, report("h-v0.11.0", "v0.11.0", true)), (ComponentKind::Dex, report("old", "v2.24.0", true))].into();
-        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None };
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(None, Some(3), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.phase, Some(KfDefPhase::Progressing));
         assert_eq!(s.components["dex"].phase.as_deref(), Some("Pending"));
         assert_eq!(cond(&s, "Available").status, False);
         reports.insert(ComponentKind::Dex, report("h-v2.24.0", "v2.24.0", true));
-        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None };
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(Some(&s), Some(3), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.phase, Some(KfDefPhase::Available));
         assert_eq!(cond(&s, "Available").observed_generation, Some(3));
@@ -156,7 +173,7 @@ mod tests {
         let beats = [(ComponentKind::Katib, 100)].into();
         let reports = BTreeMap::new();
         let p = plan();
-        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 200, bus_error: None };
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 200, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.components["dex"].phase.as_deref(), Some("WaitingForOperator"));
         assert!(s.components["dex"].message.contains("dex-operator"));
@@ -171,7 +188,7 @@ mod tests {
         bad.message = "spec.version: not supported".into();
         let reports = [(ComponentKind::Katib, bad)].into();
         let p = plan();
-        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None };
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.phase, Some(KfDefPhase::Degraded));
         assert!(cond(&s, "Degraded").message.contains("katib: spec.version"));
@@ -190,7 +207,7 @@ mod tests {
         p.components.clear();
         p.unresolved.insert(ComponentKind::Katib, Unresolved::NotAnnounced { component: ComponentKind::Katib });
         p.unresolved.insert(ComponentKind::Dex, Unresolved::UnsupportedKubeflow { component: ComponentKind::Dex, given: "v9".into(), shipped: "v2.22.0 (Kubeflow 1.2)".into() });
-        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None };
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.components["katib"].phase.as_deref(), Some("WaitingForOperator"));
         assert_eq!(s.components["katib"].message, "waiting for katib-operator: it has not announced its releases on NATS");
@@ -198,5 +215,25 @@ mod tests {
         assert_eq!(s.phase, Some(KfDefPhase::Degraded));
         assert_eq!(cond(&s, "Degraded").reason, "UnsupportedVersion");
         assert_eq!(cond(&s, "Degraded").message, "dex: spec.version: Kubeflow version \"v9\" has no dex release; dex-operator ships v2.22.0 (Kubeflow 1.2)");
+    }
+
+    #[test]
+    fn a_refused_edit_degrades_the_kfdef_and_keeps_what_status_said_and_pins_are_reported() {
+        use crate::upgrade::MoveRefused;
+        let beats = [(ComponentKind::Katib, 100), (ComponentKind::Dex, 100)].into();
+        let reports = [(ComponentKind::Katib, report("h-v0.11.0", "v0.11.0", true)), (ComponentKind::Dex, report("h-v2.24.0", "v2.24.0", true))].into();
+        let p = plan();
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None, edit_refused: None, pinned_drift: Some("spec.version is \"v1.2.0\", but …".into()) };
+        let available = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
+        assert_eq!(available.phase, Some(KfDefPhase::Available));
+        assert_eq!((cond(&available, "VersionPinned").status, cond(&available, "VersionPinned").reason.as_str()), (True, "PinnedByKfUpgrade"));
+        let refused = EditRefused::Move(MoveRefused::Downgrade { component: ComponentKind::Katib, from: "v0.11.0".into(), to: "v0.10.0".into(), later: String::new() });
+        let observed = Observed { edit_refused: Some(&refused), pinned_drift: None, ..observed };
+        let s = kfdef_status(Some(&available), Some(2), Ok(&p), &observed, "Kubernetes", &time());
+        assert_eq!(s.phase, Some(KfDefPhase::Degraded));
+        assert_eq!(cond(&s, "Degraded").reason, "VersionChangeRefused");
+        assert!(cond(&s, "Degraded").message.contains("katib: v0.11.0 → v0.10.0 is a downgrade"), "{}", cond(&s, "Degraded").message);
+        assert_eq!(s.components, available.components);
+        assert_eq!(cond(&s, "VersionPinned").status, False);
     }
 }

@@ -6,5 +6,6 @@ pub mod aggregate;
 pub mod catalog;
 pub mod controller;
 pub mod plan;
+pub mod publish;
 pub mod upgrade;
 pub mod upgrade_controller;

@@ -69,17 +69,29 @@ async fn main() -> std::process::ExitCode {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let ctx = Arc::new(controller::Context { client, state, platform, metrics: metrics.clone(), recorder });
-    metrics.set_ready();
-    let upgrade_controller = Controller::new(upgrades, watcher::Config::default().any_semantic())
+    let ctx = Arc::new(controller::Context { client: client.clone(), state, platform, metrics: metrics.clone(), recorder, backoffs: Default::default() });
+    let upgrade_controller = Controller::new(upgrades, watcher::Config::default().any_semantic());
+    let upgrade_store = upgrade_controller.store();
+    // Component health reaches a KfUpgrade through its KfDef's status.
+    let mapper_store = upgrade_store.clone();
+    let upgrade_controller = upgrade_controller
+        .watches(kfdefs.clone(), watcher::Config::default().any_semantic(), move |kfdef: KfDef| upgrade_controller::upgrades_of(&mapper_store, &kfdef))
         .shutdown_on_signal()
-        .run(upgrade_controller::reconcile, controller::error_policy_upgrade, ctx.clone())
+        .run(upgrade_controller::reconcile, controller::error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "KfUpgrade reconcile ended with an error");
             }
         });
-    let kfdef_controller = Controller::new(kfdefs, watcher::Config::default().any_semantic())
+    let kfdef_controller = Controller::new(kfdefs, watcher::Config::default().any_semantic());
+    let kfdef_store = kfdef_controller.store();
+    // Ready once both controllers have listed what they watch.
+    tokio::spawn(async move {
+        if kfdef_store.wait_until_ready().await.is_ok() && upgrade_store.wait_until_ready().await.is_ok() {
+            metrics.set_ready();
+        }
+    });
+    let kfdef_controller = kfdef_controller
         .reconcile_on(receiver_stream(trigger_rx))
         .reconcile_all_on(receiver_stream(all_rx))
         .shutdown_on_signal()

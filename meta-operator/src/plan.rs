@@ -61,6 +61,30 @@ pub fn pins(kfdef: &KfDef) -> Result<BTreeMap<ComponentKind, String>, PlanError>
     by_name.into_iter().map(|(name, version)| Ok((name.parse().map_err(|source| PlanError::UnknownPinnedComponent { source })?, version))).collect()
 }
 
+/// Whether `kfdef`'s pins only repeat what `spec.version` names, so they can go: every pinned
+/// component of the plan runs the version of the release `spec.version` names. Never while a
+/// KfUpgrade holds the KfDef (`upgrading`): it writes the pins.
+pub fn pins_redundant(plan: &Plan, has_pins: bool, upgrading: bool) -> bool {
+    has_pins && !upgrading && plan.components.values().filter(|c| c.pinned).all(|c| c.release_version.as_deref() == Some(c.version.as_str()))
+}
+
+/// Why the components run other versions than `spec.version` names, and what makes them follow
+/// it again; `None` when they run what it names.
+pub fn pinned_drift(plan: &Plan, spec_version: &str, pinned_by: Option<&str>, catalog: &Catalog) -> Option<String> {
+    let drifted: BTreeMap<ComponentKind, String> =
+        plan.components.iter().filter(|(_, c)| c.pinned && c.release_version.as_deref() != Some(c.version.as_str())).map(|(k, c)| (*k, c.version.clone())).collect();
+    if drifted.is_empty() {
+        return None;
+    }
+    let running = drifted.iter().map(|(c, v)| format!("{c} {v}")).collect::<Vec<_>>().join(", ");
+    let by = pinned_by.map_or_else(|| format!("annotation {PINS_ANNOTATION}"), |name| format!("KfUpgrade {name}"));
+    let follow = match catalog.kubeflow_of(&drifted) {
+        Some(kubeflow) => format!("they are Kubeflow {kubeflow}'s: set spec.version to v{kubeflow}.x and the pins go"),
+        None => "no Kubeflow release has these versions: the pins stay until spec.version names one that does".to_string(),
+    };
+    Some(format!("spec.version is {spec_version:?}, but components run pinned versions ({running}) written by {by}; {follow}"))
+}
+
 pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan, PlanError> {
     let kubeflow = kfdef.spec.version.clone().unwrap_or_default();
     let pins = pins(kfdef)?;
@@ -194,6 +218,23 @@ mod tests {
         let plan = super::plan(&example(), Platform::Kubernetes, &only_dex).unwrap();
         assert_eq!(plan.components.keys().copied().collect::<Vec<_>>(), [ComponentKind::Dex]);
         assert_eq!(plan.unresolved[&ComponentKind::Katib], Unresolved::NotAnnounced { component: ComponentKind::Katib });
+    }
+
+    #[test]
+    fn pins_that_differ_from_spec_version_are_reported_and_matching_ones_can_go() {
+        let mut k = example();
+        k.annotations_mut().insert(PINS_ANNOTATION.into(), r#"{"istio": "1.9.6", "katib": "v0.11.0"}"#.into());
+        let p = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
+        assert_eq!(
+            pinned_drift(&p, "v1.2.0", Some("to-1-3"), &catalog()).unwrap(),
+            "spec.version is \"v1.2.0\", but components run pinned versions (istio 1.9.6, katib v0.11.0) written by KfUpgrade to-1-3; they are Kubeflow 1.3's: set spec.version to v1.3.x and the pins go"
+        );
+        assert!(!pins_redundant(&p, true, false));
+        k.spec.version = Some("v1.3.0".into());
+        let p = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
+        assert_eq!(pinned_drift(&p, "v1.3.0", Some("to-1-3"), &catalog()), None);
+        assert!(pins_redundant(&p, true, false));
+        assert!(!pins_redundant(&p, true, true), "a running KfUpgrade owns the pins");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use kubeflow_crds::component::ComponentKind;
 use kubeflow_crds::kfupgrade::{KfUpgradeSpec, StepPhase, UpgradeStep};
 
 use crate::catalog::{Catalog, Unresolved};
+use crate::plan::Plan;
 
 /// Shortest chain of direct upgrades from `from` to `to` among `releases`.
 pub fn path(releases: &[ReleaseInfo], from: &str, to: &str) -> Option<Vec<String>> {
@@ -68,6 +69,28 @@ pub fn check_move(component: ComponentKind, releases: &[ReleaseInfo], from: &str
     Ok(())
 }
 
+/// A change of component versions that no KfUpgrade made (an edit of `spec.version`, pins
+/// removed by hand, …), checked against what is published with the rules of [`steps`]: each
+/// component that moves must reach a shipped, later version over a direct edge. Pinned versions
+/// are a KfUpgrade's, which validated them (and rolls back with them).
+pub fn check_edit(plan: &Plan, published: &BTreeMap<ComponentKind, String>, catalog: &Catalog) -> Result<(), EditRefused> {
+    for (component, wanted) in plan.components.iter().filter(|(_, p)| !p.pinned) {
+        let Some(from) = published.get(component).filter(|from| **from != wanted.version) else { continue };
+        let releases = catalog.releases(*component).map_err(EditRefused::NotAnnounced)?;
+        check_move(*component, releases, from, &wanted.version).map_err(EditRefused::Move)?;
+    }
+    Ok(())
+}
+
+/// Why a version change made outside a KfUpgrade is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EditRefused {
+    #[error("the component versions changed outside a KfUpgrade and nothing was published: {0}; revert the change or use a KfUpgrade")]
+    Move(MoveRefused),
+    #[error("the component versions changed outside a KfUpgrade and cannot be checked: {0}")]
+    NotAnnounced(Unresolved),
+}
+
 /// Why an upgrade is refused: which component, which versions, what is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -106,7 +129,7 @@ pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>, ca
             continue;
         }
         check_move(component, catalog.releases(component).map_err(Refusal::NotAnnounced)?, &from, &to)?;
-        steps.push(UpgradeStep { component, from_version: from, to_version: to, phase: StepPhase::Pending, start_time: None, end_time: None, message: String::new() });
+        steps.push(UpgradeStep { component, from_version: from, to_version: to, phase: StepPhase::Pending, start_time: None, end_time: None, message: String::new(), failure: None });
     }
     if steps.is_empty() {
         return Err(Refusal::NothingToDo);
@@ -185,6 +208,24 @@ mod tests {
     fn a_component_whose_operator_never_announced_cannot_be_upgraded() {
         let err = steps(&spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v1.3.0}\n"), &v12(), &Catalog::default()).unwrap_err();
         assert_eq!(err, Refusal::Target(Unresolved::NotAnnounced { component: ComponentKind::Istio }));
+    }
+
+    #[test]
+    fn an_edit_outside_a_kfupgrade_follows_the_same_rules_and_pins_are_left_to_their_kfupgrade() {
+        use crate::plan::ComponentPlan;
+        let entry = |version: &str, pinned: bool| ComponentPlan { spec: serde_json::json!({}), spec_hash: String::new(), version: version.into(), pinned, release_version: None };
+        let published: BTreeMap<ComponentKind, String> = [(ComponentKind::Katib, "v0.11.0".to_string()), (ComponentKind::Dex, "v2.22.0".to_string())].into();
+        let plan = |katib: ComponentPlan| Plan { components: [(ComponentKind::Katib, katib), (ComponentKind::Dex, entry("v2.24.0", false))].into(), unresolved: BTreeMap::new(), applications: vec![] };
+        // Dex v2.22.0 → v2.24.0 is a direct upgrade; Katib stays.
+        assert_eq!(check_edit(&plan(entry("v0.11.0", false)), &published, &catalog()), Ok(()));
+        assert_eq!(
+            check_edit(&plan(entry("v0.10.0", false)), &published, &catalog()).unwrap_err().to_string(),
+            "the component versions changed outside a KfUpgrade and nothing was published: katib: v0.11.0 → v0.10.0 is a downgrade, which KfUpgrade does not do; versions after v0.11.0: v0.12.0; revert the change or use a KfUpgrade"
+        );
+        // A KfUpgrade's rollback pins the older version: not an edit.
+        assert_eq!(check_edit(&plan(entry("v0.10.0", true)), &published, &catalog()), Ok(()));
+        // Nothing published yet (a new KfDef): nothing to check.
+        assert_eq!(check_edit(&plan(entry("v0.10.0", false)), &BTreeMap::new(), &catalog()), Ok(()));
     }
 
     #[test]
