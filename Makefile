@@ -19,6 +19,7 @@ unit: ## unit tests only (no cluster)
 
 e2e: env-up ## end-to-end tests against a running environment (kept running)
 	cargo build --workspace --bins
+	cargo build -p kubeflow-e2e --features e2e --bins
 	source e2e/env/versions.sh && source $$ENV_FILE && cargo test -p kubeflow-e2e --features e2e
 
 env-up: prereqs ## build (once) and start etcd, kube-apiserver, controller-manager, scheduler, kwok, nats-server

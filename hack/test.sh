@@ -38,6 +38,8 @@ done
 step "end-to-end tests"
 # The e2e tests run the operator binaries as host processes.
 cargo build --locked --workspace --bins
+# Test-only operator binaries (e.g. katib-operator-test-releases) live in the e2e crate.
+cargo build --locked -p kubeflow-e2e --features e2e --bins
 export KFOP_BIN_DIR=${CARGO_TARGET_DIR:-$PWD/target}/debug
 cargo test --locked -p kubeflow-e2e --features e2e -- --test-threads 4
 

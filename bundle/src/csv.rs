@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use base64::Engine;
 use kube::CustomResourceExt;
-use kubeflow_deploy::{ComponentOperator, IMAGE_REPOSITORY};
+use kubeflow_component_registry::RegisteredComponent;
+use kubeflow_deploy::IMAGE_REPOSITORY;
 use serde_json::{Value, json};
 
 use crate::releases::{self, OPERATOR_RELEASES, OperatorRelease};
@@ -201,9 +202,12 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
 /// The meta-operator package: KfDef and KfUpgrade, NATS-based fan-out to component operators.
 pub fn meta_operator_package() -> Package {
     let crds: Vec<Value> = [kubeflow_crds::KfDef::crd(), kubeflow_crds::KfUpgrade::crd()].iter().map(|crd| serde_json::to_value(crd).expect("CRDs serialise")).collect();
-    let component_kinds: Vec<(String, String, String)> = kubeflow_deploy::components()
+    let component_kinds: Vec<(String, String, String)> = kubeflow_component_registry::all()
         .iter()
-        .map(|c| (c.crd["spec"]["names"]["kind"].as_str().unwrap_or_default().to_string(), "v1alpha1".to_string(), c.crd["spec"]["names"]["plural"].as_str().unwrap_or_default().to_string()))
+        .map(|c| {
+            let resource = c.api_resource();
+            (resource.kind, resource.version, resource.plural)
+        })
         .collect();
     let created_kinds = BTreeMap::from([(crds[0]["metadata"]["name"].as_str().unwrap_or_default().to_string(), component_kinds)]);
     Package {
@@ -217,7 +221,7 @@ pub fn meta_operator_package() -> Package {
         rules: kubeflow_deploy::meta_operator_rules(),
         created_kinds,
         env: vec![json!({"name": "NATS_URL", "value": kubeflow_deploy::NATS_URL})],
-        examples: meta_examples,
+        examples: Box::new(meta_examples),
     }
 }
 
@@ -257,23 +261,11 @@ fn meta_examples(release: &OperatorRelease) -> Vec<Value> {
     examples
 }
 
-/// What the package page says about each component.
-fn component_text(component: &str) -> (&'static str, &'static str) {
-    match component {
-        "istio" => ("Istio for Kubeflow", "the Istio control plane and ingress gateways Kubeflow routes through"),
-        "dex" => ("Dex for Kubeflow", "Dex, the OpenID Connect provider Kubeflow authenticates users with"),
-        "kfserving" => ("KFServing", "KFServing, serverless model inference (InferenceService) with its controller and webhooks"),
-        "katib" => ("Katib", "Katib, hyperparameter tuning and neural architecture search (Experiment, Trial, Suggestion)"),
-        "pipelines" => ("Kubeflow Pipelines", "Kubeflow Pipelines: API server, UI, persistence agent, scheduled workflows, MySQL and object storage"),
-        other => panic!("no package text for component {other}"),
-    }
-}
-
 /// The package of one component operator, installable without the meta-operator.
-pub fn component_package(operator: ComponentOperator) -> Package {
-    let (display, what) = component_text(operator.name);
-    let kind = operator.crd["spec"]["names"]["kind"].as_str().unwrap_or_default().to_string();
-    let crd_name = operator.crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
+pub fn component_package(component: RegisteredComponent) -> Package {
+    let what = component.installs;
+    let kind = component.kind.kind();
+    let crd_name = component.crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
     let description = format!(
         "Installs and upgrades {what}.\n\n\
          Create a `{kind}` resource naming the `version` to run; the operator renders that version's \
@@ -288,39 +280,41 @@ pub fn component_package(operator: ComponentOperator) -> Package {
     );
     let created_kinds = BTreeMap::from([(
         crd_name,
-        operator.kinds.iter().map(|k| (k.kind.to_string(), k.version.to_string(), k.plural.to_string())).collect(),
+        component.watched_kinds.iter().map(|k| (k.kind.to_string(), k.version.to_string(), k.plural.to_string())).collect(),
     )]);
-    let name = operator.name;
+    let name = component.kind.name();
+    let example = component_example(&component);
     Package {
         name: format!("kubeflow-{name}-operator"),
-        display_name: display.into(),
+        display_name: component.display_name.into(),
         summary: format!("Installs and upgrades {what}."),
         description,
         keywords: ["kubeflow", name, "machine learning", "mlops"].map(String::from).into(),
-        operator: format!("{name}-operator"),
-        crds: vec![operator.crd],
-        rules: operator.rules,
+        operator: component.operator,
+        crds: vec![component.crd],
+        rules: component.rules,
         created_kinds,
         env: Vec::new(),
-        examples: match name {
-            "istio" => |r| component_example("istio", "Istio", r),
-            "dex" => |r| component_example("dex", "Dex", r),
-            "kfserving" => |r| component_example("kfserving", "KFServing", r),
-            "katib" => |r| component_example("katib", "Katib", r),
-            "pipelines" => |r| component_example("pipelines", "Pipelines", r),
-            other => panic!("no example for component {other}"),
-        },
+        examples: Box::new(example),
     }
 }
 
-/// A resource running the newest component version release `release` ships.
-fn component_example(component: &str, kind: &str, release: &OperatorRelease) -> Vec<Value> {
-    let index = OPERATOR_RELEASES.iter().position(|r| r.version == release.version).expect("a listed release");
-    let version = *releases::component_versions(component, index).last().expect("each release ships every component");
-    vec![json!({
-        "apiVersion": "components.kubeflow.org/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": component, "namespace": "kubeflow"},
-        "spec": {"version": version, "managementState": "Managed"},
-    })]
+/// `alm-examples` of `component`: a resource running the newest version an operator release
+/// ships, with the component's example fields.
+fn component_example(component: &RegisteredComponent) -> impl Fn(&OperatorRelease) -> Vec<Value> + Send + Sync + use<> {
+    let resource = component.api_resource();
+    let name = component.kind.name();
+    let component_releases = component.releases.clone();
+    let fields = component.example_spec.as_object().cloned().unwrap_or_default();
+    move |release| {
+        let version = releases::shipped_versions(&component_releases, release).pop().expect("each operator release ships every component");
+        let mut spec = json!({"version": version, "managementState": "Managed"});
+        spec.as_object_mut().expect("an object").extend(fields.clone());
+        vec![json!({
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": {"name": name, "namespace": "kubeflow"},
+            "spec": spec,
+        })]
+    }
 }

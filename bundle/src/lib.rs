@@ -62,7 +62,7 @@ pub struct Package {
     /// Environment of the operator container.
     pub env: Vec<Value>,
     /// `alm-examples` for a release.
-    pub examples: fn(&OperatorRelease) -> Vec<Value>,
+    pub examples: Box<dyn Fn(&OperatorRelease) -> Vec<Value> + Send + Sync>,
 }
 
 impl Package {
@@ -78,7 +78,7 @@ fn yaml(value: &Value) -> String {
 /// Every package: the meta-operator and one per component operator.
 pub fn packages() -> Vec<Package> {
     let mut packages = vec![csv::meta_operator_package()];
-    packages.extend(kubeflow_deploy::components().into_iter().map(csv::component_package));
+    packages.extend(kubeflow_component_registry::all().into_iter().map(csv::component_package));
     packages
 }
 

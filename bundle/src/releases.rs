@@ -8,6 +8,8 @@
 //! digest of the current one (`cargo run -p kubeflow-bundle --bin bundlegen -- --digest <version>`),
 //! add the next version here and to the workspace, and run `make generate`.
 
+use kubeflow_crds::bus::ReleaseInfo;
+
 /// One released version of the operators.
 #[derive(Debug, Clone, Copy)]
 pub struct OperatorRelease {
@@ -15,8 +17,8 @@ pub struct OperatorRelease {
     pub version: &'static str,
     /// Release date, written into the CSV's `createdAt` (fixed so bundles render reproducibly).
     pub created_at: &'static str,
-    /// Kubeflow releases (keys of `meta_operator::distribution::RELEASES`) this version installs;
-    /// the component operators ship the component versions of these releases.
+    /// Kubeflow releases (major.minor) this version installs: the component operators ship the
+    /// component versions tagged with these ([`kubeflow_crds::bus::ReleaseInfo::kubeflow`]).
     pub kubeflow: &'static [&'static str],
     /// SHA-256 of the published bundles ([`crate::release_digest`]); `None` while in development.
     pub digest: Option<&'static str>,
@@ -39,15 +41,8 @@ pub fn skip_range(index: usize) -> String {
     format!(">={} <{}", OPERATOR_RELEASES[0].version, OPERATOR_RELEASES[index].version)
 }
 
-/// Versions of `component` that release `index` ships, oldest first.
-pub fn component_versions(component: &str, index: usize) -> Vec<&'static str> {
-    let mut versions = Vec::new();
-    for kubeflow in OPERATOR_RELEASES[index].kubeflow {
-        let (_, components) = meta_operator::distribution::RELEASES
-            .iter()
-            .find(|(release, _)| release == kubeflow)
-            .unwrap_or_else(|| panic!("operator release {} names unknown Kubeflow release {kubeflow}", OPERATOR_RELEASES[index].version));
-        versions.extend(components.iter().filter(|(kind, _)| kind.name() == component).map(|(_, version)| *version));
-    }
-    versions
+/// Versions among a component's `releases` that operator release `release` ships, oldest first:
+/// those of the Kubeflow releases it installs.
+pub fn shipped_versions(releases: &[ReleaseInfo], release: &OperatorRelease) -> Vec<String> {
+    releases.iter().filter(|r| r.kubeflow.iter().any(|k| release.kubeflow.contains(&k.as_str()))).map(|r| r.version.clone()).collect()
 }

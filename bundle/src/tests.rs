@@ -34,13 +34,15 @@ fn newest_release_is_the_crate_version_and_every_release_adds_kubeflow_versions(
     assert_eq!(OPERATOR_RELEASES.last().unwrap().version, env!("CARGO_PKG_VERSION"));
     assert!(OPERATOR_RELEASES.len() >= 2, "an upgrade graph needs two releases");
     for index in 1..OPERATOR_RELEASES.len() {
-        for component in ["istio", "dex", "kfserving", "katib", "pipelines"] {
-            let (older, newer) = (releases::component_versions(component, index - 1), releases::component_versions(component, index));
-            assert!(older.iter().all(|v| newer.contains(v)), "{component}: release {index} drops a version");
+        for component in kubeflow_component_registry::all() {
+            let shipped = |index: usize| releases::shipped_versions(&component.releases, &OPERATOR_RELEASES[index]);
+            let (older, newer) = (shipped(index - 1), shipped(index));
+            assert!(older.iter().all(|v| newer.contains(v)), "{}: release {index} drops a version", component.kind);
         }
     }
-    assert_eq!(releases::component_versions("katib", 0), ["v0.10.0"]);
-    assert_eq!(releases::component_versions("katib", 1), ["v0.10.0", "v0.11.0"]);
+    let katib = kubeflow_component_registry::get(kubeflow_crds::ComponentKind::Katib);
+    assert_eq!(releases::shipped_versions(&katib.releases, &OPERATOR_RELEASES[0]), ["v0.10.0"]);
+    assert_eq!(releases::shipped_versions(&katib.releases, &OPERATOR_RELEASES[1]), ["v0.10.0", "v0.11.0"]);
 }
 
 #[test]
@@ -137,9 +139,21 @@ fn alm_examples_use_owned_kinds_and_versions_the_release_ships() {
             assert!(owned, "{}: example {} is not an owned kind", package.name, example["kind"]);
         }
         if package.name != "kubeflow-meta-operator" {
-            let component = package.operator.trim_end_matches("-operator");
-            let version = examples[0]["spec"]["version"].as_str().unwrap();
-            assert_eq!(Some(&version), releases::component_versions(component, index).last(), "{}", package.name);
+            // The newest version of the component each operator release ships.
+            let newest = match (package.name.as_str(), index) {
+                ("kubeflow-istio-operator", 0) => "1.3.1",
+                ("kubeflow-istio-operator", _) => "1.9.6",
+                ("kubeflow-dex-operator", 0) => "v2.22.0",
+                ("kubeflow-dex-operator", _) => "v2.24.0",
+                ("kubeflow-kfserving-operator", 0) => "v0.4.1",
+                ("kubeflow-kfserving-operator", _) => "v0.5.1",
+                ("kubeflow-katib-operator", 0) => "v0.10.0",
+                ("kubeflow-katib-operator", _) => "v0.11.0",
+                ("kubeflow-pipelines-operator", 0) => "1.0.4",
+                ("kubeflow-pipelines-operator", _) => "1.5.0",
+                (other, _) => panic!("unexpected package {other}"),
+            };
+            assert_eq!(examples[0]["spec"]["version"], newest, "{} at release {index}", package.name);
         }
     }
 }

@@ -12,7 +12,9 @@
 //!   changes nothing.
 //! * `kubeflow-status` — same keys, value [`StatusReport`], written by component operators.
 //! * `kubeflow-operators` — key `<component>`, value [`Heartbeat`], refreshed every few seconds by
-//!   each running component operator, so the meta-operator can say which operator is missing.
+//!   each running component operator, so the meta-operator can say which operator is missing. It
+//!   carries the operator's releases (versions, upgrade edges, Kubeflow releases): the
+//!   meta-operator learns from it which versions make up a Kubeflow release.
 //!
 //! Keys are ordered per component: a component's consumer watches `<component>.>` and receives its
 //! updates in the order they were written.
@@ -72,13 +74,33 @@ pub struct StatusReport {
     pub observed_generation: Option<i64>,
 }
 
-/// A component operator saying it is alive.
+/// One release a component operator ships, as it announces it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseInfo {
+    pub version: String,
+    /// Versions this one may be upgraded from directly.
+    #[serde(default)]
+    pub upgrades_from: Vec<String>,
+    /// Kubeflow releases (major.minor, e.g. `1.3`) whose version of the component this is.
+    #[serde(default)]
+    pub kubeflow: Vec<String>,
+}
+
+/// A component operator saying it is alive, and what it ships. The fields after `at` default
+/// when absent, so an older operator's heartbeat still decodes.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
 pub struct Heartbeat {
     pub operator: String,
     pub version: String,
     /// Unix seconds.
     pub at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<ComponentKind>,
+    /// The component's built-in releases, oldest first.
+    #[serde(default)]
+    pub releases: Vec<ReleaseInfo>,
 }
 
 pub fn key(component: ComponentKind, namespace: &str, name: &str) -> String {
@@ -102,5 +124,23 @@ mod tests {
         assert_eq!(k, "katib.team-a.kf.prod");
         assert_eq!(parse_key(&k), Some((ComponentKind::Katib, "team-a".into(), "kf.prod".into())));
         assert_eq!(parse_key("seldon.a.b"), None);
+    }
+
+    #[test]
+    fn heartbeats_carry_releases_and_an_old_operators_heartbeat_still_decodes() {
+        let old: Heartbeat = serde_json::from_str(r#"{"operator": "katib-operator", "version": "0.1.0", "at": 5}"#).unwrap();
+        assert_eq!((old.component, old.releases.len()), (None, 0));
+        let beat = Heartbeat {
+            operator: "katib-operator".into(),
+            version: "0.2.0".into(),
+            at: 7,
+            component: Some(ComponentKind::Katib),
+            releases: vec![ReleaseInfo { version: "v0.11.0".into(), upgrades_from: vec!["v0.10.0".into()], kubeflow: vec!["1.3".into()] }],
+        };
+        assert_eq!(
+            serde_json::to_value(&beat).unwrap(),
+            serde_json::json!({"operator": "katib-operator", "version": "0.2.0", "at": 7, "component": "katib",
+                               "releases": [{"version": "v0.11.0", "upgradesFrom": ["v0.10.0"], "kubeflow": ["1.3"]}]})
+        );
     }
 }

@@ -19,41 +19,127 @@ pub const VERSION: &str = "v1alpha1";
 /// ships that version is checked at reconcile time, where the answer can list what it supports.
 pub const VERSION_PATTERN: &str = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?(-[0-9A-Za-z.-]+)?$";
 
-/// The components the operators manage.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ComponentKind {
-    Istio,
-    Dex,
-    #[serde(rename = "kfserving")]
-    KFServing,
-    Katib,
-    Pipelines,
+/// Declares the component kinds, once: each one's enum variant, lower-case name, Kubernetes kind
+/// and resource type, the kfctl applications it covers and its default position in an upgrade.
+/// Everything that lists components derives from this.
+macro_rules! component_kinds {
+    ($(
+        $variant:ident {
+            name: $name:literal,
+            resource: $resource:ident,
+            kind: $kind:literal,
+            upgrade_position: $position:literal,
+            applications: [$($application:literal),* $(,)?] $(,)?
+        }
+    ),* $(,)?) => {
+        /// The components the operators manage.
+        #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+        pub enum ComponentKind {
+            $(#[serde(rename = $name)] $variant,)*
+        }
+
+        impl ComponentKind {
+            pub const ALL: [ComponentKind; [$($name),*].len()] = [$(Self::$variant),*];
+
+            /// Lower-case name used in NATS subjects, labels and KfDef status keys.
+            pub const fn name(self) -> &'static str {
+                match self { $(Self::$variant => $name,)* }
+            }
+
+            /// Kubernetes kind of the component resource.
+            pub const fn kind(self) -> &'static str {
+                match self { $(Self::$variant => $kind,)* }
+            }
+
+            /// The kfctl applications (KfDef `spec.applications[].name`) this component installs.
+            pub const fn applications(self) -> &'static [&'static str] {
+                match self { $(Self::$variant => &[$($application),*],)* }
+            }
+
+            /// Position in an upgrade that names no order (lower moves first).
+            pub const fn upgrade_position(self) -> u8 {
+                match self { $(Self::$variant => $position,)* }
+            }
+
+            /// The CRD of the component resource.
+            pub fn crd(self) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+                match self { $(Self::$variant => <$resource as kube::CustomResourceExt>::crd(),)* }
+            }
+        }
+
+        $(
+            impl ComponentResource for $resource {
+                const COMPONENT: ComponentKind = ComponentKind::$variant;
+                fn core(&self) -> &ComponentSpecCore {
+                    &self.spec.core
+                }
+                fn component_status(&self) -> Option<&ComponentStatus> {
+                    self.status.as_ref()
+                }
+            }
+        )*
+    };
+}
+
+component_kinds! {
+    Istio {
+        name: "istio",
+        resource: Istio,
+        kind: "Istio",
+        upgrade_position: 1,
+        applications: ["istio-crds", "istio-install", "istio-stack", "cluster-local-gateway", "istio", "kfserving-gateway", "add-anonymous-user-filter"],
+    },
+    Dex {
+        name: "dex",
+        resource: Dex,
+        kind: "Dex",
+        upgrade_position: 2,
+        applications: ["dex", "dex-crds", "dex-auth"],
+    },
+    KFServing {
+        name: "kfserving",
+        resource: KFServing,
+        kind: "KFServing",
+        upgrade_position: 3,
+        applications: ["kfserving-crds", "kfserving-install", "kfserving"],
+    },
+    Katib {
+        name: "katib",
+        resource: Katib,
+        kind: "Katib",
+        upgrade_position: 4,
+        applications: ["katib-crds", "katib-controller", "katib-db", "katib-db-manager", "katib-ui", "katib"],
+    },
+    Pipelines {
+        name: "pipelines",
+        resource: Pipelines,
+        kind: "Pipelines",
+        upgrade_position: 5,
+        applications: [
+            "api-service", "pipelines-ui", "pipelines-viewer", "persistent-agent", "scheduledworkflow",
+            "pipeline-visualization-service", "pipelines-runner", "minio", "mysql", "argo", "metadata",
+            "pipeline", "kubeflow-pipelines",
+        ],
+    },
 }
 
 impl ComponentKind {
-    pub const ALL: [ComponentKind; 5] = [Self::Istio, Self::Dex, Self::KFServing, Self::Katib, Self::Pipelines];
-
-    /// Lower-case name used in NATS subjects, labels and KfDef status keys.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Istio => "istio",
-            Self::Dex => "dex",
-            Self::KFServing => "kfserving",
-            Self::Katib => "katib",
-            Self::Pipelines => "pipelines",
-        }
+    /// The component that installs kfctl application `application`, if any.
+    pub fn from_application(application: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.applications().contains(&application))
     }
 
-    /// Kubernetes kind of the component resource.
-    pub fn kind(self) -> &'static str {
-        match self {
-            Self::Istio => "Istio",
-            Self::Dex => "Dex",
-            Self::KFServing => "KFServing",
-            Self::Katib => "Katib",
-            Self::Pipelines => "Pipelines",
-        }
+    /// Every component in default upgrade order: the mesh first, then identity, then the
+    /// workloads that depend on both.
+    pub fn upgrade_order() -> Vec<Self> {
+        let mut order = Self::ALL.to_vec();
+        order.sort_by_key(|c| c.upgrade_position());
+        order
+    }
+
+    /// `istio, dex, …`: the names [`FromStr`] accepts.
+    pub fn allowed_names() -> String {
+        Self::ALL.map(Self::name).join(", ")
     }
 }
 
@@ -65,7 +151,7 @@ impl fmt::Display for ComponentKind {
 
 /// Error for a component name that is none of [`ComponentKind::ALL`].
 #[derive(Debug, thiserror::Error)]
-#[error("unknown component {0:?}; allowed: istio, dex, kfserving, katib, pipelines")]
+#[error("unknown component {0:?}; allowed: {allowed}", allowed = ComponentKind::allowed_names())]
 pub struct UnknownComponent(pub String);
 
 impl FromStr for ComponentKind {
@@ -490,18 +576,38 @@ pub trait ComponentResource:
     fn component_status(&self) -> Option<&ComponentStatus>;
 }
 
-macro_rules! component_resource {
-    ($($ty:ident => $kind:ident),* $(,)?) => {$(
-        impl ComponentResource for $ty {
-            const COMPONENT: ComponentKind = ComponentKind::$kind;
-            fn core(&self) -> &ComponentSpecCore {
-                &self.spec.core
-            }
-            fn component_status(&self) -> Option<&ComponentStatus> {
-                self.status.as_ref()
-            }
-        }
-    )*};
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-component_resource!(Istio => Istio, Dex => Dex, KFServing => KFServing, Katib => Katib, Pipelines => Pipelines);
+    #[test]
+    fn the_declaration_gives_names_kinds_applications_and_order() {
+        assert_eq!(ComponentKind::ALL.map(ComponentKind::name), ["istio", "dex", "kfserving", "katib", "pipelines"]);
+        assert_eq!(ComponentKind::KFServing.kind(), "KFServing");
+        assert_eq!(ComponentKind::from_application("katib-db-manager"), Some(ComponentKind::Katib));
+        assert_eq!(ComponentKind::from_application("kfserving-gateway"), Some(ComponentKind::Istio));
+        assert_eq!(ComponentKind::from_application("jupyter-web-app"), None);
+        assert_eq!(
+            ComponentKind::upgrade_order(),
+            [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines]
+        );
+        assert_eq!(
+            "seldon".parse::<ComponentKind>().unwrap_err().to_string(),
+            "unknown component \"seldon\"; allowed: istio, dex, kfserving, katib, pipelines"
+        );
+        assert_eq!(serde_json::to_value(ComponentKind::KFServing).unwrap(), "kfserving");
+    }
+
+    #[test]
+    fn every_kind_names_its_resource_and_applications_belong_to_one_component() {
+        for component in ComponentKind::ALL {
+            assert_eq!(component.crd().spec.names.kind, component.kind());
+            assert!(!component.applications().is_empty(), "{component}");
+        }
+        let mut applications: Vec<&str> = ComponentKind::ALL.iter().flat_map(|c| c.applications().iter().copied()).collect();
+        let count = applications.len();
+        applications.sort();
+        applications.dedup();
+        assert_eq!(applications.len(), count, "an application is declared for two components");
+    }
+}

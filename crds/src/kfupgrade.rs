@@ -113,6 +113,13 @@ pub enum StepPhase {
     RolledBack,
 }
 
+/// Why a step failed.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum StepFailure {
+    /// The component did not report Ready at the new version within `healthTimeoutSeconds`.
+    HealthTimeout,
+}
+
 /// Progress of one component.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -128,6 +135,9 @@ pub struct UpgradeStep {
     pub end_time: Option<Time>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// Set on the step that failed (kept when it is rolled back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<StepFailure>,
 }
 
 /// Observed state of an upgrade.

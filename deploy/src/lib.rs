@@ -1,13 +1,13 @@
 //! Renders `deploy/<component>/`: a kustomize package that installs one component operator on its
 //! own — its CRD, a ServiceAccount with the ClusterRole derived from the operator's code
-//! ([`component_framework::rbac`]), and its Deployment — without the meta-operator or NATS.
+//! (`component_framework::rbac`), and its Deployment — without the meta-operator or NATS. The
+//! component operators come from the registry ([`kubeflow_component_registry::all`]).
 
 use std::path::{Path, PathBuf};
 
-use component_framework::Component;
-use component_framework::api::component::ComponentResource;
-use component_framework::api::crdgen::{self, CrdgenError};
 use kube::CustomResourceExt;
+use kubeflow_component_registry::RegisteredComponent;
+use kubeflow_crds::crdgen::{self, CrdgenError};
 use serde_json::{Value, json};
 
 /// Namespace the operators run in.
@@ -173,11 +173,10 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
     let mut deployments = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
     deployments.extend(nats_server());
     deployments.push(with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION"))));
-    for operator in components() {
-        let name = format!("{}-operator", operator.name);
-        crds.push(operator.crd);
-        rbac.extend(operator_rbac(&name, &operator.rules));
-        deployments.push(with_nats(operator_deployment(&name, env!("CARGO_PKG_VERSION"))));
+    for component in kubeflow_component_registry::all() {
+        crds.push(component.crd);
+        rbac.extend(operator_rbac(&component.operator, &component.rules));
+        deployments.push(with_nats(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION"))));
     }
     let files = vec![
         ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operators.yaml"])),
@@ -188,57 +187,17 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
     ("all".to_string(), files)
 }
 
-/// What the packages need to know about one component operator.
-pub struct ComponentOperator {
-    /// Component name (`istio`, `dex`, …); the operator is `<name>-operator`.
-    pub name: &'static str,
-    /// The CRD of the component resource.
-    pub crd: Value,
-    /// ClusterRole rules derived from the operator's code.
-    pub rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
-    /// Kinds of the objects its releases ship.
-    pub kinds: Vec<&'static component_framework::kinds::KindInfo>,
-}
-
-fn component<C: Component>() -> ComponentOperator where C::Resource: CustomResourceExt {
-    ComponentOperator {
-        name: C::Resource::COMPONENT.name(),
-        crd: serde_json::to_value(C::Resource::crd()).unwrap(),
-        rules: component_framework::rbac::cluster_role_rules::<C>(),
-        kinds: component_framework::run::watched_kinds::<C>(),
-    }
-}
-
-/// Every component operator, in dependency order.
-pub fn components() -> Vec<ComponentOperator> {
-    vec![
-        component::<istio_operator::IstioComponent>(),
-        component::<dex_operator::DexComponent>(),
-        component::<kfserving_operator::KFServingComponent>(),
-        component::<katib_operator::KatibComponent>(),
-        component::<pipelines_operator::PipelinesComponent>(),
-    ]
-}
-
-/// Files of `deploy/<component>/` for component `C`.
-pub fn component_package<C: Component>() -> (String, Vec<(String, String)>) where C::Resource: CustomResourceExt {
-    let operator = component::<C>();
-    let name = format!("{}-operator", operator.name);
-    (operator.name.to_string(), operator_package(&name, &[operator.crd], &operator.rules, operator_deployment(&name, env!("CARGO_PKG_VERSION"))))
+/// Files of `deploy/<component>/` for `component`.
+pub fn component_package(component: &RegisteredComponent) -> (String, Vec<(String, String)>) {
+    let deployment = operator_deployment(&component.operator, env!("CARGO_PKG_VERSION"));
+    (component.kind.name().to_string(), operator_package(&component.operator, std::slice::from_ref(&component.crd), &component.rules, deployment))
 }
 
 /// Every package: `(directory under deploy/, files)`.
 pub fn render_all() -> Vec<(String, Vec<(String, String)>)> {
-    vec![
-        component_package::<istio_operator::IstioComponent>(),
-        component_package::<dex_operator::DexComponent>(),
-        component_package::<kfserving_operator::KFServingComponent>(),
-        component_package::<katib_operator::KatibComponent>(),
-        component_package::<pipelines_operator::PipelinesComponent>(),
-        meta_operator_package(),
-        nats_package(),
-        all_package(),
-    ]
+    let mut packages: Vec<_> = kubeflow_component_registry::all().iter().map(component_package).collect();
+    packages.extend([meta_operator_package(), nats_package(), all_package()]);
+    packages
 }
 
 pub fn write_all() -> Result<(), CrdgenError> {
@@ -269,17 +228,11 @@ mod tests {
             .iter()
             .flat_map(|c| [c.spec.names.plural.clone(), c.spec.names.singular.clone().unwrap_or_default(), c.spec.names.kind.to_lowercase()])
             .collect();
-        fn shipped<C: Component>() -> Vec<serde_json::Value> {
-            component_framework::component::shipped_objects::<C>().into_iter().filter(|o| o["kind"] == "CustomResourceDefinition").collect()
-        }
-        let crds = [
-            shipped::<istio_operator::IstioComponent>(),
-            shipped::<dex_operator::DexComponent>(),
-            shipped::<kfserving_operator::KFServingComponent>(),
-            shipped::<katib_operator::KatibComponent>(),
-            shipped::<pipelines_operator::PipelinesComponent>(),
-        ]
-        .concat();
+        let crds: Vec<Value> = kubeflow_component_registry::all()
+            .iter()
+            .flat_map(|c| (c.shipped_objects)())
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+            .collect();
         assert!(crds.len() > 20);
         for crd in crds {
             let names = &crd["spec"]["names"];

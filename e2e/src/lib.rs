@@ -72,6 +72,28 @@ where
     }
 }
 
+/// Watches object `name` for `window` and fails with the first state `check` refuses: for
+/// "stays so" assertions, which a sleep followed by one read could not make.
+pub async fn holds_for<K>(api: &Api<K>, name: &str, window: Duration, check: impl Fn(&K) -> Result<(), String>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + Debug + Send + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut objects = std::pin::pin!(watcher(api.clone(), config).applied_objects());
+    let watched = tokio::time::timeout(window, async {
+        while let Some(object) = objects.next().await {
+            match object {
+                Ok(object) => check(&object).unwrap_or_else(|state| panic!("{name} changed within {window:?}: {state}")),
+                Err(e) => panic!("watch of {name} failed: {e}"),
+            }
+        }
+    })
+    .await;
+    assert!(watched.is_err(), "the watch of {name} ended before {window:?}");
+}
+
 /// Waits until object `name` no longer exists (finalizers done), failing with its finalizers and
 /// deletion time if it lingers.
 pub async fn gone<K>(api: &Api<K>, name: &str)
@@ -213,6 +235,17 @@ impl OperatorProcess {
         let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
         let body = http_get(&url).await.ok()?;
         body.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with('{')).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+
+    /// The sample of the operator's Prometheus metric `name` whose labels include `labels`.
+    pub async fn metric_with_labels(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
+        let body = http_get(&url).await.ok()?;
+        let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        body.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+            .find(|l| wanted.iter().all(|w| l.split_once('}').is_some_and(|(series, _)| series.contains(w.as_str()))))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
     /// Waits until no reconcile is in flight (started == finished) and returns
@@ -366,6 +399,19 @@ pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: 
     path
 }
 
+/// The version of each component installed for the resource `name` in `namespace` (its
+/// `status.installedVersion`), for every registered component.
+pub async fn installed_versions(client: &Client, namespace: &str, name: &str) -> BTreeMap<ComponentKind, Option<String>> {
+    let mut versions = BTreeMap::new();
+    for component in kubeflow_component_registry::all() {
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), namespace, &component.api_resource());
+        let object = api.get_opt(name).await.unwrap_or_else(|e| panic!("read {} {namespace}/{name}: {e}", component.kind.kind()));
+        let installed = object.and_then(|o| o.data["status"]["installedVersion"].as_str().map(String::from));
+        versions.insert(component.kind, installed);
+    }
+    versions
+}
+
 /// NATS plus the six operators, run on the host with the ServiceAccount tokens of deploy/all
 /// (so the package's RBAC is what they run with). `without` leaves component operators out.
 pub struct OperatorStack {
@@ -373,27 +419,31 @@ pub struct OperatorStack {
     pub meta: OperatorProcess,
     pub components: BTreeMap<ComponentKind, OperatorProcess>,
     kubeconfigs: BTreeMap<String, std::path::PathBuf>,
-    env: Vec<(String, String)>,
+    /// Binary run for a component instead of its `<component>-operator`.
+    binaries: BTreeMap<ComponentKind, String>,
 }
 
 impl OperatorStack {
     pub async fn start(client: &Client, without: &[ComponentKind]) -> Self {
-        Self::start_with_env(client, without, &[]).await
+        Self::start_with_binaries(client, without, &[]).await
     }
 
-    /// As [`Self::start`], with extra environment for every operator.
-    pub async fn start_with_env(client: &Client, without: &[ComponentKind], env: &[(&str, &str)]) -> Self {
+    /// As [`Self::start`], running `binary` (with the ServiceAccount of the component's operator)
+    /// for each `(component, binary)` of `binaries`.
+    pub async fn start_with_binaries(client: &Client, without: &[ComponentKind], binaries: &[(ComponentKind, &str)]) -> Self {
         install_crds(client).await;
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
         kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
         let mut kubeconfigs = BTreeMap::new();
-        for name in ["meta-operator", "istio-operator", "dex-operator", "kfserving-operator", "katib-operator", "pipelines-operator"] {
-            kubeconfigs.insert(name.to_string(), operator_kubeconfig(client, name).await);
+        let operators = kubeflow_component_registry::all().into_iter().map(|c| c.operator);
+        for name in std::iter::once("meta-operator".to_string()).chain(operators) {
+            let kubeconfig = operator_kubeconfig(client, &name).await;
+            kubeconfigs.insert(name, kubeconfig);
         }
         let nats = NatsServer::start().await;
-        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let meta = Self::spawn("meta-operator", &nats.url(), &kubeconfigs["meta-operator"], &env);
-        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, env };
+        let meta = Self::spawn("meta-operator", &nats.url(), &kubeconfigs["meta-operator"]);
+        let binaries = binaries.iter().map(|(c, b)| (*c, b.to_string())).collect();
+        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries };
         for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
             stack.start_component(component);
         }
@@ -401,21 +451,19 @@ impl OperatorStack {
         stack
     }
 
-    fn spawn(binary: &str, nats: &str, kubeconfig: &std::path::Path, env: &[(String, String)]) -> OperatorProcess {
-        let mut all: Vec<(&str, &str)> = vec![("KUBECONFIG", kubeconfig.to_str().unwrap())];
-        all.extend(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        OperatorProcess::start(binary, &["--nats-url", nats], &all)
+    fn spawn(binary: &str, nats: &str, kubeconfig: &std::path::Path) -> OperatorProcess {
+        OperatorProcess::start(binary, &["--nats-url", nats], &[("KUBECONFIG", kubeconfig.to_str().unwrap())])
     }
 
     /// Starts the meta-operator again (after `meta.kill()`).
     pub fn restart_meta(&mut self) {
-        self.meta = Self::spawn("meta-operator", &self.nats.url(), &self.kubeconfigs["meta-operator"], &self.env);
+        self.meta = Self::spawn("meta-operator", &self.nats.url(), &self.kubeconfigs["meta-operator"]);
     }
 
     pub fn start_component(&mut self, component: ComponentKind) {
-        let binary = format!("{component}-operator");
-        let process = Self::spawn(&binary, &self.nats.url(), &self.kubeconfigs[&binary], &self.env);
+        let operator = format!("{component}-operator");
+        let binary = self.binaries.get(&component).cloned().unwrap_or_else(|| operator.clone());
+        let process = Self::spawn(&binary, &self.nats.url(), &self.kubeconfigs[&operator]);
         self.components.insert(component, process);
     }
 }
-

@@ -273,3 +273,32 @@ async fn jetstream_stream_round_trips_and_deduplicates_a_message() {
     message.ack().await.unwrap();
     js.delete_stream(&name).await.unwrap();
 }
+
+/// The desired-state path the meta-operator uses: `put_with_id` onto `$KV.<bucket>.<key>`. A
+/// retried publish (same message id) stores one revision; a rollback to an earlier spec (same
+/// hash, but the key's revision in the id moved on) is stored.
+#[tokio::test]
+async fn kv_puts_with_a_message_id_are_deduplicated_and_a_rollback_is_not() {
+    let nats = within("connect to NATS", async_nats::connect(nats_url())).await.unwrap();
+    let js = jetstream::new(nats);
+    let bucket = unique_name("E2E-KV").replace('-', "_");
+    let store = js.create_key_value(jetstream::kv::Config { bucket: bucket.clone(), history: 10, ..Default::default() }).await.unwrap();
+    let key = "katib.team.kubeflow";
+    let put = |msg_id: &'static str, spec: &'static str| {
+        let js = js.clone();
+        let bucket = bucket.clone();
+        async move { operator_runtime::nats::put_with_id(&js, &bucket, key, msg_id, &json!({"spec": spec})).await.unwrap() }
+    };
+    put("uid.1.katib.h1.0", "v0.10.0").await;
+    put("uid.1.katib.h1.0", "v0.10.0").await;
+    assert_eq!(store.entry(key).await.unwrap().unwrap().revision, 1, "the retried publish was stored");
+    put("uid.1.katib.h2.1", "v0.11.0").await;
+    // Rollback: the first spec again (same hash), at the key's new revision.
+    put("uid.1.katib.h1.2", "v0.10.0").await;
+    let latest = store.entry(key).await.unwrap().unwrap();
+    assert_eq!(latest.revision, 3, "the rollback was dropped as a duplicate");
+    assert_eq!(serde_json::from_slice::<Value>(&latest.value).unwrap(), json!({"spec": "v0.10.0"}));
+    let history: Vec<_> = store.history(key).await.unwrap().collect().await;
+    assert_eq!(history.len(), 3);
+    js.delete_key_value(&bucket).await.unwrap();
+}

@@ -1,19 +1,29 @@
 //! KfUpgrade, executed by the meta-operator over NATS: ordered, health-gated, rolled back on
-//! failure, refused when unsafe, resumed after a restart. The operators run with
-//! KFOP_TEST_RELEASES=1, which adds Katib v0.12.0 (reachable only through v0.11.0) and
-//! v0.13.0-unready (its controller can never be scheduled).
+//! failure, refused when unsafe, resumed after a restart. Katib's operator is
+//! `katib-operator-test-releases`, which adds Katib v0.12.0 (reachable only through v0.11.0) and
+//! v0.13.0-unready (its controller can never be scheduled); the meta-operator learns them from its
+//! heartbeat.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use component_framework::api::component::ComponentKind;
-use component_framework::api::{KfDef, KfUpgrade};
-use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
+use component_framework::api::{Katib, KfDef, KfUpgrade};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
+use kubeflow_crds::ConditionStatus;
 use kubeflow_crds::kfdef::KfDefPhase;
-use kubeflow_crds::kfupgrade::{StepPhase, UpgradePhase};
+use kubeflow_crds::kfupgrade::{StepFailure, StepPhase, UpgradePhase};
 use kubeflow_e2e::*;
 use serde_json::{Value, json};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-const TEST_RELEASES: &[(&str, &str)] = &[("KFOP_TEST_RELEASES", "1")];
+const PINS: &str = "kfdef.apps.kubeflow.org/component-versions";
+/// Kubeflow 1.3's component versions.
+const V13: [(&str, &str); 5] = [("dex", "v2.24.0"), ("istio", "1.9.6"), ("katib", "v0.11.0"), ("kfserving", "v0.5.1"), ("pipelines", "1.5.0")];
+/// How long a "nothing moves" check watches.
+const STAYS: Duration = Duration::from_secs(5);
+const TEST_RELEASES: &[(ComponentKind, &str)] = &[(ComponentKind::Katib, "katib-operator-test-releases")];
 
 fn kfdef(version: &str) -> KfDef {
     let apps = ["istio-install", "dex", "kfserving-install", "katib-controller", "api-service"];
@@ -63,6 +73,10 @@ async fn upgrade_phase(api: &Api<KfUpgrade>, name: &str, phase: UpgradePhase) ->
     panic!("KfUpgrade {name} never reached {phase:?}: {:?}", u.status);
 }
 
+fn condition(k: &KfDef, type_: &str) -> kubeflow_crds::Condition {
+    k.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == type_)).cloned().unwrap_or_else(|| panic!("no {type_} condition: {:?}", k.status))
+}
+
 fn versions(k: &KfDef) -> Vec<(String, Option<String>)> {
     k.status.as_ref().unwrap().components.iter().map(|(c, s)| (c.clone(), s.version.clone())).collect()
 }
@@ -76,7 +90,7 @@ async fn delete_kfdef(api: &Api<KfDef>) {
 async fn release_upgrade_succeeds_in_order_keeps_user_resources_survives_a_restart_and_admits_one_of_two_twins() {
     let _serial = SERIAL.lock().await;
     let client: Client = client().await;
-    let mut stack = OperatorStack::start_with_env(&client, &[], TEST_RELEASES).await;
+    let mut stack = OperatorStack::start_with_binaries(&client, &[], TEST_RELEASES).await;
     let ns = TestNamespace::create(&client, "e2e-upgrade").await;
     let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
     kfdefs.create(&PostParams::default(), &kfdef("v1.2.0")).await.unwrap();
@@ -123,17 +137,62 @@ async fn release_upgrade_succeeds_in_order_keeps_user_resources_survives_a_resta
         assert_eq!(step.phase, StepPhase::Succeeded);
         assert!(step.start_time.is_some() && step.end_time.is_some());
     }
+    // The upgrade leaves spec.version to the user: the components stay pinned and status says so.
     let k = kfdef_available(&kfdefs).await;
-    assert_eq!(k.spec.version.as_deref(), Some("v1.3.0"));
+    assert_eq!(k.spec.version.as_deref(), Some("v1.2.0"), "a KfUpgrade wrote spec.version");
     let annotations = k.metadata.annotations.clone().unwrap_or_default();
-    assert!(!annotations.contains_key("kfdef.apps.kubeflow.org/component-versions"), "{annotations:?}");
+    let pins: BTreeMap<String, String> = serde_json::from_str(&annotations[PINS]).unwrap();
+    assert_eq!(pins, BTreeMap::from(V13.map(|(c, v)| (c.to_string(), v.to_string()))));
+    assert_eq!(annotations.get("kfdef.apps.kubeflow.org/pinned-by").map(String::as_str), Some(winner));
     assert!(!annotations.contains_key("kfupgrade.apps.kubeflow.org/in-progress"), "the finished upgrade still holds the KfDef: {annotations:?}");
-    let v = versions(&k);
-    assert!(v.contains(&("katib".into(), Some("v0.11.0".into()))) && v.contains(&("istio".into(), Some("1.9.6".into()))), "{v:?}");
+    let pinned = condition(&k, "VersionPinned");
+    assert_eq!(pinned.status, ConditionStatus::True);
+    assert!(pinned.message.contains(&format!("KfUpgrade {winner}")) && pinned.message.contains("set spec.version to v1.3.x"), "{}", pinned.message);
+    assert_eq!(versions(&k), V13.map(|(c, v)| (c.to_string(), Some(v.to_string()))).into_iter().collect::<Vec<_>>());
     assert!(experiments.get_opt("mnist").await.unwrap().is_some(), "the user's Experiment was lost");
 
-    // Refused: a downgrade, and a version skip (Katib v0.11.0 → v0.13.0-unready is allowed, but
-    // v0.11.0 → v0.12.0 → … is the only road to v0.12.0 from v0.10.0; from v0.11.0 it is direct).
+    // A GitOps tool applies the original v1.2.0 KfDef again (server-side, forcing conflicts):
+    // nothing moves back, and status still names the mismatch.
+    let mut original = serde_json::to_value(kfdef("v1.2.0")).unwrap();
+    original["metadata"]["namespace"] = json!(ns.name);
+    kfdefs.patch("kubeflow", &PatchParams::apply("gitops").force(), &Patch::Apply(&original)).await.unwrap();
+    let katibs: Api<Katib> = Api::namespaced(client.clone(), &ns.name);
+    holds_for(&katibs, "kubeflow", STAYS, |katib: &Katib| if katib.spec.core.version == "v0.11.0" { Ok(()) } else { Err(format!("Katib moved to {}", katib.spec.core.version)) }).await;
+    let k = kfdef_available(&kfdefs).await;
+    assert_eq!(condition(&k, "VersionPinned").status, ConditionStatus::True);
+    assert_eq!(versions(&k), V13.map(|(c, v)| (c.to_string(), Some(v.to_string()))).into_iter().collect::<Vec<_>>());
+
+    // The user sets spec.version to what the components run: the meta-operator drops the pins.
+    kfdefs.patch("kubeflow", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": "v1.3.0"}}))).await.unwrap();
+    eventually("pins removed once spec.version names them", || async {
+        let k = kfdefs.get("kubeflow").await.map_err(|e| e.to_string())?;
+        let annotations = k.metadata.annotations.clone().unwrap_or_default();
+        let pinned = k.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "VersionPinned")).map(|c| c.status.clone());
+        if !annotations.contains_key(PINS) && pinned == Some(ConditionStatus::False) { Ok(()) } else { Err(format!("{annotations:?}, VersionPinned {pinned:?}")) }
+    })
+    .await;
+    assert_eq!(katibs.get("kubeflow").await.unwrap().spec.core.version, "v0.11.0");
+
+    // A plain downgrade edit is refused like a KfUpgrade would be: nothing moves.
+    kfdefs.patch("kubeflow", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": "v1.2.0"}}))).await.unwrap();
+    let refused = eventually("the downgrade edit refused", || async {
+        let k = kfdefs.get("kubeflow").await.map_err(|e| e.to_string())?;
+        let degraded = k.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded")).cloned();
+        match degraded {
+            Some(c) if c.reason == "VersionChangeRefused" && c.observed_generation == k.metadata.generation => Ok(c),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(refused.message.contains("istio: 1.9.6 → 1.3.1 is a downgrade") && refused.message.contains("use a KfUpgrade"), "{}", refused.message);
+    holds_for(&katibs, "kubeflow", STAYS, |katib: &Katib| if katib.spec.core.version == "v0.11.0" { Ok(()) } else { Err(format!("Katib moved to {}", katib.spec.core.version)) }).await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns.name);
+    let warnings = events.list(&Default::default()).await.unwrap().items;
+    assert!(warnings.iter().any(|e| e.reason.as_deref() == Some("VersionChangeRefused") && e.type_.as_deref() == Some("Warning")), "no VersionChangeRefused Warning Event");
+    kfdefs.patch("kubeflow", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": "v1.3.0"}}))).await.unwrap();
+    kfdef_available(&kfdefs).await;
+
+    // Refused: a downgrade by KfUpgrade.
     upgrades.create(&PostParams::default(), &upgrade("back", json!({"currentKfDef": {"name": "kubeflow"}, "newKfDef": {"name": "kubeflow", "version": "v1.2.0"}}))).await.unwrap();
     let refused = upgrade_phase(&upgrades, "back", UpgradePhase::Failed).await;
     let msg = refused.status.clone().unwrap().conditions.iter().find(|c| c.type_ == "Validated").unwrap().message.clone();
@@ -146,7 +205,7 @@ async fn release_upgrade_succeeds_in_order_keeps_user_resources_survives_a_resta
 async fn a_step_that_never_becomes_healthy_rolls_everything_back_and_concurrent_or_skipping_upgrades_are_refused() {
     let _serial = SERIAL.lock().await;
     let client: Client = client().await;
-    let _stack = OperatorStack::start_with_env(&client, &[], TEST_RELEASES).await;
+    let _stack = OperatorStack::start_with_binaries(&client, &[], TEST_RELEASES).await;
     let ns = TestNamespace::create(&client, "e2e-rollback").await;
     let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
     kfdefs.create(&PostParams::default(), &kfdef("v1.2.0")).await.unwrap();
@@ -173,14 +232,26 @@ async fn a_step_that_never_becomes_healthy_rolls_everything_back_and_concurrent_
     assert!(msg.contains("already upgrading"), "{msg}");
 
     let rolled = upgrade_phase(&upgrades, "doomed", UpgradePhase::RolledBack).await.status.unwrap();
-    let katib = rolled.steps.iter().find(|s| s.component == ComponentKind::Katib).unwrap();
-    assert!(katib.message.contains("did not become Ready"), "{}", katib.message);
-    for step in &rolled.steps {
-        assert!(matches!(step.phase, StepPhase::RolledBack | StepPhase::Pending), "{step:?}");
-    }
-    assert!(rolled.steps.iter().filter(|s| s.phase == StepPhase::RolledBack).count() >= 4, "{:?}", rolled.steps);
+    let steps: Vec<(ComponentKind, StepPhase, Option<StepFailure>)> = rolled.steps.iter().map(|s| (s.component, s.phase, s.failure)).collect();
+    assert_eq!(
+        steps,
+        [
+            (ComponentKind::Istio, StepPhase::RolledBack, None),
+            (ComponentKind::Dex, StepPhase::RolledBack, None),
+            (ComponentKind::KFServing, StepPhase::RolledBack, None),
+            (ComponentKind::Katib, StepPhase::RolledBack, Some(StepFailure::HealthTimeout)),
+            (ComponentKind::Pipelines, StepPhase::Pending, None),
+        ]
+    );
     let after = kfdef_available(&kfdefs).await;
     assert_eq!(versions(&after), before, "not every component is back at its old version");
     assert_eq!(after.spec.version.as_deref(), Some("v1.2.0"));
+    // The rollback pinned the versions spec.version names: the pins go.
+    eventually("rollback pins removed", || async {
+        let k = kfdefs.get("kubeflow").await.map_err(|e| e.to_string())?;
+        let annotations = k.metadata.annotations.unwrap_or_default();
+        if annotations.contains_key(PINS) { Err(format!("{annotations:?}")) } else { Ok(()) }
+    })
+    .await;
     delete_kfdef(&kfdefs).await;
 }

@@ -9,7 +9,9 @@ use kubeflow_crds::ConditionStatus::{False, True};
 use kubeflow_crds::component::ComponentKind;
 use kubeflow_crds::kfdef::{ComponentSummary, KfDefPhase, KfDefStatus};
 
-use crate::plan::Plan;
+use crate::catalog::Unresolved;
+use crate::plan::{Plan, PlanError};
+use crate::upgrade::EditRefused;
 
 /// Everything known about the components of one KfDef.
 pub struct Observed<'a> {
@@ -20,16 +22,21 @@ pub struct Observed<'a> {
     pub now_unix: u64,
     /// Why desired state could not be published, if it could not.
     pub bus_error: Option<String>,
+    /// A version change outside a KfUpgrade that was refused (nothing published).
+    pub edit_refused: Option<&'a EditRefused>,
+    /// How pinned versions differ from `spec.version` ([`crate::plan::pinned_drift`]).
+    pub pinned_drift: Option<String>,
 }
 
 /// The KfDef's next status; `previous` keeps condition transition times.
-pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, plan: Result<&Plan, String>, observed: &Observed, platform: &str, now: &Time) -> KfDefStatus {
+pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, plan: Result<&Plan, &PlanError>, observed: &Observed, platform: &str, now: &Time) -> KfDefStatus {
     let mut status = previous.cloned().unwrap_or_default();
     status.observed_generation = generation;
     status.platform = Some(platform.to_string());
     let plan = match plan {
         Ok(plan) => plan,
-        Err(message) => {
+        Err(error) => {
+            let message = error.to_string();
             status.phase = Some(KfDefPhase::Degraded);
             set_condition(&mut status.conditions, "Degraded", True, "InvalidSpec", &message, generation, now);
             set_condition(&mut status.conditions, "Progressing", False, "InvalidSpec", &message, generation, now);
@@ -37,6 +44,18 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
             return status;
         }
     };
+    match &observed.pinned_drift {
+        Some(drift) => set_condition(&mut status.conditions, "VersionPinned", True, "PinnedByKfUpgrade", drift, generation, now),
+        None => set_condition(&mut status.conditions, "VersionPinned", False, "FollowsSpecVersion", "", generation, now),
+    }
+    if let Some(refused) = observed.edit_refused {
+        // What runs stays, and so does what status says about it.
+        let message = refused.to_string();
+        status.phase = Some(KfDefPhase::Degraded);
+        set_condition(&mut status.conditions, "Degraded", True, "VersionChangeRefused", &message, generation, now);
+        set_condition(&mut status.conditions, "Progressing", False, "VersionChangeRefused", &message, generation, now);
+        return status;
+    }
     status.applications = plan.applications.clone();
     status.components = plan
         .components
@@ -61,16 +80,29 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
             };
             (component.name().to_string(), summary)
         })
+        .chain(plan.unresolved.iter().map(|(component, why)| {
+            let summary = match why {
+                Unresolved::NotAnnounced { .. } => ComponentSummary { phase: Some("WaitingForOperator".into()), version: None, ready: false, message: why.to_string() },
+                Unresolved::UnsupportedKubeflow { .. } => ComponentSummary { phase: Some("Degraded".into()), version: None, ready: false, message: format!("spec.version: {why}") },
+            };
+            (component.name().to_string(), summary)
+        }))
         .collect();
 
-    let degraded: Vec<String> = plan
+    let unsupported: Vec<String> = plan
+        .unresolved
+        .iter()
+        .filter(|(_, why)| matches!(why, Unresolved::UnsupportedKubeflow { .. }))
+        .map(|(c, why)| format!("{c}: spec.version: {why}"))
+        .collect();
+    let reported_degraded = plan
         .components
         .keys()
         .filter(|c| observed.reports.get(c).is_some_and(|r| r.degraded && r.spec_hash == plan.components[c].spec_hash))
-        .map(|c| format!("{c}: {}", observed.reports[c].message))
-        .collect();
+        .map(|c| format!("{c}: {}", observed.reports[c].message));
+    let degraded: Vec<String> = unsupported.iter().cloned().chain(reported_degraded).collect();
     let waiting: Vec<String> = status.components.iter().filter(|(_, s)| !s.ready).map(|(name, s)| format!("{name}: {}", s.message)).collect();
-    let all_ready = waiting.is_empty() && !plan.components.is_empty();
+    let all_ready = waiting.is_empty() && !status.components.is_empty();
     if let Some(error) = &observed.bus_error {
         set_condition(&mut status.conditions, "Progressing", True, "NatsUnavailable", error, generation, now);
     } else if all_ready {
@@ -81,9 +113,10 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
     if degraded.is_empty() {
         set_condition(&mut status.conditions, "Degraded", False, "AsExpected", "", generation, now);
     } else {
-        set_condition(&mut status.conditions, "Degraded", True, "ComponentDegraded", &degraded.join("; "), generation, now);
+        let reason = if unsupported.is_empty() { "ComponentDegraded" } else { "UnsupportedVersion" };
+        set_condition(&mut status.conditions, "Degraded", True, reason, &degraded.join("; "), generation, now);
     }
-    let available_message = if plan.components.is_empty() { "the KfDef has no application of a managed component".to_string() } else { String::new() };
+    let available_message = if status.components.is_empty() { "the KfDef has no application of a managed component".to_string() } else { String::new() };
     set_condition(&mut status.conditions, "Available", if all_ready { True } else { False }, if all_ready { "AllComponentsReady" } else { "ComponentsNotReady" }, &available_message, generation, now);
     status.phase = Some(if all_ready {
         KfDefPhase::Available
@@ -101,8 +134,8 @@ mod tests {
     use crate::plan::ComponentPlan;
 
     fn plan() -> Plan {
-        let entry = |v: &str| ComponentPlan { spec: serde_json::json!({}), spec_hash: format!("h-{v}"), version: v.into() };
-        Plan { components: [(ComponentKind::Katib, entry("v0.11.0")), (ComponentKind::Dex, entry("v2.24.0"))].into(), applications: vec![] }
+        let entry = |v: &str| ComponentPlan { spec: serde_json::json!({}), spec_hash: format!("h-{v}"), version: v.into(), pinned: false, release_version: Some(v.into()) };
+        Plan { components: [(ComponentKind::Katib, entry("v0.11.0")), (ComponentKind::Dex, entry("v2.24.0"))].into(), unresolved: BTreeMap::new(), applications: vec![] }
     }
 
     fn report(hash: &str, version: &str, ready: bool) -> StatusReport {
@@ -122,13 +155,13 @@ mod tests {
         let beats = [(ComponentKind::Katib, 100), (ComponentKind::Dex, 100)].into();
         let p = plan();
         let mut reports: BTreeMap<_, _> = [(ComponentKind::Katib, report("h-v0.11.0", "v0.11.0", true)), (ComponentKind::Dex, report("old", "v2.24.0", true))].into();
-        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None };
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(None, Some(3), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.phase, Some(KfDefPhase::Progressing));
         assert_eq!(s.components["dex"].phase.as_deref(), Some("Pending"));
         assert_eq!(cond(&s, "Available").status, False);
         reports.insert(ComponentKind::Dex, report("h-v2.24.0", "v2.24.0", true));
-        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None };
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(Some(&s), Some(3), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.phase, Some(KfDefPhase::Available));
         assert_eq!(cond(&s, "Available").observed_generation, Some(3));
@@ -140,7 +173,7 @@ mod tests {
         let beats = [(ComponentKind::Katib, 100)].into();
         let reports = BTreeMap::new();
         let p = plan();
-        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 200, bus_error: None };
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 200, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.components["dex"].phase.as_deref(), Some("WaitingForOperator"));
         assert!(s.components["dex"].message.contains("dex-operator"));
@@ -155,12 +188,52 @@ mod tests {
         bad.message = "spec.version: not supported".into();
         let reports = [(ComponentKind::Katib, bad)].into();
         let p = plan();
-        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None };
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.phase, Some(KfDefPhase::Degraded));
         assert!(cond(&s, "Degraded").message.contains("katib: spec.version"));
-        let s = kfdef_status(None, Some(2), Err("spec.version: Kubeflow version \"v9\" is not supported".into()), &observed, "Kubernetes", &time());
+        let bad_pins = PlanError::MalformedPins { source: serde_json::from_str::<serde_json::Value>("{").unwrap_err() };
+        let s = kfdef_status(None, Some(2), Err(&bad_pins), &observed, "Kubernetes", &time());
         assert_eq!(s.phase, Some(KfDefPhase::Degraded));
         assert_eq!(cond(&s, "Degraded").reason, "InvalidSpec");
+        assert!(cond(&s, "Degraded").message.starts_with("annotation kfdef.apps.kubeflow.org/component-versions is not a JSON map"), "{}", cond(&s, "Degraded").message);
+    }
+
+    #[test]
+    fn unresolved_components_wait_for_their_operator_or_name_the_versions_it_ships() {
+        let beats = [(ComponentKind::Katib, 100), (ComponentKind::Dex, 100)].into();
+        let reports = BTreeMap::new();
+        let mut p = plan();
+        p.components.clear();
+        p.unresolved.insert(ComponentKind::Katib, Unresolved::NotAnnounced { component: ComponentKind::Katib });
+        p.unresolved.insert(ComponentKind::Dex, Unresolved::UnsupportedKubeflow { component: ComponentKind::Dex, given: "v9".into(), shipped: "v2.22.0 (Kubeflow 1.2)".into() });
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None, edit_refused: None, pinned_drift: None };
+        let s = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
+        assert_eq!(s.components["katib"].phase.as_deref(), Some("WaitingForOperator"));
+        assert_eq!(s.components["katib"].message, "waiting for katib-operator: it has not announced its releases on NATS");
+        assert_eq!(s.components["dex"].phase.as_deref(), Some("Degraded"));
+        assert_eq!(s.phase, Some(KfDefPhase::Degraded));
+        assert_eq!(cond(&s, "Degraded").reason, "UnsupportedVersion");
+        assert_eq!(cond(&s, "Degraded").message, "dex: spec.version: Kubeflow version \"v9\" has no dex release; dex-operator ships v2.22.0 (Kubeflow 1.2)");
+    }
+
+    #[test]
+    fn a_refused_edit_degrades_the_kfdef_and_keeps_what_status_said_and_pins_are_reported() {
+        use crate::upgrade::MoveRefused;
+        let beats = [(ComponentKind::Katib, 100), (ComponentKind::Dex, 100)].into();
+        let reports = [(ComponentKind::Katib, report("h-v0.11.0", "v0.11.0", true)), (ComponentKind::Dex, report("h-v2.24.0", "v2.24.0", true))].into();
+        let p = plan();
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None, edit_refused: None, pinned_drift: Some("spec.version is \"v1.2.0\", but …".into()) };
+        let available = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
+        assert_eq!(available.phase, Some(KfDefPhase::Available));
+        assert_eq!((cond(&available, "VersionPinned").status, cond(&available, "VersionPinned").reason.as_str()), (True, "PinnedByKfUpgrade"));
+        let refused = EditRefused::Move(MoveRefused::Downgrade { component: ComponentKind::Katib, from: "v0.11.0".into(), to: "v0.10.0".into(), later: String::new() });
+        let observed = Observed { edit_refused: Some(&refused), pinned_drift: None, ..observed };
+        let s = kfdef_status(Some(&available), Some(2), Ok(&p), &observed, "Kubernetes", &time());
+        assert_eq!(s.phase, Some(KfDefPhase::Degraded));
+        assert_eq!(cond(&s, "Degraded").reason, "VersionChangeRefused");
+        assert!(cond(&s, "Degraded").message.contains("katib: v0.11.0 → v0.10.0 is a downgrade"), "{}", cond(&s, "Degraded").message);
+        assert_eq!(s.components, available.components);
+        assert_eq!(cond(&s, "VersionPinned").status, False);
     }
 }

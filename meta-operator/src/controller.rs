@@ -1,15 +1,13 @@
 //! The meta-operator's driver: KfDef → plan → desired state on NATS → status from NATS → KfDef
 //! status. Everything that talks to the API server or NATS is here; the decisions are in
-//! [`crate::plan`] and [`crate::aggregate`].
+//! [`crate::plan`], [`crate::publish`], [`crate::upgrade`] and [`crate::aggregate`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, kv};
-use kubeflow_crds::bus::{self, DesiredComponent, Heartbeat, KfDefRef, StatusReport};
-use operator_runtime::metrics::Metrics;
-use operator_runtime::nats;
+use backoff::backoff::Backoff;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
@@ -18,34 +16,69 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
+use kubeflow_crds::bus::{self, DesiredComponent, Heartbeat, KfDefRef, StatusReport};
 use kubeflow_crds::component::{ComponentKind, Platform};
 use kubeflow_crds::kfdef::{KfDef, KfDefPhase};
+use operator_runtime::metrics::Metrics;
+use operator_runtime::nats;
+use operator_runtime::retry::{self, Backoffs};
 use serde_json::json;
 use tokio::sync::{RwLock, mpsc};
 use tracing::{info, instrument, warn};
 
 use crate::aggregate::{self, Observed};
-use crate::plan::{self, Plan};
+use crate::catalog::Catalog;
+use crate::plan::{self, PINNED_BY_ANNOTATION, PINS_ANNOTATION};
+use crate::publish::{self, Publication, Published};
+use crate::upgrade::{self, EditRefused};
+use crate::upgrade_controller::{self, LOCK_ANNOTATION};
 
 pub const FINALIZER: &str = "kfdef.apps.kubeflow.org/cleanup";
+/// The field manager of every write the meta-operator makes.
 pub const FIELD_MANAGER: &str = "kubeflow-meta-operator";
 
+/// Parameters of the meta-operator's merge patches: named after [`FIELD_MANAGER`].
+pub fn merge_params() -> PatchParams {
+    PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
+}
+
+/// A failure to read or write the desired state on NATS.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("not connected to NATS yet")]
+    NotConnected,
+    #[error("cannot read desired state {key}: {source}")]
+    Read { key: String, source: kv::EntryError },
+    #[error("cannot publish desired state {key}: {source}")]
+    Publish { key: String, source: nats::BusError },
+    #[error("cannot delete desired state {key}: {source}")]
+    Delete { key: String, source: kv::DeleteError },
+}
+
+/// Why a reconcile failed, with the object it failed on.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API call failed: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("finalizer handling failed: {0}")]
-    Finalizer(#[source] Box<finalizer::Error<Error>>),
-    #[error("NATS: {0}")]
-    Bus(String),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("cannot write the status of KfDef {kfdef}: {source}")]
+    Status { kfdef: String, source: kube::Error },
+    #[error("cannot remove the pins of KfDef {kfdef} that spec.version now names: {source}")]
+    Unpin { kfdef: String, source: kube::Error },
+    #[error("finalizer of KfDef {kfdef}: {source}")]
+    Finalizer { kfdef: String, source: Box<finalizer::Error<Error>> },
+    #[error(transparent)]
+    Upgrade(#[from] upgrade_controller::UpgradeError),
 }
 
 impl Error {
-    pub fn metric_label(&self) -> &'static str {
+    /// Label of `kfop_reconcile_errors_total{kind}`.
+    pub fn category(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "api",
-            Error::Finalizer(_) => "finalizer",
             Error::Bus(_) => "nats",
+            Error::Status { .. } => "status",
+            Error::Unpin { .. } => "pins",
+            Error::Finalizer { .. } => "finalizer",
+            Error::Upgrade(_) => "upgrade",
         }
     }
 }
@@ -64,6 +97,8 @@ pub struct BusState {
     /// Latest report per KfDef (namespace, name) and component.
     pub reports: RwLock<BTreeMap<(String, String), BTreeMap<ComponentKind, StatusReport>>>,
     pub heartbeats: RwLock<BTreeMap<ComponentKind, u64>>,
+    /// Releases each component operator announced; kept when its heartbeat goes stale.
+    pub catalog: RwLock<Catalog>,
 }
 
 pub struct Context {
@@ -72,6 +107,12 @@ pub struct Context {
     pub platform: Platform,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    /// Retry delays per object (namespace, name) after failed reconciles.
+    pub backoffs: Backoffs<(String, String)>,
+}
+
+fn object_key<K: Resource>(object: &K) -> (String, String) {
+    (object.namespace().unwrap_or_default(), object.name_any())
 }
 
 /// OpenShift serves `security.openshift.io` (SecurityContextConstraints); plain Kubernetes does not.
@@ -84,7 +125,8 @@ pub async fn detect_platform(client: &Client) -> Result<Platform, kube::Error> {
 pub async fn reconcile(kfdef: Arc<KfDef>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     ctx.metrics.reconcile_started();
-    let api: Api<KfDef> = Api::namespaced(ctx.client.clone(), &kfdef.namespace().unwrap_or_default());
+    let key = object_key(kfdef.as_ref());
+    let api: Api<KfDef> = Api::namespaced(ctx.client.clone(), &key.0);
     let result = finalizer(&api, FINALIZER, kfdef, |event| async {
         match event {
             finalizer::Event::Apply(kfdef) => apply(&kfdef, &ctx).await,
@@ -92,108 +134,146 @@ pub async fn reconcile(kfdef: Arc<KfDef>, ctx: Arc<Context>) -> Result<Action, E
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
+    .map_err(|source| Error::Finalizer { kfdef: format!("{}/{}", key.0, key.1), source: Box::new(source) });
     ctx.metrics.reconcile_finished(started.elapsed());
+    if result.is_ok() {
+        ctx.backoffs.reset(&key);
+    }
     result
 }
 
-pub fn error_policy_upgrade(_up: Arc<kubeflow_crds::KfUpgrade>, error: &Error, ctx: Arc<Context>) -> Action {
-    warn!(%error, "KfUpgrade reconcile failed");
-    ctx.metrics.error(error.metric_label());
-    Action::requeue(Duration::from_secs(5))
-}
-
-pub fn error_policy(_kfdef: Arc<KfDef>, error: &Error, ctx: Arc<Context>) -> Action {
+/// Retries an object after a failure with its own exponential backoff (reset on success).
+pub fn error_policy<K: Resource>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
     warn!(%error, "reconcile failed");
-    ctx.metrics.error(error.metric_label());
-    Action::requeue(Duration::from_secs(5))
+    ctx.metrics.error(error.category());
+    Action::requeue(ctx.backoffs.next(&object_key(object.as_ref())))
 }
 
 async fn apply(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
-    let plan = plan::plan(kfdef, ctx.platform).map_err(|e| e.to_string());
-    let bus_error = match &plan {
-        Ok(plan) => publish(kfdef, plan, ctx).await.err().map(|e| e.to_string()),
-        Err(_) => None,
-    };
-    let key = (kfdef.namespace().unwrap_or_default(), kfdef.name_any());
+    let catalog = ctx.state.catalog.read().await.clone();
+    let plan = plan::plan(kfdef, ctx.platform, &catalog);
+    let mut bus_error = None;
+    let mut edit_refused = None;
+    if let Ok(plan) = &plan {
+        match publish(kfdef, plan, &catalog, ctx).await {
+            Ok(refused) => edit_refused = refused,
+            // Shown in status; the bus watcher triggers the KfDef again once NATS is back.
+            Err(e) => bus_error = Some(e.to_string()),
+        }
+        if edit_refused.is_none() && bus_error.is_none() {
+            remove_redundant_pins(kfdef, plan, ctx).await?;
+        }
+    }
+    let key = object_key(kfdef);
     let reports = ctx.state.reports.read().await.get(&key).cloned().unwrap_or_default();
     let heartbeats = ctx.state.heartbeats.read().await.clone();
-    let observed = Observed { reports: &reports, heartbeats: &heartbeats, now_unix: nats::now_unix(), bus_error };
+    let spec_version = kfdef.spec.version.clone().unwrap_or_default();
+    let pinned_drift = plan.as_ref().ok().and_then(|p| plan::pinned_drift(p, &spec_version, kfdef.annotations().get(PINNED_BY_ANNOTATION).map(String::as_str), &catalog));
+    let observed = Observed { reports: &reports, heartbeats: &heartbeats, now_unix: nats::now_unix(), bus_error, edit_refused: edit_refused.as_ref(), pinned_drift };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let platform = format!("{:?}", ctx.platform);
-    let next = aggregate::kfdef_status(kfdef.status.as_ref(), kfdef.meta().generation, plan.as_ref().map_err(Clone::clone), &observed, &platform, &now);
+    let next = aggregate::kfdef_status(kfdef.status.as_ref(), kfdef.meta().generation, plan.as_ref(), &observed, &platform, &now);
     if kfdef.status.as_ref() != Some(&next) {
         let api: Api<KfDef> = Api::namespaced(ctx.client.clone(), &key.0);
         let patch = json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "status": next});
-        ctx.metrics.write();
-        api.patch_status(&key.1, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
-        let before = kfdef.status.as_ref().and_then(|s| s.phase);
-        if before != next.phase {
-            let (type_, reason) = match next.phase {
-                Some(KfDefPhase::Available) => (EventType::Normal, "Available"),
-                Some(KfDefPhase::Degraded) => (EventType::Warning, "Degraded"),
-                _ => (EventType::Normal, "Progressing"),
-            };
-            let note = next.conditions.iter().find(|c| c.type_ == if reason == "Available" { "Available" } else { reason }).map(|c| c.message.clone()).unwrap_or_default();
-            let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
-            ctx.metrics.write();
-            let _ = ctx.recorder.publish(&event, &kfdef.object_ref(&())).await;
-        }
+        api.patch_status(&key.1, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+            .await
+            .map_err(|source| Error::Status { kfdef: format!("{}/{}", key.0, key.1), source })?;
+        announce(kfdef, &next, ctx).await;
     }
     // Status reports and operator heartbeats arrive as triggers; the requeue notices operators
     // that stop sending heartbeats.
     Ok(Action::requeue(if next.phase == Some(KfDefPhase::Available) { Duration::from_secs(30) } else { Duration::from_secs(5) }))
 }
 
-/// Publishes each component's desired spec unless NATS already holds it, and deletes the desired
-/// state of components that left the KfDef.
-async fn publish(kfdef: &KfDef, plan: &Plan, ctx: &Context) -> Result<(), Error> {
-    let bus = ctx.state.bus.read().await.clone().ok_or_else(|| Error::Bus("not connected to NATS yet".into()))?;
-    let (namespace, name) = (kfdef.namespace().unwrap_or_default(), kfdef.name_any());
-    let kfdef_ref = KfDefRef { namespace: namespace.clone(), name: name.clone(), uid: kfdef.uid().unwrap_or_default(), generation: kfdef.meta().generation.unwrap_or(0) };
-    for component in ComponentKind::ALL {
-        let key = bus::key(component, &namespace, &name);
-        let entry = bus.desired.entry(&key).await.map_err(|e| Error::Bus(e.to_string()))?;
-        let revision = entry.as_ref().map_or(0, |e| e.revision);
-        let current: Option<DesiredComponent> = entry.filter(|e| e.operation == kv::Operation::Put).and_then(|e| serde_json::from_slice(&e.value).ok());
-        match plan.components.get(&component) {
-            Some(wanted) => {
-                if current.as_ref().is_some_and(|c| c.spec_hash == wanted.spec_hash && c.kfdef.uid == kfdef_ref.uid) {
-                    continue;
-                }
-                let message = DesiredComponent {
-                    kfdef: kfdef_ref.clone(),
-                    component,
-                    spec_hash: wanted.spec_hash.clone(),
-                    spec: wanted.spec.clone(),
-                    traceparent: nats::current_traceparent(),
-                };
-                // Besides uid, generation and component, the id carries the spec hash and the key's
-                // current revision: a KfUpgrade pin changes a spec without a new generation, and a
-                // rollback returns to an earlier spec; both must not be dropped as duplicates, while
-                // a retried publish of the same change (same revision) still is.
-                let msg_id = format!("{}.{}.{component}.{}.{revision}", kfdef_ref.uid, kfdef_ref.generation, wanted.spec_hash);
-                nats::put_with_id(&bus.js, bus::DESIRED_BUCKET, &key, &msg_id, &message).await.map_err(|e| Error::Bus(e.to_string()))?;
-                info!(%key, version = %wanted.version, "published desired state");
-            }
-            None if current.is_some() => {
-                bus.desired.delete(&key).await.map_err(|e| Error::Bus(e.to_string()))?;
-                info!(%key, "component left the KfDef; desired state deleted");
-            }
-            None => {}
+/// An Event when the phase changes, and a Warning when a version change is newly refused.
+async fn announce(kfdef: &KfDef, next: &kubeflow_crds::kfdef::KfDefStatus, ctx: &Context) {
+    let degraded = |s: Option<&kubeflow_crds::kfdef::KfDefStatus>| s.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded").cloned());
+    let (before, after) = (degraded(kfdef.status.as_ref()), degraded(Some(next)));
+    let mut events = Vec::new();
+    if let Some(refused) = after.filter(|c| c.reason == "VersionChangeRefused" && before.as_ref().map(|b| (&b.reason, &b.message)) != Some((&c.reason, &c.message))) {
+        events.push((EventType::Warning, "VersionChangeRefused", refused.message));
+    } else if kfdef.status.as_ref().and_then(|s| s.phase) != next.phase {
+        let (type_, reason) = match next.phase {
+            Some(KfDefPhase::Available) => (EventType::Normal, "Available"),
+            Some(KfDefPhase::Degraded) => (EventType::Warning, "Degraded"),
+            _ => (EventType::Normal, "Progressing"),
+        };
+        let note = next.conditions.iter().find(|c| c.type_ == reason).map(|c| c.message.clone()).unwrap_or_default();
+        events.push((type_, reason, note));
+    }
+    for (type_, reason, note) in events {
+        let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        if let Err(e) = ctx.recorder.publish(&event, &kfdef.object_ref(&())).await {
+            warn!(error = %e, reason, "cannot publish event");
         }
     }
+}
+
+/// Removes the pins once `spec.version` names the same versions (one patch).
+async fn remove_redundant_pins(kfdef: &KfDef, plan: &plan::Plan, ctx: &Context) -> Result<(), Error> {
+    let annotations = kfdef.annotations();
+    if !plan::pins_redundant(plan, annotations.contains_key(PINS_ANNOTATION), annotations.contains_key(LOCK_ANNOTATION)) {
+        return Ok(());
+    }
+    let (namespace, name) = object_key(kfdef);
+    let patch = json!({"metadata": {"annotations": {PINS_ANNOTATION: null, PINNED_BY_ANNOTATION: null}}});
+    Api::<KfDef>::namespaced(ctx.client.clone(), &namespace)
+        .patch(&name, &merge_params(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::Unpin { kfdef: format!("{namespace}/{name}"), source })?;
+    info!("spec.version names the pinned versions; pins removed");
     Ok(())
+}
+
+/// Publishes each component's desired spec unless NATS already holds it, and deletes the desired
+/// state of components that left the KfDef — unless the versions changed outside a KfUpgrade in a
+/// way a KfUpgrade would refuse: then nothing is written and the refusal returned.
+async fn publish(kfdef: &KfDef, plan: &plan::Plan, catalog: &Catalog, ctx: &Context) -> Result<Option<EditRefused>, BusError> {
+    let bus = ctx.state.bus.read().await.clone().ok_or(BusError::NotConnected)?;
+    let (namespace, name) = object_key(kfdef);
+    let mut published = BTreeMap::new();
+    for component in ComponentKind::ALL {
+        let key = bus::key(component, &namespace, &name);
+        let entry = bus.desired.entry(&key).await.map_err(|source| BusError::Read { key: key.clone(), source })?;
+        let revision = entry.as_ref().map_or(0, |e| e.revision);
+        let desired = entry.filter(|e| e.operation == kv::Operation::Put).and_then(|e| match serde_json::from_slice::<DesiredComponent>(&e.value) {
+            Ok(d) => Some(d),
+            Err(error) => {
+                warn!(%key, %error, "published desired state is undecodable; it will be replaced");
+                None
+            }
+        });
+        published.insert(component, Published { revision, desired });
+    }
+    if let Err(refused) = upgrade::check_edit(plan, &publish::published_versions(&published), catalog) {
+        warn!(%refused, "version change refused; nothing published");
+        return Ok(Some(refused));
+    }
+    let kfdef_ref = KfDefRef { namespace, name, uid: kfdef.uid().unwrap_or_default(), generation: kfdef.meta().generation.unwrap_or(0) };
+    for write in publish::publications(&kfdef_ref, plan, &published, nats::current_traceparent()) {
+        match write {
+            Publication::Put { key, msg_id, message } => {
+                nats::put_with_id(&bus.js, bus::DESIRED_BUCKET, &key, &msg_id, &message).await.map_err(|source| BusError::Publish { key: key.clone(), source })?;
+                info!(%key, version = %message.spec["version"], "published desired state");
+            }
+            Publication::Delete { key } => {
+                bus.desired.delete(&key).await.map_err(|source| BusError::Delete { key: key.clone(), source })?;
+                info!(%key, "component left the KfDef; desired state deleted");
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// KfDef deleted: withdraw every component's desired state. The component resources are owned by
 /// the KfDef, so the garbage collector deletes them and their operators uninstall.
 async fn cleanup(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
-    let bus = ctx.state.bus.read().await.clone().ok_or_else(|| Error::Bus("not connected to NATS yet; cannot withdraw desired state".into()))?;
+    let bus = ctx.state.bus.read().await.clone().ok_or(BusError::NotConnected)?;
     for component in ComponentKind::ALL {
         let key = bus::key(component, &kfdef.namespace().unwrap_or_default(), &kfdef.name_any());
-        if bus.desired.get(&key).await.map_err(|e| Error::Bus(e.to_string()))?.is_some() {
-            bus.desired.delete(&key).await.map_err(|e| Error::Bus(e.to_string()))?;
+        if bus.desired.get(&key).await.map_err(|source| BusError::Read { key: key.clone(), source })?.is_some() {
+            bus.desired.delete(&key).await.map_err(|source| BusError::Delete { key: key.clone(), source })?;
         }
     }
     info!("KfDef deleted; desired state of its components withdrawn");
@@ -202,31 +282,33 @@ async fn cleanup(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
 
 /// Connects to NATS and keeps `state` in step with the status and operators buckets, relisting
 /// after every reconnect. Sends the KfDef a report is about to `trigger`, and `()` to
-/// `trigger_all` when an operator appears.
+/// `trigger_all` when an operator appears or announces new releases.
 pub async fn watch_bus(url: String, state: Arc<BusState>, trigger: mpsc::UnboundedSender<ObjectRef<KfDef>>, trigger_all: mpsc::UnboundedSender<()>) {
     let (nats, mut connected) = match nats::connect(&url, "meta-operator").await {
         Ok(c) => c,
         Err(e) => return warn!(error = %e, %url, "invalid NATS options"),
     };
     let js = jetstream::new(nats);
+    let mut retry = retry::exponential(Duration::from_millis(200), Duration::from_secs(5));
     loop {
-        let (desired, status, operators) = match nats::buckets(&js).await {
-            Ok(b) => b,
-            Err(e) => {
-                warn!(error = %e, "NATS not ready; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+        let watches = async {
+            let (desired, status, operators) = nats::buckets(&js).await?;
+            let reports = status.watch_all_from_revision(1).await?;
+            let beats = operators.watch_all_from_revision(1).await?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>((desired, reports, beats))
+        };
+        let (desired, mut reports, mut beats) = match watches.await {
+            Ok(w) => w,
+            Err(error) => {
+                let delay = retry.next_backoff().unwrap_or(retry::MAX);
+                warn!(%error, ?delay, "NATS not ready; retrying");
+                tokio::time::sleep(delay).await;
                 continue;
             }
         };
+        retry.reset();
         *state.bus.write().await = Some(Bus { js: js.clone(), desired });
         connected.mark_unchanged();
-        let (mut reports, mut beats) = match (status.watch_all_from_revision(1).await, operators.watch_all_from_revision(1).await) {
-            (Ok(r), Ok(b)) => (r, b),
-            _ => {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
         state.reports.write().await.clear();
         let _ = trigger_all.send(());
         loop {
@@ -247,11 +329,20 @@ pub async fn watch_bus(url: String, state: Arc<BusState>, trigger: mpsc::Unbound
                 entry = beats.next() => {
                     let Some(Ok(entry)) = entry else { break };
                     let Ok(component) = entry.key.parse::<ComponentKind>() else { continue };
-                    let Ok(beat) = serde_json::from_slice::<Heartbeat>(&entry.value) else { continue };
+                    let beat = match serde_json::from_slice::<Heartbeat>(&entry.value) {
+                        Ok(beat) => beat,
+                        Err(e) => { warn!(key = %entry.key, error = %e, "ignoring undecodable heartbeat"); continue; }
+                    };
+                    let learned = state.catalog.write().await.learn(component, beat.releases);
                     let previous = state.heartbeats.write().await.insert(component, beat.at);
                     let was_alive = previous.is_some_and(|at| nats::now_unix().saturating_sub(at) <= bus::HEARTBEAT_STALE.as_secs());
+                    if learned {
+                        info!(%component, "component operator announced its releases");
+                    }
                     if !was_alive {
                         info!(%component, "component operator is alive");
+                    }
+                    if learned || !was_alive {
                         let _ = trigger_all.send(());
                     }
                 }

@@ -1,10 +1,11 @@
-//! The meta-operator's logic as a library: the pure KfDef → component plan steps
-//! ([`distribution`], [`plan`], [`aggregate`], [`upgrade`]) and the controllers that drive them.
-//! The bundle generator reads [`distribution`] for the Kubeflow releases each version supports.
+//! The meta-operator's logic as a library: the pure steps ([`catalog`] of announced component
+//! releases, [`plan`] of a KfDef, [`aggregate`] status, [`upgrade`] decisions) and the
+//! controllers that drive them.
 
 pub mod aggregate;
+pub mod catalog;
 pub mod controller;
-pub mod distribution;
 pub mod plan;
+pub mod publish;
 pub mod upgrade;
 pub mod upgrade_controller;

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use clap::Parser;
 use operator_runtime::metrics::Metrics;
+use operator_runtime::synced::WatchesSynced;
 use futures::StreamExt;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
-use kube::{Api, Client};
+use kube::Api;
 use kubeflow_crds::{KfDef, KfUpgrade};
 use tokio::sync::mpsc;
 
@@ -37,14 +38,15 @@ fn receiver_stream<T: Send + 'static>(rx: mpsc::UnboundedReceiver<T>) -> impl fu
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let _telemetry = operator_runtime::telemetry::init("meta-operator");
-    let client = match Client::try_default().await {
+    let metrics = Arc::new(Metrics::new("meta"));
+    // Every write is counted by the client itself, per field manager.
+    let client = match operator_runtime::client::counted_client(metrics.clone()).await {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot build a Kubernetes client (KUBECONFIG or in-cluster config)");
             return std::process::ExitCode::FAILURE;
         }
     };
-    let metrics = Arc::new(Metrics::new("meta"));
     tokio::spawn(operator_runtime::server::serve(cli.metrics_addr, metrics.clone()));
     let platform = match controller::detect_platform(&client).await {
         Ok(p) => p,
@@ -69,17 +71,31 @@ async fn main() -> std::process::ExitCode {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let ctx = Arc::new(controller::Context { client, state, platform, metrics: metrics.clone(), recorder });
-    metrics.set_ready();
-    let upgrade_controller = Controller::new(upgrades, watcher::Config::default().any_semantic())
+    let ctx = Arc::new(controller::Context { client: client.clone(), state, platform, metrics: metrics.clone(), recorder, backoffs: Default::default() });
+    // The controllers are built on watches of our own, so readiness can be told without waiting
+    // on a controller's store (see `operator_runtime::synced`).
+    let mut synced = WatchesSynced::default();
+    let (upgrade_store, upgrade_changes) = synced.reflect(upgrades, watcher::Config::default().any_semantic());
+    let upgrade_controller = Controller::for_stream(upgrade_changes, upgrade_store.clone());
+    // Component health reaches a KfUpgrade through its KfDef's status.
+    let mapper_store = upgrade_store.clone();
+    let upgrade_controller = upgrade_controller
+        .watches(kfdefs.clone(), watcher::Config::default().any_semantic(), move |kfdef: KfDef| upgrade_controller::upgrades_of(&mapper_store, &kfdef))
         .shutdown_on_signal()
-        .run(upgrade_controller::reconcile, controller::error_policy_upgrade, ctx.clone())
+        .run(upgrade_controller::reconcile, controller::error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "KfUpgrade reconcile ended with an error");
             }
         });
-    let kfdef_controller = Controller::new(kfdefs, watcher::Config::default().any_semantic())
+    let (kfdef_store, kfdef_changes) = synced.reflect(kfdefs, watcher::Config::default().any_semantic());
+    let kfdef_controller = Controller::for_stream(kfdef_changes, kfdef_store);
+    // Ready once both controllers have listed what they watch.
+    tokio::spawn(async move {
+        synced.wait().await;
+        metrics.set_ready();
+    });
+    let kfdef_controller = kfdef_controller
         .reconcile_on(receiver_stream(trigger_rx))
         .reconcile_all_on(receiver_stream(all_rx))
         .shutdown_on_signal()

@@ -1,31 +1,18 @@
 //! KfUpgrade decisions (pure): which components move, in what order, from and to which versions,
-//! and whether each move is allowed by the component's release edges.
+//! and whether each move is allowed by the component's release edges, as its operator announced
+//! them ([`Catalog`]).
 
 use std::collections::{BTreeMap, VecDeque};
 
-use component_framework::{Component, Release};
+use kubeflow_crds::bus::ReleaseInfo;
 use kubeflow_crds::component::ComponentKind;
 use kubeflow_crds::kfupgrade::{KfUpgradeSpec, StepPhase, UpgradeStep};
 
-use crate::distribution;
+use crate::catalog::{Catalog, Unresolved};
+use crate::plan::Plan;
 
-/// Default order: the mesh first, then identity, then the workloads that depend on both.
-pub const DEFAULT_ORDER: [ComponentKind; 5] = [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines];
-
-/// Built-in releases (oldest first) of `component`.
-pub fn releases(component: ComponentKind) -> &'static [Release] {
-    match component {
-        ComponentKind::Istio => istio_operator::IstioComponent::releases(),
-        ComponentKind::Dex => dex_operator::DexComponent::releases(),
-        ComponentKind::KFServing => kfserving_operator::KFServingComponent::releases(),
-        ComponentKind::Katib => katib_operator::KatibComponent::releases(),
-        ComponentKind::Pipelines => pipelines_operator::PipelinesComponent::releases(),
-    }
-}
-
-/// Shortest chain of direct upgrades from `from` to `to`.
-pub fn path(component: ComponentKind, from: &str, to: &str) -> Option<Vec<String>> {
-    let releases = releases(component);
+/// Shortest chain of direct upgrades from `from` to `to` among `releases`.
+pub fn path(releases: &[ReleaseInfo], from: &str, to: &str) -> Option<Vec<String>> {
     let mut previous: BTreeMap<&str, &str> = BTreeMap::new();
     let mut queue = VecDeque::from([from]);
     while let Some(at) = queue.pop_front() {
@@ -39,69 +26,113 @@ pub fn path(component: ComponentKind, from: &str, to: &str) -> Option<Vec<String
             chain.reverse();
             return Some(chain);
         }
-        for next in releases.iter().filter(|r| r.upgrades_from.contains(&at)) {
-            if next.version != from && !previous.contains_key(next.version) {
-                previous.insert(next.version, at);
-                queue.push_back(next.version);
+        for next in releases.iter().filter(|r| r.upgrades_from.iter().any(|f| f == at)) {
+            if next.version != from && !previous.contains_key(next.version.as_str()) {
+                previous.insert(&next.version, at);
+                queue.push_back(&next.version);
             }
         }
     }
     None
 }
 
+/// Why a component may not move from one version to another.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MoveRefused {
+    #[error("{component}: version {to} is not shipped; shipped versions: {shipped}")]
+    NotShipped { component: ComponentKind, to: String, shipped: String },
+    #[error("{component}: {from} → {to} is a downgrade, which KfUpgrade does not do; versions after {from}: {later}")]
+    Downgrade { component: ComponentKind, from: String, to: String, later: String },
+    #[error("{component}: cannot upgrade from {from} to {to} directly; {allowed}")]
+    NoDirectEdge { component: ComponentKind, from: String, to: String, allowed: String },
+}
+
+/// Whether `component` may move from `from` to `to` in one step: `to` is shipped, later than
+/// `from`, and lists `from` among the versions it upgrades from.
+pub fn check_move(component: ComponentKind, releases: &[ReleaseInfo], from: &str, to: &str) -> Result<(), MoveRefused> {
+    let index = |v: &str| releases.iter().position(|r| r.version == v);
+    let versions = |from: usize| releases[from..].iter().map(|r| r.version.as_str()).collect::<Vec<_>>().join(", ");
+    let Some(to_index) = index(to) else {
+        return Err(MoveRefused::NotShipped { component, to: to.into(), shipped: versions(0) });
+    };
+    if let Some(from_index) = index(from).filter(|f| to_index < *f) {
+        return Err(MoveRefused::Downgrade { component, from: from.into(), to: to.into(), later: versions(from_index + 1) });
+    }
+    let target = &releases[to_index];
+    if !target.upgrades_from.iter().any(|f| f == from) {
+        let allowed = match path(releases, from, to) {
+            Some(chain) => format!("allowed path: {}, one KfUpgrade per step", chain.join(" → ")),
+            None => format!("{to} can be reached from: {}", target.upgrades_from.join(", ")),
+        };
+        return Err(MoveRefused::NoDirectEdge { component, from: from.into(), to: to.into(), allowed });
+    }
+    Ok(())
+}
+
+/// A change of component versions that no KfUpgrade made (an edit of `spec.version`, pins
+/// removed by hand, …), checked against what is published with the rules of [`steps`]: each
+/// component that moves must reach a shipped, later version over a direct edge. Pinned versions
+/// are a KfUpgrade's, which validated them (and rolls back with them).
+pub fn check_edit(plan: &Plan, published: &BTreeMap<ComponentKind, String>, catalog: &Catalog) -> Result<(), EditRefused> {
+    for (component, wanted) in plan.components.iter().filter(|(_, p)| !p.pinned) {
+        let Some(from) = published.get(component).filter(|from| **from != wanted.version) else { continue };
+        let releases = catalog.releases(*component).map_err(EditRefused::NotAnnounced)?;
+        check_move(*component, releases, from, &wanted.version).map_err(EditRefused::Move)?;
+    }
+    Ok(())
+}
+
+/// Why a version change made outside a KfUpgrade is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EditRefused {
+    #[error("the component versions changed outside a KfUpgrade and nothing was published: {0}; revert the change or use a KfUpgrade")]
+    Move(MoveRefused),
+    #[error("the component versions changed outside a KfUpgrade and cannot be checked: {0}")]
+    NotAnnounced(Unresolved),
+}
+
 /// Why an upgrade is refused: which component, which versions, what is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Refusal(pub String);
+pub enum Refusal {
+    #[error("spec.newKfDef.version: {0}")]
+    Target(Unresolved),
+    #[error("spec.components: {component} is not part of KfDef {kfdef:?}")]
+    NotInKfDef { component: ComponentKind, kfdef: String },
+    #[error(transparent)]
+    Move(#[from] MoveRefused),
+    #[error(transparent)]
+    NotAnnounced(Unresolved),
+    #[error("nothing to upgrade: every component already runs its target version")]
+    NothingToDo,
+}
 
 /// The steps of `spec` for a KfDef whose components run `current` (component → version).
-pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>) -> Result<Vec<UpgradeStep>, Refusal> {
-    let release_targets = match &spec.new_kf_def.version {
-        Some(v) => Some(distribution::component_versions(v).map_err(|e| Refusal(e.to_string().replace("spec.version", "spec.newKfDef.version")))?),
-        None => None,
-    };
+pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>, catalog: &Catalog) -> Result<Vec<UpgradeStep>, Refusal> {
     let explicit: BTreeMap<ComponentKind, &str> = spec.components.iter().map(|c| (c.component, c.version.as_str())).collect();
-    for component in explicit.keys() {
-        if !current.contains_key(component) {
-            return Err(Refusal(format!("spec.components: {component} is not part of KfDef {:?}", spec.current_kf_def.name)));
-        }
+    if let Some(component) = explicit.keys().find(|c| !current.contains_key(c)) {
+        return Err(Refusal::NotInKfDef { component: *component, kfdef: spec.current_kf_def.name.clone() });
     }
     let mut order: Vec<ComponentKind> = spec.order.clone();
-    order.extend(DEFAULT_ORDER.iter().filter(|c| !spec.order.contains(c)));
+    order.extend(ComponentKind::upgrade_order().into_iter().filter(|c| !spec.order.contains(c)));
     let mut steps = Vec::new();
     for component in order.into_iter().filter(|c| current.contains_key(c)) {
         if spec.only_listed && !explicit.contains_key(&component) {
             continue;
         }
         let from = current[&component].clone();
-        let to = match (explicit.get(&component), release_targets) {
+        let to = match (explicit.get(&component), &spec.new_kf_def.version) {
             (Some(v), _) => v.to_string(),
-            (None, Some(targets)) => targets.iter().find(|(c, _)| *c == component).map(|(_, v)| v.to_string()).unwrap(),
+            (None, Some(kubeflow)) => catalog.version_for(component, kubeflow).map_err(Refusal::Target)?,
             (None, None) => continue,
         };
         if from == to {
             continue;
         }
-        let shipped = releases(component);
-        let index = |v: &str| shipped.iter().position(|r| r.version == v);
-        let versions = || shipped.iter().map(|r| r.version).collect::<Vec<_>>().join(", ");
-        let Some(to_index) = index(&to) else {
-            return Err(Refusal(format!("{component}: version {to} is not shipped; shipped versions: {}", versions())));
-        };
-        if index(&from).is_some_and(|f| to_index < f) {
-            return Err(Refusal(format!("{component}: {from} → {to} is a downgrade, which KfUpgrade does not do; versions after {from}: {}", shipped[index(&from).unwrap() + 1..].iter().map(|r| r.version).collect::<Vec<_>>().join(", "))));
-        }
-        if !shipped[to_index].upgrades_from.contains(&from.as_str()) {
-            let allowed = match path(component, &from, &to) {
-                Some(chain) => format!("allowed path: {}, one KfUpgrade per step", chain.join(" → ")),
-                None => format!("{to} can be reached from: {}", shipped[to_index].upgrades_from.join(", ")),
-            };
-            return Err(Refusal(format!("{component}: cannot upgrade from {from} to {to} directly; {allowed}")));
-        }
-        steps.push(UpgradeStep { component, from_version: from, to_version: to, phase: StepPhase::Pending, start_time: None, end_time: None, message: String::new() });
+        check_move(component, catalog.releases(component).map_err(Refusal::NotAnnounced)?, &from, &to)?;
+        steps.push(UpgradeStep { component, from_version: from, to_version: to, phase: StepPhase::Pending, start_time: None, end_time: None, message: String::new(), failure: None });
     }
     if steps.is_empty() {
-        return Err(Refusal("nothing to upgrade: every component already runs its target version".into()));
+        return Err(Refusal::NothingToDo);
     }
     Ok(steps)
 }
@@ -109,6 +140,7 @@ pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::fixtures::catalog;
     use kubeflow_crds::kfupgrade::KfUpgrade;
 
     fn spec(yaml: &str) -> KfUpgradeSpec {
@@ -117,46 +149,90 @@ mod tests {
     }
 
     fn v12() -> BTreeMap<ComponentKind, String> {
-        distribution::component_versions("v1.2.0").unwrap().iter().map(|(c, v)| (*c, v.to_string())).collect()
+        [(ComponentKind::Istio, "1.3.1"), (ComponentKind::Dex, "v2.22.0"), (ComponentKind::KFServing, "v0.4.1"), (ComponentKind::Katib, "v0.10.0"), (ComponentKind::Pipelines, "1.0.4")]
+            .map(|(c, v)| (c, v.to_string()))
+            .into()
+    }
+
+    fn steps_of(s: &KfUpgradeSpec) -> Vec<(ComponentKind, String, String)> {
+        steps(s, &v12(), &catalog()).unwrap().into_iter().map(|s| (s.component, s.from_version, s.to_version)).collect()
     }
 
     #[test]
     fn release_upgrade_moves_every_component_in_dependency_order() {
-        let steps = steps(&spec("  currentKfDef: {name: kf, version: v1.2.0}\n  newKfDef: {name: kf, version: v1.3.0}\n"), &v12()).unwrap();
-        let order: Vec<_> = steps.iter().map(|s| s.component).collect();
-        assert_eq!(order, DEFAULT_ORDER);
-        let katib = steps.iter().find(|s| s.component == ComponentKind::Katib).unwrap();
-        assert_eq!((katib.from_version.as_str(), katib.to_version.as_str()), ("v0.10.0", "v0.11.0"));
+        let s = spec("  currentKfDef: {name: kf, version: v1.2.0}\n  newKfDef: {name: kf, version: v1.3.0}\n");
+        assert_eq!(
+            steps_of(&s),
+            [
+                (ComponentKind::Istio, "1.3.1".into(), "1.9.6".into()),
+                (ComponentKind::Dex, "v2.22.0".into(), "v2.24.0".into()),
+                (ComponentKind::KFServing, "v0.4.1".into(), "v0.5.1".into()),
+                (ComponentKind::Katib, "v0.10.0".into(), "v0.11.0".into()),
+                (ComponentKind::Pipelines, "1.0.4".into(), "1.5.0".into()),
+            ]
+        );
     }
 
     #[test]
     fn order_and_subset_are_honoured() {
         let s = spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v1.3.0}\n  order: [katib, istio]\n  components: [{component: katib, version: v0.11.0}]\n  onlyListed: true\n");
-        let steps = steps(&s, &v12()).unwrap();
-        assert_eq!(steps.iter().map(|s| s.component).collect::<Vec<_>>(), [ComponentKind::Katib]);
+        assert_eq!(steps_of(&s), [(ComponentKind::Katib, "v0.10.0".into(), "v0.11.0".into())]);
         let s = spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v1.3.0}\n  order: [pipelines]\n");
-        assert_eq!(steps_of(&s)[0], ComponentKind::Pipelines);
-    }
-
-    fn steps_of(s: &KfUpgradeSpec) -> Vec<ComponentKind> {
-        steps(s, &v12()).unwrap().iter().map(|s| s.component).collect()
+        assert_eq!(steps_of(&s)[0].0, ComponentKind::Pipelines);
     }
 
     #[test]
-    fn downgrades_unknown_versions_and_unsupported_releases_are_refused_with_the_reason() {
+    fn downgrades_unknown_versions_skips_and_unsupported_releases_are_refused_with_the_reason() {
         let mut current = v12();
         current.insert(ComponentKind::Katib, "v0.11.0".into());
-        let err = steps(&spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf}\n  components: [{component: katib, version: v0.10.0}]\n"), &current).unwrap_err().0;
-        assert!(err.contains("katib") && err.contains("v0.11.0 → v0.10.0") && err.contains("downgrade"), "{err}");
-        let err = steps(&spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf}\n  components: [{component: dex, version: v9.9.9}]\n"), &v12()).unwrap_err().0;
-        assert!(err.contains("dex") && err.contains("v2.22.0, v2.24.0"), "{err}");
-        let err = steps(&spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v2.0.0}\n"), &v12()).unwrap_err().0;
-        assert!(err.contains("spec.newKfDef.version") && err.contains("v1.3.x"), "{err}");
+        let refuse = |yaml: &str, current: &BTreeMap<ComponentKind, String>| steps(&spec(yaml), current, &catalog()).unwrap_err().to_string();
+        assert_eq!(
+            refuse("  currentKfDef: {name: kf}\n  newKfDef: {name: kf}\n  components: [{component: katib, version: v0.10.0}]\n", &current),
+            "katib: v0.11.0 → v0.10.0 is a downgrade, which KfUpgrade does not do; versions after v0.11.0: v0.12.0"
+        );
+        assert_eq!(
+            refuse("  currentKfDef: {name: kf}\n  newKfDef: {name: kf}\n  components: [{component: dex, version: v9.9.9}]\n", &v12()),
+            "dex: version v9.9.9 is not shipped; shipped versions: v2.22.0, v2.24.0"
+        );
+        assert_eq!(
+            refuse("  currentKfDef: {name: kf}\n  newKfDef: {name: kf}\n  components: [{component: katib, version: v0.12.0}]\n", &v12()),
+            "katib: cannot upgrade from v0.10.0 to v0.12.0 directly; allowed path: v0.10.0 → v0.11.0 → v0.12.0, one KfUpgrade per step"
+        );
+        assert_eq!(
+            refuse("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v2.0.0}\n", &v12()),
+            "spec.newKfDef.version: Kubeflow version \"v2.0.0\" has no istio release; istio-operator ships 1.3.1 (Kubeflow 1.2), 1.9.6 (Kubeflow 1.3)"
+        );
+    }
+
+    #[test]
+    fn a_component_whose_operator_never_announced_cannot_be_upgraded() {
+        let err = steps(&spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v1.3.0}\n"), &v12(), &Catalog::default()).unwrap_err();
+        assert_eq!(err, Refusal::Target(Unresolved::NotAnnounced { component: ComponentKind::Istio }));
+    }
+
+    #[test]
+    fn an_edit_outside_a_kfupgrade_follows_the_same_rules_and_pins_are_left_to_their_kfupgrade() {
+        use crate::plan::ComponentPlan;
+        let entry = |version: &str, pinned: bool| ComponentPlan { spec: serde_json::json!({}), spec_hash: String::new(), version: version.into(), pinned, release_version: None };
+        let published: BTreeMap<ComponentKind, String> = [(ComponentKind::Katib, "v0.11.0".to_string()), (ComponentKind::Dex, "v2.22.0".to_string())].into();
+        let plan = |katib: ComponentPlan| Plan { components: [(ComponentKind::Katib, katib), (ComponentKind::Dex, entry("v2.24.0", false))].into(), unresolved: BTreeMap::new(), applications: vec![] };
+        // Dex v2.22.0 → v2.24.0 is a direct upgrade; Katib stays.
+        assert_eq!(check_edit(&plan(entry("v0.11.0", false)), &published, &catalog()), Ok(()));
+        assert_eq!(
+            check_edit(&plan(entry("v0.10.0", false)), &published, &catalog()).unwrap_err().to_string(),
+            "the component versions changed outside a KfUpgrade and nothing was published: katib: v0.11.0 → v0.10.0 is a downgrade, which KfUpgrade does not do; versions after v0.11.0: v0.12.0; revert the change or use a KfUpgrade"
+        );
+        // A KfUpgrade's rollback pins the older version: not an edit.
+        assert_eq!(check_edit(&plan(entry("v0.10.0", true)), &published, &catalog()), Ok(()));
+        // Nothing published yet (a new KfDef): nothing to check.
+        assert_eq!(check_edit(&plan(entry("v0.10.0", false)), &BTreeMap::new(), &catalog()), Ok(()));
     }
 
     #[test]
     fn paths_follow_the_release_edges() {
-        assert_eq!(path(ComponentKind::Katib, "v0.10.0", "v0.11.0").unwrap(), ["v0.10.0", "v0.11.0"]);
-        assert_eq!(path(ComponentKind::Katib, "v0.11.0", "v0.10.0"), None);
+        let katib = catalog();
+        let releases = katib.releases(ComponentKind::Katib).unwrap();
+        assert_eq!(path(releases, "v0.10.0", "v0.12.0").unwrap(), ["v0.10.0", "v0.11.0", "v0.12.0"]);
+        assert_eq!(path(releases, "v0.11.0", "v0.10.0"), None);
     }
 }

@@ -2,7 +2,11 @@
 //! the KfDef (the KfDef driver publishes it), wait until the KfDef reports the component Ready at
 //! that version (health gate with timeout), and on failure roll the moved components back in
 //! reverse order. All progress lives in the KfUpgrade's status and the KfDef's pins, so a
-//! restarted meta-operator resumes where it stopped.
+//! restarted meta-operator resumes where it stopped. A finished upgrade leaves the pins and
+//! `spec.version` to the user (see [`crate::plan::pinned_drift`]).
+//!
+//! Waiting is done by watches: the KfUpgrade controller also watches KfDefs (component status
+//! reaches the KfDef over NATS) and a running step is requeued only for its health deadline.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,28 +16,57 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use kubeflow_crds::ConditionStatus::{False, True};
 use kubeflow_crds::component::ComponentKind;
 use kubeflow_crds::kfdef::{KfDef, KfDefPhase};
-use kubeflow_crds::kfupgrade::{KfUpgrade, KfUpgradeStatus, StepPhase, UpgradePhase};
+use kubeflow_crds::kfupgrade::{KfUpgrade, KfUpgradeStatus, StepFailure, StepPhase, UpgradePhase, UpgradeStep};
 use serde_json::json;
-use tracing::{info, instrument};
+use tracing::{info, instrument, warn};
 
-use crate::controller::{Context, Error, FIELD_MANAGER};
-use crate::plan::{self, PINS_ANNOTATION};
+use crate::controller::{Context, Error, FIELD_MANAGER, merge_params};
+use crate::plan::{self, PINNED_BY_ANNOTATION, PINS_ANNOTATION, PlanError};
 use crate::upgrade;
 
-/// How often a running step checks its component's health (reads only; a step ends as soon as
-/// the KfDef reports the component Ready, so this bounds the gate's added latency).
-const HEALTH_POLL: Duration = Duration::from_millis(250);
+/// Annotation on a KfDef naming the KfUpgrade that is moving it; at most one at a time.
+pub const LOCK_ANNOTATION: &str = "kfupgrade.apps.kubeflow.org/in-progress";
+
+/// Why a KfUpgrade reconcile failed, with the object it failed on.
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    #[error("cannot read KfDef {kfdef}: {source}")]
+    ReadKfDef { kfdef: String, source: kube::Error },
+    #[error("cannot read KfUpgrade {kfupgrade}: {source}")]
+    ReadKfUpgrade { kfupgrade: String, source: kube::Error },
+    #[error("cannot {action} KfDef {kfdef}: {source}")]
+    WriteKfDef { kfdef: String, action: &'static str, source: kube::Error },
+    #[error("cannot write the status of KfUpgrade {kfupgrade}: {source}")]
+    Status { kfupgrade: String, source: kube::Error },
+    #[error("KfDef {kfdef}: {source}")]
+    Pins { kfdef: String, source: PlanError },
+}
 
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
-fn seconds_since(t: &Option<Time>) -> i64 {
-    t.as_ref().map_or(0, |t| (k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second()).max(0))
+/// Time left until `timeout_seconds` after `start` (zero once passed).
+fn remaining(start: &Option<Time>, timeout_seconds: i64) -> Duration {
+    let elapsed = start.as_ref().map_or(0, |t| k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second());
+    Duration::from_secs((timeout_seconds - elapsed).max(0) as u64)
+}
+
+/// The unfinished KfUpgrades in `store` that move `kfdef`: a change of the KfDef (its status
+/// carries the components' health) is a change for them.
+pub fn upgrades_of(store: &Store<KfUpgrade>, kfdef: &KfDef) -> Vec<ObjectRef<KfUpgrade>> {
+    store
+        .state()
+        .iter()
+        .filter(|u| u.namespace() == kfdef.namespace() && u.spec.current_kf_def.name == kfdef.name_any())
+        .filter(|u| !u.status.as_ref().and_then(|s| s.phase).is_some_and(is_finished))
+        .map(|u| ObjectRef::from_obj(u.as_ref()))
+        .collect()
 }
 
 #[instrument(skip_all, fields(kfupgrade = %up.name_any(), namespace = up.namespace().unwrap_or_default()))]
@@ -52,17 +85,20 @@ pub async fn reconcile(up: Arc<KfUpgrade>, ctx: Arc<Context>) -> Result<Action, 
     if up.status.as_ref() != Some(&status) {
         let api: Api<KfUpgrade> = Api::namespaced(ctx.client.clone(), &namespace);
         let patch = json!({"apiVersion": "kfupgrade.apps.kubeflow.org/v1alpha1", "kind": "KfUpgrade", "status": status});
-        ctx.metrics.write();
-        api.patch_status(&up.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await?;
+        api.patch_status(&up.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+            .await
+            .map_err(|source| UpgradeError::Status { kfupgrade: format!("{namespace}/{}", up.name_any()), source })?;
     }
+    ctx.backoffs.reset(&(namespace, up.name_any()));
     Ok(action)
 }
 
 async fn event(ctx: &Context, up: &KfUpgrade, type_: EventType, reason: &str, note: String) {
     info!(reason, %note, "upgrade event");
-    ctx.metrics.write();
     let event = Event { type_, reason: reason.into(), note: Some(note), action: "Upgrade".into(), secondary: None };
-    let _ = ctx.recorder.publish(&event, &up.object_ref(&())).await;
+    if let Err(e) = ctx.recorder.publish(&event, &up.object_ref(&())).await {
+        warn!(error = %e, reason, "cannot publish event");
+    }
 }
 
 fn condition(status: &mut KfUpgradeStatus, type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) {
@@ -77,10 +113,26 @@ async fn refuse(up: &KfUpgrade, status: &mut KfUpgradeStatus, ctx: &Context, mes
     Action::await_change()
 }
 
+fn kfdef_name(kfdefs: &Api<KfDef>, name: &str) -> String {
+    format!("{}/{name}", kfdefs.namespace().unwrap_or_default())
+}
+
+async fn get_kfdef(kfdefs: &Api<KfDef>, name: &str) -> Result<Option<KfDef>, UpgradeError> {
+    kfdefs.get_opt(name).await.map_err(|source| UpgradeError::ReadKfDef { kfdef: kfdef_name(kfdefs, name), source })
+}
+
+async fn patch_kfdef(kfdefs: &Api<KfDef>, kfdef: &KfDef, action: &'static str, patch: serde_json::Value) -> Result<(), UpgradeError> {
+    kfdefs
+        .patch(&kfdef.name_any(), &merge_params(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|source| UpgradeError::WriteKfDef { kfdef: kfdef_name(kfdefs, &kfdef.name_any()), action, source })
+}
+
 /// Checks everything before anything changes; refusals end the upgrade as Failed.
-async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, Error> {
+async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
     let spec = &up.spec;
-    let Some(kfdef) = kfdefs.get_opt(&spec.current_kf_def.name).await? else {
+    let Some(kfdef) = get_kfdef(kfdefs, &spec.current_kf_def.name).await? else {
         return Ok(refuse(up, status, ctx, format!("spec.currentKfDef.name: KfDef {:?} not found in this namespace", spec.current_kf_def.name)).await);
     };
     if let (Some(want), Some(have)) = (&spec.current_kf_def.version, &kfdef.spec.version) {
@@ -93,8 +145,8 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
     }
     if let Some(holder) = lock_holder(&kfdef).filter(|holder| *holder != up.name_any()) {
         let api: Api<KfUpgrade> = Api::namespaced(ctx.client.clone(), &up.namespace().unwrap_or_default());
-        let running = api.get_opt(&holder).await?.is_some_and(|other| !other.status.and_then(|s| s.phase).is_some_and(is_finished));
-        if running {
+        let other = api.get_opt(&holder).await.map_err(|source| UpgradeError::ReadKfUpgrade { kfupgrade: holder.clone(), source })?;
+        if other.is_some_and(|other| !other.status.and_then(|s| s.phase).is_some_and(is_finished)) {
             return Ok(refuse(up, status, ctx, format!("KfUpgrade {holder} is already upgrading KfDef {}; one upgrade at a time", kfdef.name_any())).await);
         }
     }
@@ -102,36 +154,33 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
     if phase != Some(KfDefPhase::Available) {
         return Ok(refuse(up, status, ctx, format!("KfDef {} is {:?}, not Available; upgrade a healthy deployment", kfdef.name_any(), phase.unwrap_or_default())).await);
     }
-    let current: BTreeMap<ComponentKind, String> = match plan::plan(&kfdef, ctx.platform) {
+    let catalog = ctx.state.catalog.read().await.clone();
+    let current: BTreeMap<ComponentKind, String> = match plan::plan(&kfdef, ctx.platform, &catalog) {
         Ok(p) => p.components.into_iter().map(|(c, p)| (c, p.version)).collect(),
         Err(e) => return Ok(refuse(up, status, ctx, e.to_string()).await),
     };
-    match upgrade::steps(spec, &current) {
-        Err(refusal) => Ok(refuse(up, status, ctx, refusal.0).await),
-        Ok(steps) => {
-            if lock_holder(&kfdef).as_deref() != Some(up.name_any().as_str()) {
-                // Conditional on the KfDef's resourceVersion: of two upgrades validated at the
-                // same moment only one takes the KfDef; the other validates again and is refused.
-                let patch = json!({"metadata": {"resourceVersion": kfdef.resource_version(), "annotations": {LOCK_ANNOTATION: up.name_any()}}});
-                ctx.metrics.write();
-                match kfdefs.patch(&kfdef.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
-                    Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Action::requeue(Duration::from_millis(100))),
-                    other => other?,
-                };
-            }
-            let plan: Vec<String> = steps.iter().map(|s| format!("{} {} → {}", s.component, s.from_version, s.to_version)).collect();
-            status.steps = steps;
-            status.phase = Some(UpgradePhase::Upgrading);
-            status.start_time = Some(now());
-            condition(status, "Validated", true, "Validated", &plan.join(", "), up.meta().generation);
-            event(ctx, up, EventType::Normal, "Validated", plan.join(", ")).await;
-            Ok(Action::requeue(Duration::from_millis(100)))
+    let steps = match upgrade::steps(spec, &current, &catalog) {
+        Ok(steps) => steps,
+        Err(refusal) => return Ok(refuse(up, status, ctx, refusal.to_string()).await),
+    };
+    if lock_holder(&kfdef).as_deref() != Some(up.name_any().as_str()) {
+        // Conditional on the KfDef's resourceVersion: of two upgrades validated at the same
+        // moment only one takes the KfDef; the other validates again and is refused.
+        let patch = json!({"metadata": {"resourceVersion": kfdef.resource_version(), "annotations": {LOCK_ANNOTATION: up.name_any()}}});
+        match patch_kfdef(kfdefs, &kfdef, "take", patch).await {
+            Err(UpgradeError::WriteKfDef { source: kube::Error::Api(e), .. }) if e.code == 409 => return Ok(Action::requeue(Duration::from_millis(100))),
+            other => other?,
         }
     }
+    let plan: Vec<String> = steps.iter().map(|s| format!("{} {} → {}", s.component, s.from_version, s.to_version)).collect();
+    status.steps = steps;
+    status.phase = Some(UpgradePhase::Upgrading);
+    status.start_time = Some(now());
+    condition(status, "Validated", true, "Validated", &plan.join(", "), up.meta().generation);
+    event(ctx, up, EventType::Normal, "Validated", plan.join(", ")).await;
+    // The status write triggers the next reconcile.
+    Ok(Action::await_change())
 }
-
-/// Annotation on a KfDef naming the KfUpgrade that is moving it; at most one at a time.
-pub const LOCK_ANNOTATION: &str = "kfupgrade.apps.kubeflow.org/in-progress";
 
 fn lock_holder(kfdef: &KfDef) -> Option<String> {
     kfdef.annotations().get(LOCK_ANNOTATION).cloned()
@@ -142,27 +191,23 @@ fn is_finished(phase: UpgradePhase) -> bool {
 }
 
 /// Releases the KfDef when this upgrade holds it (an upgrade that ended).
-async fn unlock(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade, ctx: &Context) -> Result<(), Error> {
+async fn unlock(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade) -> Result<(), UpgradeError> {
     if lock_holder(kfdef).as_deref() != Some(up.name_any().as_str()) {
         return Ok(());
     }
-    ctx.metrics.write();
-    let patch = json!({"metadata": {"annotations": {LOCK_ANNOTATION: null}}});
-    kfdefs.patch(&kfdef.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
-    Ok(())
+    patch_kfdef(kfdefs, kfdef, "release", json!({"metadata": {"annotations": {LOCK_ANNOTATION: null}}})).await
 }
 
-/// Pins `component` to `version` on the KfDef (only when it differs).
-async fn pin(kfdef: &KfDef, kfdefs: &Api<KfDef>, component: ComponentKind, version: &str, ctx: &Context) -> Result<(), Error> {
-    let mut pins = plan::pins(kfdef);
+/// Pins `component` to `version` on the KfDef (only when it differs), naming this upgrade.
+async fn pin(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade, component: ComponentKind, version: &str) -> Result<(), UpgradeError> {
+    let mut pins = plan::pins(kfdef).map_err(|source| UpgradeError::Pins { kfdef: kfdef_name(kfdefs, &kfdef.name_any()), source })?;
     if pins.get(&component).map(String::as_str) == Some(version) {
         return Ok(());
     }
     pins.insert(component, version.to_string());
-    ctx.metrics.write();
-    let patch = json!({"metadata": {"annotations": {PINS_ANNOTATION: serde_json::to_string(&pins).unwrap()}}});
-    kfdefs.patch(&kfdef.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
-    Ok(())
+    let pins: BTreeMap<&str, &String> = pins.iter().map(|(c, v)| (c.name(), v)).collect();
+    let patch = json!({"metadata": {"annotations": {PINS_ANNOTATION: serde_json::to_string(&pins).expect("a map of strings"), PINNED_BY_ANNOTATION: up.name_any()}}});
+    patch_kfdef(kfdefs, kfdef, "pin a component version on", patch).await
 }
 
 /// Whether the KfDef reports `component` Ready at `version`, and its message.
@@ -172,8 +217,8 @@ fn health(kfdef: &KfDef, component: ComponentKind, version: &str) -> (bool, Stri
     (ready, summary.map(|s| s.message.clone()).unwrap_or_default())
 }
 
-async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, Error> {
-    let Some(kfdef) = kfdefs.get_opt(&up.spec.current_kf_def.name).await? else {
+async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
+    let Some(kfdef) = get_kfdef(kfdefs, &up.spec.current_kf_def.name).await? else {
         status.phase = Some(UpgradePhase::Failed);
         condition(status, "Succeeded", false, "KfDefDeleted", "the KfDef was deleted during the upgrade", up.meta().generation);
         return Ok(Action::await_change());
@@ -182,69 +227,52 @@ async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDe
         return finish(up, status, &kfdef, kfdefs, ctx).await;
     };
     let step = status.steps[index].clone();
-    match step.phase {
-        StepPhase::Pending => {
-            pin(&kfdef, kfdefs, step.component, &step.to_version, ctx).await?;
-            let s = &mut status.steps[index];
-            s.phase = StepPhase::Upgrading;
-            s.start_time = Some(now());
-            event(ctx, up, EventType::Normal, "StepStarted", format!("{} {} → {}", step.component, step.from_version, step.to_version)).await;
-            Ok(Action::requeue(HEALTH_POLL))
-        }
-        _ => {
-            let (ready, message) = health(&kfdef, step.component, &step.to_version);
-            if ready {
-                let s = &mut status.steps[index];
-                s.phase = StepPhase::Succeeded;
-                s.end_time = Some(now());
-                s.message = format!("Ready at {}", step.to_version);
-                event(ctx, up, EventType::Normal, "StepSucceeded", format!("{} is Ready at {}", step.component, step.to_version)).await;
-                return Ok(Action::requeue(Duration::from_millis(100)));
-            }
-            if seconds_since(&step.start_time) > up.spec.health_timeout_seconds {
-                let reason = format!("{} did not become Ready at {} within {} s: {message}", step.component, step.to_version, up.spec.health_timeout_seconds);
-                let s = &mut status.steps[index];
-                s.phase = StepPhase::Failed;
-                s.end_time = Some(now());
-                s.message = reason.clone();
-                event(ctx, up, EventType::Warning, "StepFailed", reason.clone()).await;
-                if up.spec.rollback_on_failure {
-                    status.phase = Some(UpgradePhase::RollingBack);
-                    condition(status, "Succeeded", false, "RollingBack", &reason, up.meta().generation);
-                } else {
-                    unlock(&kfdef, kfdefs, up, ctx).await?;
-                    status.phase = Some(UpgradePhase::Failed);
-                    status.completion_time = Some(now());
-                    condition(status, "Succeeded", false, "StepFailed", &reason, up.meta().generation);
-                }
-                return Ok(Action::requeue(Duration::from_millis(100)));
-            }
-            Ok(Action::requeue(HEALTH_POLL))
-        }
+    let timeout = up.spec.health_timeout_seconds;
+    if step.phase == StepPhase::Pending {
+        pin(&kfdef, kfdefs, up, step.component, &step.to_version).await?;
+        let s = &mut status.steps[index];
+        s.phase = StepPhase::Upgrading;
+        s.start_time = Some(now());
+        event(ctx, up, EventType::Normal, "StepStarted", format!("{} {} → {}", step.component, step.from_version, step.to_version)).await;
+        return Ok(Action::requeue(Duration::from_secs(timeout as u64 + 1)));
     }
+    let (ready, message) = health(&kfdef, step.component, &step.to_version);
+    if ready {
+        let s = &mut status.steps[index];
+        s.phase = StepPhase::Succeeded;
+        s.end_time = Some(now());
+        s.message = format!("Ready at {}", step.to_version);
+        event(ctx, up, EventType::Normal, "StepSucceeded", format!("{} is Ready at {}", step.component, step.to_version)).await;
+        return Ok(Action::await_change());
+    }
+    let left = remaining(&step.start_time, timeout);
+    if !left.is_zero() {
+        // The KfDef watch brings the component's health; only the deadline needs a timer.
+        return Ok(Action::requeue(left + Duration::from_secs(1)));
+    }
+    let reason = format!("{} did not become Ready at {} within {timeout} s: {message}", step.component, step.to_version);
+    let s = &mut status.steps[index];
+    s.phase = StepPhase::Failed;
+    s.failure = Some(StepFailure::HealthTimeout);
+    s.end_time = Some(now());
+    s.message = reason.clone();
+    event(ctx, up, EventType::Warning, "StepFailed", reason.clone()).await;
+    if up.spec.rollback_on_failure {
+        status.phase = Some(UpgradePhase::RollingBack);
+        condition(status, "Succeeded", false, "RollingBack", &reason, up.meta().generation);
+    } else {
+        unlock(&kfdef, kfdefs, up).await?;
+        status.phase = Some(UpgradePhase::Failed);
+        status.completion_time = Some(now());
+        condition(status, "Succeeded", false, "StepFailed", &reason, up.meta().generation);
+    }
+    Ok(Action::await_change())
 }
 
-/// Every step succeeded: record the new Kubeflow version on the KfDef when all its components now
-/// run that release (the pins then say nothing the version does not), else keep the pins.
-async fn finish(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdef: &KfDef, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, Error> {
-    let mut released = false;
-    if let Some(version) = &up.spec.new_kf_def.version {
-        let mut moved = kfdef.clone();
-        moved.spec.version = Some(version.clone());
-        let mut without_pins = moved.clone();
-        without_pins.annotations_mut().remove(PINS_ANNOTATION);
-        let same = |k: &KfDef| plan::plan(k, ctx.platform).ok().map(|p| p.components.into_iter().map(|(c, p)| (c, p.version)).collect::<BTreeMap<_, _>>());
-        if same(&without_pins).is_some() && same(&without_pins) == same(&moved) {
-            ctx.metrics.write();
-            // One write: the new version, the pins gone and the KfDef released.
-            let patch = json!({"metadata": {"annotations": {PINS_ANNOTATION: null, LOCK_ANNOTATION: null}}, "spec": {"version": version}});
-            kfdefs.patch(&kfdef.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
-            released = true;
-        }
-    }
-    if !released {
-        unlock(kfdef, kfdefs, up, ctx).await?;
-    }
+/// Every step succeeded: release the KfDef. The pins stay: `spec.version` is the user's (or
+/// their GitOps tool's), and the KfDef's status says which version it should name.
+async fn finish(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdef: &KfDef, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
+    unlock(kfdef, kfdefs, up).await?;
     status.phase = Some(UpgradePhase::Succeeded);
     status.completion_time = Some(now());
     let done: Vec<String> = status.steps.iter().map(|s| format!("{} {}", s.component, s.to_version)).collect();
@@ -254,15 +282,15 @@ async fn finish(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdef: &KfDef, kfd
 }
 
 /// Moves every component this upgrade touched back to its previous version, last one first.
-async fn roll_back(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, Error> {
-    let Some(kfdef) = kfdefs.get_opt(&up.spec.current_kf_def.name).await? else {
+async fn roll_back(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
+    let Some(kfdef) = get_kfdef(kfdefs, &up.spec.current_kf_def.name).await? else {
         status.phase = Some(UpgradePhase::Failed);
         return Ok(Action::await_change());
     };
-    let touched = |s: &kubeflow_crds::kfupgrade::UpgradeStep| !matches!(s.phase, StepPhase::Pending | StepPhase::RolledBack);
+    let touched = |s: &UpgradeStep| !matches!(s.phase, StepPhase::Pending | StepPhase::RolledBack);
     let Some(index) = status.steps.iter().rposition(touched) else {
-        let reason = status.steps.iter().find(|s| !s.message.is_empty() && s.message.contains("did not become Ready")).map(|s| s.message.clone()).unwrap_or_default();
-        unlock(&kfdef, kfdefs, up, ctx).await?;
+        let reason = status.steps.iter().find(|s| s.failure.is_some()).map(|s| s.message.clone()).unwrap_or_default();
+        unlock(&kfdef, kfdefs, up).await?;
         status.phase = Some(UpgradePhase::RolledBack);
         status.completion_time = Some(now());
         condition(status, "Succeeded", false, "RolledBack", &format!("rolled back: {reason}"), up.meta().generation);
@@ -270,32 +298,35 @@ async fn roll_back(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<Kf
         return Ok(Action::await_change());
     };
     let step = status.steps[index].clone();
+    // A rollback may take as long as the upgrade and its failure together.
+    let timeout = 2 * up.spec.health_timeout_seconds;
     if step.phase != StepPhase::RollingBack {
-        pin(&kfdef, kfdefs, step.component, &step.from_version, ctx).await?;
+        pin(&kfdef, kfdefs, up, step.component, &step.from_version).await?;
         let s = &mut status.steps[index];
         s.phase = StepPhase::RollingBack;
         s.start_time = Some(now());
         event(ctx, up, EventType::Normal, "RollingBack", format!("{} back to {}", step.component, step.from_version)).await;
-        return Ok(Action::requeue(HEALTH_POLL));
+        return Ok(Action::requeue(Duration::from_secs(timeout as u64 + 1)));
     }
     let (ready, message) = health(&kfdef, step.component, &step.from_version);
     if ready {
         let s = &mut status.steps[index];
         s.phase = StepPhase::RolledBack;
         s.end_time = Some(now());
-        if !s.message.contains("did not become Ready") {
+        if s.failure.is_none() {
             s.message = format!("rolled back to {}", step.from_version);
         }
-        return Ok(Action::requeue(Duration::from_millis(100)));
-    }
-    if seconds_since(&step.start_time) > 2 * up.spec.health_timeout_seconds {
-        unlock(&kfdef, kfdefs, up, ctx).await?;
-        status.phase = Some(UpgradePhase::Failed);
-        status.completion_time = Some(now());
-        let reason = format!("rollback of {} to {} did not become Ready: {message}", step.component, step.from_version);
-        condition(status, "Succeeded", false, "RollbackFailed", &reason, up.meta().generation);
-        event(ctx, up, EventType::Warning, "RollbackFailed", reason).await;
         return Ok(Action::await_change());
     }
-    Ok(Action::requeue(HEALTH_POLL))
+    let left = remaining(&step.start_time, timeout);
+    if !left.is_zero() {
+        return Ok(Action::requeue(left + Duration::from_secs(1)));
+    }
+    unlock(&kfdef, kfdefs, up).await?;
+    status.phase = Some(UpgradePhase::Failed);
+    status.completion_time = Some(now());
+    let reason = format!("rollback of {} to {} did not become Ready: {message}", step.component, step.from_version);
+    condition(status, "Succeeded", false, "RollbackFailed", &reason, up.meta().generation);
+    event(ctx, up, EventType::Warning, "RollbackFailed", reason).await;
+    Ok(Action::await_change())
 }

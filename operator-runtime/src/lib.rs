@@ -9,6 +9,7 @@ pub mod conditions;
 pub mod metrics;
 pub mod nats;
 pub mod retry;
+pub mod synced;
 pub mod server;
 pub mod telemetry;
 

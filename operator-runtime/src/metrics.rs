@@ -60,12 +60,6 @@ impl Metrics {
     pub fn healed(&self) {
         self.heals.inc();
     }
-    /// A write request (apply, delete, status, event) was sent to the API server.
-    #[track_caller]
-    pub fn write(&self) {
-        tracing::debug!(at = %std::panic::Location::caller(), "API write");
-        self.writes.inc();
-    }
     /// A write request was sent to the API server as `field_manager` (counted in both write metrics).
     pub fn write_by(&self, field_manager: &str) {
         self.writes_by.get_or_create(&WriterLabels { field_manager: field_manager.into() }).inc();
@@ -106,7 +100,7 @@ mod tests {
         m.reconcile_started();
         m.reconcile_finished(Duration::from_millis(20));
         m.healed();
-        m.write();
+        m.write_by("kubeflow-katib-operator");
         m.write_by("kubeflow-katib-operator");
         m.write_by("kubeflow-katib-operator");
         m.write_by("none");

@@ -16,6 +16,7 @@ use component_framework::api::component::SecretKeyRef;
 use component_framework::build::target_namespace;
 use component_framework::manifest::content_hash;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
+use serde_json::{Value, json};
 use serde_yaml_ng::{Mapping, Value as Yaml};
 
 pub struct DexComponent;
@@ -28,12 +29,14 @@ static RELEASES: [Release; 2] = [
         manifest: TEMPLATE,
         params: &[("image", "quay.io/dexidp/dex"), ("selectorKey", "app"), ("deviceFlowCrds", "false")],
         upgrades_from: &[],
+        kubeflow: &["1.2"],
     },
     Release {
         version: "v2.24.0",
         manifest: TEMPLATE,
         params: &[("image", "ghcr.io/dexidp/dex"), ("selectorKey", "app.kubernetes.io/name"), ("deviceFlowCrds", "true")],
         upgrades_from: &["v2.22.0"],
+        kubeflow: &["1.3"],
     },
 ];
 
@@ -55,6 +58,12 @@ pub fn default_issuer(namespace: &str) -> String {
 impl Component for DexComponent {
     type Resource = Dex;
     const DEFAULT_NAMESPACE: &'static str = "auth";
+    const DISPLAY_NAME: &'static str = "Dex for Kubeflow";
+    const INSTALLS: &'static str = "Dex, the OpenID Connect provider Kubeflow authenticates users with";
+
+    fn test_spec() -> Value {
+        json!({"connectors": [{"type": "ldap", "id": "ldap", "name": "LDAP", "config": {"host": "ldap.example.com:636"}}]})
+    }
 
     fn releases() -> &'static [Release] {
         &RELEASES

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use kubeflow_crds::bus::ReleaseInfo;
 use kubeflow_crds::component::{ComponentResource, SecretKeyRef};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::manifest::Params;
 
@@ -18,6 +19,19 @@ pub struct Release {
     pub params: &'static [(&'static str, &'static str)],
     /// Versions a component may be upgraded from directly to this one.
     pub upgrades_from: &'static [&'static str],
+    /// Kubeflow releases (major.minor, e.g. `"1.3"`) whose version of the component this is.
+    pub kubeflow: &'static [&'static str],
+}
+
+impl Release {
+    /// How the operator announces this release on the bus.
+    pub fn info(&self) -> ReleaseInfo {
+        ReleaseInfo {
+            version: self.version.to_string(),
+            upgrades_from: self.upgrades_from.iter().map(|v| v.to_string()).collect(),
+            kubeflow: self.kubeflow.iter().map(|v| v.to_string()).collect(),
+        }
+    }
 }
 
 /// A field of the resource's spec that is invalid, with what is allowed instead.
@@ -63,6 +77,23 @@ pub trait Component: Send + Sync + 'static {
 
     /// Built-in versions, oldest first.
     fn releases() -> &'static [Release];
+
+    /// Title of the component's OLM package.
+    const DISPLAY_NAME: &'static str = Self::Resource::COMPONENT.kind();
+
+    /// What the operator installs, completing "Installs and upgrades …" on its OLM package page.
+    const INSTALLS: &'static str;
+
+    /// Component-specific spec fields of the example resource its OLM package shows.
+    fn example_spec() -> Value {
+        json!({})
+    }
+
+    /// Component-specific spec fields end-to-end tests and benchmarks create the resource with;
+    /// they must build without any referenced Secret.
+    fn test_spec() -> Value {
+        json!({})
+    }
 
     /// Secret keys the spec references, with the spec field that references each.
     fn secret_refs(_resource: &Self::Resource) -> Vec<(String, SecretKeyRef)> {

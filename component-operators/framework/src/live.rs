@@ -5,13 +5,13 @@
 
 use std::collections::BTreeMap;
 
-use futures::{Stream, TryStreamExt};
+use futures::Stream;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
-use tokio::sync::watch;
+use operator_runtime::synced::WatchesSynced;
 
 use crate::kinds::KindInfo;
 
@@ -20,7 +20,8 @@ use crate::kinds::KindInfo;
 #[derive(Clone, Default)]
 pub struct LiveObjects {
     stores: BTreeMap<&'static str, (&'static KindInfo, Store<DynamicObject>)>,
-    synced: Vec<watch::Receiver<bool>>,
+    /// Every watch that feeds this operator, the component resources' included.
+    pub synced: WatchesSynced,
 }
 
 impl LiveObjects {
@@ -38,24 +39,7 @@ impl LiveObjects {
         self.stores.insert(info.kind, (info, writer.as_reader()));
         let config = watcher::Config::default().labels(selector).any_semantic();
         let events = watcher(api, config).default_backoff().reflect(writer);
-        self.track_sync(events).touched_objects()
-    }
-
-    /// Passes a watch's `events` through, counting it among the watches [`Self::wait_until_ready`]
-    /// waits for. (A store's own `wait_until_ready` cannot be shared: kube-runtime wakes only the
-    /// last of several waiters, and the controller already waits on its store.)
-    pub fn track_sync<K, S>(&mut self, events: S) -> impl Stream<Item = S::Item> + Send + 'static
-    where
-        K: Send + 'static,
-        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-    {
-        let (synced, receiver) = watch::channel(false);
-        self.synced.push(receiver);
-        events.inspect_ok(move |event| {
-            if matches!(event, watcher::Event::InitDone) {
-                synced.send_replace(true);
-            }
-        })
+        self.synced.track(events).touched_objects()
     }
 
     /// The cached object of kind `info` at `namespace/name` (namespace ignored for cluster-scoped
@@ -80,9 +64,6 @@ impl LiveObjects {
 
     /// Returns once every tracked watch has delivered its first full list.
     pub async fn wait_until_ready(&self) {
-        for synced in &self.synced {
-            // An error means the watch was dropped: the operator is shutting down.
-            let _ = synced.clone().wait_for(|synced| *synced).await;
-        }
+        self.synced.wait().await;
     }
 }

@@ -11,13 +11,14 @@ use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
-use kubeflow_crds::component::{ComponentPhase, ComponentResource, ComponentStatus};
+use kubeflow_crds::component::{ComponentKind, ComponentPhase, ComponentResource, ComponentStatus};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{Instrument, info, info_span, warn};
 
+use backoff::backoff::Backoff;
 use kubeflow_crds::bus::{self, DesiredComponent, Heartbeat, StatusReport};
-use operator_runtime::nats;
+use operator_runtime::{nats, retry};
 use crate::component::Component;
 
 /// Label naming the KfDef a component resource was made for.
@@ -67,22 +68,33 @@ pub fn start<C: Component>(client: Client, url: String, namespace: Option<String
             Err(e) => return warn!(error = %e, %url, "NATS mode disabled: invalid NATS options"),
         };
         let js = jetstream::new(nats);
-        tokio::spawn(publish_status(js.clone(), rx, name.clone()));
+        let heartbeat = Heartbeat {
+            operator: name.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            at: 0,
+            component: Some(C::Resource::COMPONENT),
+            releases: C::releases().iter().map(|r| r.info()).collect(),
+        };
+        tokio::spawn(publish_status(js.clone(), rx, C::Resource::COMPONENT, heartbeat));
         consume_desired::<C>(client, js, connected, namespace, failures).await;
     });
     tx
 }
 
+/// Retry delays while NATS is unreachable: exponential with jitter, from 200 ms up to 5 s.
+fn nats_retry() -> backoff::ExponentialBackoff {
+    retry::exponential(Duration::from_millis(200), Duration::from_secs(5))
+}
+
 /// Opens the buckets, retrying while NATS is unreachable.
 async fn open_buckets(js: &jetstream::Context) -> (kv::Store, kv::Store, kv::Store) {
-    let mut delay = Duration::from_millis(200);
+    let mut delays = nats_retry();
     loop {
         match nats::buckets(js).await {
             Ok(b) => return b,
             Err(e) => warn!(error = %e, "NATS not ready; retrying"),
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(5));
+        tokio::time::sleep(delays.next_backoff().unwrap_or(retry::MAX)).await;
     }
 }
 
@@ -94,6 +106,10 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
         Some(ns) => format!("{}.{ns}.>", component.name()),
         None => format!("{}.>", component.name()),
     };
+    let mut watch_retry = nats_retry();
+    // Revision of each key whose value this process applied, so a relist after a reconnect does
+    // not apply the same value again.
+    let mut applied: BTreeMap<String, u64> = BTreeMap::new();
     loop {
         let (desired, _, _) = open_buckets(&js).await;
         connected.mark_unchanged();
@@ -101,22 +117,29 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
             Ok(w) => w,
             Err(e) => {
                 warn!(error = %e, "cannot watch desired state; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(watch_retry.next_backoff().unwrap_or(retry::MAX)).await;
                 continue;
             }
         };
+        watch_retry.reset();
         info!(%filter, "listing desired state");
         let mut present = BTreeSet::new();
         let mut listed = false;
-        // Entries whose resource could not be written (e.g. API server briefly unavailable).
+        // Entries whose resource could not be written (e.g. API server briefly unavailable),
+        // retried with a growing delay that starts over once they all went through.
         let mut retry: BTreeMap<String, kv::Entry> = BTreeMap::new();
-        let mut retry_tick = tokio::time::interval(Duration::from_secs(2));
+        let mut write_retry = retry::exponential(Duration::from_millis(500), Duration::from_secs(30));
+        let retry_at = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(retry_at);
         loop {
             tokio::select! {
                 entry = watch.next() => {
                     let Some(Ok(entry)) = entry else { break };
                     retry.remove(&entry.key);
-                    if !handle_entry::<C>(&client, &entry, &mut present, &failures).await {
+                    if !handle_entry::<C>(&client, &entry, &mut present, &mut applied, &failures).await {
+                        if retry.is_empty() {
+                            retry_at.as_mut().reset(tokio::time::Instant::now() + write_retry.next_backoff().unwrap_or(retry::MAX));
+                        }
                         retry.insert(entry.key.clone(), entry.clone());
                     }
                     if entry.seen_current && !listed {
@@ -124,11 +147,16 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
                         remove_orphans::<C>(&client, namespace.as_deref(), &present).await;
                     }
                 }
-                _ = retry_tick.tick(), if !retry.is_empty() => {
+                _ = &mut retry_at, if !retry.is_empty() => {
                     for (key, entry) in std::mem::take(&mut retry) {
-                        if !handle_entry::<C>(&client, &entry, &mut present, &failures).await {
+                        if !handle_entry::<C>(&client, &entry, &mut present, &mut applied, &failures).await {
                             retry.insert(key, entry);
                         }
+                    }
+                    if retry.is_empty() {
+                        write_retry.reset();
+                    } else {
+                        retry_at.as_mut().reset(tokio::time::Instant::now() + write_retry.next_backoff().unwrap_or(retry::MAX));
                     }
                 }
                 changed = connected.changed() => {
@@ -142,7 +170,7 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
 }
 
 /// Applies one desired-state entry; `false` when it should be retried.
-async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present: &mut BTreeSet<String>, failures: &StatusSender) -> bool {
+async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present: &mut BTreeSet<String>, applied: &mut BTreeMap<String, u64>, failures: &StatusSender) -> bool {
     let Some((_, namespace, name)) = bus::parse_key(&entry.key) else {
         warn!(key = %entry.key, "ignoring desired key that is not <component>.<namespace>.<name>");
         return true;
@@ -159,6 +187,9 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                 }
             };
             present.insert(entry.key.clone());
+            if applied.get(&entry.key) == Some(&entry.revision) && made_from(&api, &name, &desired.spec_hash).await {
+                return true;
+            }
             let span = info_span!("apply_desired", key = %entry.key, kfdef_generation = desired.kfdef.generation);
             if let Some(traceparent) = &desired.traceparent {
                 nats::adopt_traceparent(&span, traceparent);
@@ -181,8 +212,9 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                 });
                 let manager = format!("kubeflow-{}-operator-nats", C::Resource::COMPONENT.name());
                 match api.patch(&name, &PatchParams::apply(&manager).force(), &Patch::Apply(&object)).await {
-                    Ok(applied) => {
-                        info!(generation = applied.meta().generation, "component resource applied from desired state");
+                    Ok(resource) => {
+                        info!(generation = resource.meta().generation, "component resource applied from desired state");
+                        applied.insert(entry.key.clone(), entry.revision);
                         true
                     }
                     Err(e) => {
@@ -205,6 +237,7 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
         }
         kv::Operation::Delete | kv::Operation::Purge => {
             present.remove(&entry.key);
+            applied.remove(&entry.key);
             match api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {
                     info!(key = %entry.key, "component removed from its KfDef; deleting the resource");
@@ -217,6 +250,14 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                 }
             }
         }
+    }
+}
+
+/// Whether resource `name` exists and was last made from the desired spec with `spec_hash`.
+async fn made_from<K: ComponentResource>(api: &Api<K>, name: &str, spec_hash: &str) -> bool {
+    match api.get_opt(name).await {
+        Ok(Some(resource)) => resource.meta().deletion_timestamp.is_none() && resource.annotations().get(SPEC_HASH_ANNOTATION).map(String::as_str) == Some(spec_hash),
+        _ => false,
     }
 }
 
@@ -238,22 +279,21 @@ async fn remove_orphans<C: Component>(client: &Client, namespace: Option<&str>, 
 }
 
 /// Publishes the latest report per key when it differs from what was last published; keeps
-/// what could not be sent and retries, and refreshes the heartbeat.
-async fn publish_status(js: jetstream::Context, mut rx: mpsc::UnboundedReceiver<(String, Option<StatusReport>)>, operator: String) {
+/// what could not be sent and retries, and refreshes `heartbeat` (with the current time).
+async fn publish_status(js: jetstream::Context, mut rx: mpsc::UnboundedReceiver<(String, Option<StatusReport>)>, component: ComponentKind, mut heartbeat: Heartbeat) {
     let (_, status, operators) = open_buckets(&js).await;
     let mut pending: BTreeMap<String, Option<StatusReport>> = BTreeMap::new();
     let mut published: BTreeMap<String, Option<StatusReport>> = BTreeMap::new();
-    let mut heartbeat = tokio::time::interval(bus::HEARTBEAT_EVERY);
-    let component = operator.trim_end_matches("-operator").to_string();
+    let mut beat_every = tokio::time::interval(bus::HEARTBEAT_EVERY);
     loop {
         tokio::select! {
             message = rx.recv() => {
                 let Some((key, report)) = message else { return };
                 pending.insert(key, report);
             }
-            _ = heartbeat.tick() => {
-                let beat = Heartbeat { operator: operator.clone(), version: env!("CARGO_PKG_VERSION").into(), at: nats::now_unix() };
-                if let Err(e) = operators.put(&component, serde_json::to_vec(&beat).unwrap().into()).await {
+            _ = beat_every.tick() => {
+                heartbeat.at = nats::now_unix();
+                if let Err(e) = operators.put(component.name(), serde_json::to_vec(&heartbeat).unwrap().into()).await {
                     warn!(error = %e, "cannot publish heartbeat");
                 }
             }

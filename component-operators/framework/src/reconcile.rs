@@ -117,7 +117,6 @@ impl<C: Component> Context<C> {
 
     async fn event(&self, resource: &C::Resource, type_: EventType, reason: &str, note: String) {
         let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
-        self.metrics.write();
         if let Err(e) = self.recorder.publish(&event, &resource.object_ref(&())).await {
             warn!(error = %e, "cannot publish event");
         }
@@ -296,7 +295,6 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
     for (index, ((desired, info, entry), live)) in targets.iter().zip(lives.iter_mut()).enumerate() {
         let Some(current) = live.as_ref() else { continue };
         if info.kind == "Deployment" && immutable_field_changed(desired, current, info).is_some() && build::made_by(current, info, component, &owner) {
-            ctx.metrics.write();
             let retired = handover::retire(&ctx.client, current, desired, component, &owner, &ctx.field_manager)
                 .await
                 .map_err(|source| Error::Replace { object: describe(info, entry), source })?;
@@ -314,7 +312,6 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
             // Shared objects (namespaces) are only ever created, so the operator needs no right
             // to change existing ones.
             None if info.is_shared() => {
-                ctx.metrics.write();
                 let object: DynamicObject = serde_json::from_value(desired.clone()).expect("desired objects are objects");
                 let post = PostParams { field_manager: Some(ctx.field_manager.clone()), ..Default::default() };
                 match api.create(&post, &object).await {
@@ -342,7 +339,6 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                         // The API server refuses to change this field in place: replace the object,
                         // if it is ours (applying over someone else's then fails and says so).
                         Some(field) if build::made_by(live, info, component, &owner) => {
-                            ctx.metrics.write();
                             handover::delete_and_wait(&api, live, DeleteParams::background())
                                 .await
                                 .map_err(|source| Error::Replace { object: what.clone(), source })?;
@@ -358,7 +354,6 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                         None => {}
                     }
                 }
-                ctx.metrics.write();
                 let (api, params, what, name) = (&api, &params, &what, entry.name.as_str());
                 let apply = move |retiring: Vec<String>| {
                     let object = handover::with_retiring(desired, &retiring);
@@ -371,7 +366,6 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                         .await
                         .map_err(|source| Error::Apply { object: what.clone(), source })?;
                     if !retired.is_empty() {
-                        ctx.metrics.write();
                         applied = apply(retired).await?;
                     }
                 }
@@ -381,7 +375,6 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
         match readiness::not_ready_reason(&live) {
             Some(reason) => not_ready.push(reason),
             None if !handover::retiring(&live).is_empty() => {
-                ctx.metrics.write();
                 handover::finish(&ctx.client, &live, &owner, &ctx.field_manager).await.map_err(|source| Error::Apply { object: describe(info, &entry), source })?;
             }
             None => {}
@@ -455,7 +448,6 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
         // Only the incarnation whose labels were checked: a delete conditional on its uid.
         let uid = live["metadata"]["uid"].as_str().map(String::from);
         let delete = DeleteParams { preconditions: Some(Preconditions { uid, resource_version: None }), ..DeleteParams::background() };
-        ctx.metrics.write();
         match api.delete(&entry.name, &delete).await {
             Ok(_) => info!(object = %what, "deleted"),
             // Gone, or replaced by another object since it was read (a later reconcile judges that one).
@@ -525,7 +517,6 @@ async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, ou
         "kind": C::Resource::kind(&()),
         "status": next,
     });
-    ctx.metrics.write();
     api.patch_status(&resource.name_any(), &PatchParams::apply(&ctx.field_manager).force(), &Patch::Apply(&patch)).await.map_err(status_error)?;
     let was_degraded = current.and_then(|s| s.phase) == Some(kubeflow_crds::component::ComponentPhase::Degraded);
     match (invalid, next.phase) {

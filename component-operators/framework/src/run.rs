@@ -9,9 +9,9 @@ use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::core::DeserializeGuard;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
 use kubeflow_crds::component::ComponentResource;
 use tracing::{info, warn};
 
@@ -55,9 +55,11 @@ fn owner_of<K: ComponentResource>(object: &DynamicObject, watched: Option<&str>)
 /// Runs the operator for component `C` until SIGTERM/SIGINT.
 pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     let component = C::Resource::COMPONENT;
-    let client = Client::try_default().await.map_err(RunError::Client)?;
-    let field_manager = format!("kubeflow-{component}-operator");
     let metrics = Arc::new(Metrics::new(component.name()));
+    // Every write the operator sends (applies, deletes, status, events, NATS-mode resources) is
+    // counted by the client itself, per field manager.
+    let client = operator_runtime::client::counted_client(metrics.clone()).await.map_err(RunError::Client)?;
+    let field_manager = format!("kubeflow-{component}-operator");
     tokio::spawn(crate::server::serve(args.metrics_addr, metrics.clone()));
 
     let resources: Api<DeserializeGuard<C::Resource>> = match &args.namespace {
@@ -65,10 +67,8 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
         None => Api::all(client.clone()),
     };
     let mut live = LiveObjects::default();
-    let writer = reflector::store::Writer::default();
-    let store = writer.as_reader();
-    let resource_events = watcher(resources, watcher::Config::default().any_semantic()).default_backoff().reflect(writer);
-    let mut controller = Controller::for_stream(live.track_sync(resource_events).applied_objects(), store.clone());
+    let (store, changed) = live.synced.reflect(resources, watcher::Config::default().any_semantic());
+    let mut controller = Controller::for_stream(changed, store.clone());
     let selector = format!("{PART_OF_LABEL}={}", component.name());
     // One watch per shipped kind: it fills the cache reconciles read live objects from, and each
     // event triggers the resource that owns the object.

@@ -9,7 +9,7 @@
 use component_framework::api::Istio;
 use component_framework::api::component::GatewayServiceType;
 use component_framework::component::release;
-use component_framework::k8s_openapi::serde_json::Value;
+use component_framework::k8s_openapi::serde_json::{Value, json};
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 
 pub struct IstioComponent;
@@ -30,6 +30,7 @@ static RELEASES: [Release; 2] = [
             ("gatewayHttpsTargetPort", "443"),
         ],
         upgrades_from: &[],
+        kubeflow: &["1.2"],
     },
     Release {
         version: "1.9.6",
@@ -44,6 +45,7 @@ static RELEASES: [Release; 2] = [
             ("gatewayHttpsTargetPort", "8443"),
         ],
         upgrades_from: &["1.3.1"],
+        kubeflow: &["1.3"],
     },
 ];
 
@@ -94,6 +96,12 @@ fn service_type_name(t: GatewayServiceType) -> &'static str {
 impl Component for IstioComponent {
     type Resource = Istio;
     const DEFAULT_NAMESPACE: &'static str = "istio-system";
+    const DISPLAY_NAME: &'static str = "Istio for Kubeflow";
+    const INSTALLS: &'static str = "the Istio control plane and ingress gateways Kubeflow routes through";
+
+    fn test_spec() -> Value {
+        json!({"gateway": {"serviceType": "NodePort"}})
+    }
 
     fn releases() -> &'static [Release] {
         &RELEASES

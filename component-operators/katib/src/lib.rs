@@ -11,12 +11,13 @@ pub struct KatibComponent;
 
 const TEMPLATE: &str = include_str!("../manifests/katib.yaml");
 
-static RELEASES: [Release; 4] = [
+static RELEASES: [Release; 2] = [
     Release {
         version: "v0.10.0",
         manifest: TEMPLATE,
         params: &[("uiSelectorKey", "component"), ("trialResources", "Job.v1.batch,TFJob.v1.kubeflow.org,PyTorchJob.v1.kubeflow.org")],
         upgrades_from: &[],
+        kubeflow: &["1.2"],
     },
     Release {
         version: "v0.11.0",
@@ -26,35 +27,9 @@ static RELEASES: [Release; 4] = [
             ("trialResources", "Job.v1.batch,TFJob.v1.kubeflow.org,PyTorchJob.v1.kubeflow.org,MPIJob.v1.kubeflow.org,XGBoostJob.v1.kubeflow.org"),
         ],
         upgrades_from: &["v0.10.0"],
-    },
-    // Test-only releases (KFOP_TEST_RELEASES=1): a later healthy one that must be reached through
-    // v0.11.0, and one whose controller can never be scheduled, for upgrade and rollback tests.
-    Release {
-        version: "v0.12.0",
-        manifest: TEMPLATE,
-        params: &[
-            ("uiSelectorKey", "katib.kubeflow.org/component"),
-            ("trialResources", "Job.v1.batch,TFJob.v1.kubeflow.org,PyTorchJob.v1.kubeflow.org,MPIJob.v1.kubeflow.org,XGBoostJob.v1.kubeflow.org"),
-        ],
-        upgrades_from: &["v0.11.0"],
-    },
-    Release {
-        version: "v0.13.0-unready",
-        manifest: TEMPLATE,
-        params: &[
-            ("uiSelectorKey", "katib.kubeflow.org/component"),
-            ("trialResources", "Job.v1.batch"),
-            ("controllerNodeOs", "no-such-os"),
-        ],
-        upgrades_from: &["v0.10.0", "v0.11.0", "v0.12.0"],
+        kubeflow: &["1.3"],
     },
 ];
-
-/// Whether the test-only releases are offered (`KFOP_TEST_RELEASES=1`).
-fn test_releases() -> bool {
-    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ENABLED.get_or_init(|| std::env::var("KFOP_TEST_RELEASES").is_ok_and(|v| v == "1"))
-}
 
 fn params(pairs: &[(&str, &str)]) -> Params {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -63,9 +38,10 @@ fn params(pairs: &[(&str, &str)]) -> Params {
 impl Component for KatibComponent {
     type Resource = Katib;
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
+    const INSTALLS: &'static str = "Katib, hyperparameter tuning and neural architecture search (Experiment, Trial, Suggestion)";
 
     fn releases() -> &'static [Release] {
-        if test_releases() { &RELEASES } else { &RELEASES[..2] }
+        &RELEASES
     }
 
     fn secret_refs(resource: &Katib) -> Vec<(String, SecretKeyRef)> {

@@ -13,7 +13,7 @@
 
 use component_framework::api::KFServing;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub struct KFServingComponent;
 
@@ -33,6 +33,7 @@ static RELEASES: [Release; 2] = [
             ("isvcValidatorPath", "/validate-inferenceservices"),
         ],
         upgrades_from: &[],
+        kubeflow: &["1.2"],
     },
     Release {
         version: "v0.5.1",
@@ -47,6 +48,7 @@ static RELEASES: [Release; 2] = [
             ("isvcValidatorPath", "/validate-serving-kubeflow-org-v1beta1-inferenceservice"),
         ],
         upgrades_from: &["v0.4.1"],
+        kubeflow: &["1.3"],
     },
 ];
 
@@ -100,6 +102,11 @@ fn check_gateway(gateway: &str) -> Result<(), InvalidSpec> {
 impl Component for KFServingComponent {
     type Resource = KFServing;
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
+    const INSTALLS: &'static str = "KFServing, serverless model inference (InferenceService) with its controller and webhooks";
+
+    fn test_spec() -> Value {
+        json!({"ingressDomain": "models.example.com"})
+    }
 
     fn releases() -> &'static [Release] {
         &RELEASES

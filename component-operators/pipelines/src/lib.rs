@@ -43,6 +43,7 @@ static RELEASES: [Release; 2] = [
             ("cacheAndMetadata", "false"),
         ],
         upgrades_from: &[],
+        kubeflow: &["1.2"],
     },
     Release {
         version: "1.5.0",
@@ -57,6 +58,7 @@ static RELEASES: [Release; 2] = [
             ("cacheAndMetadata", "true"),
         ],
         upgrades_from: &["1.0.4"],
+        kubeflow: &["1.3"],
     },
 ];
 
@@ -104,6 +106,8 @@ fn parse_endpoint(endpoint: &str) -> Result<(String, u16, bool), InvalidSpec> {
 impl Component for PipelinesComponent {
     type Resource = Pipelines;
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
+    const DISPLAY_NAME: &'static str = "Kubeflow Pipelines";
+    const INSTALLS: &'static str = "Kubeflow Pipelines: API server, UI, persistence agent, scheduled workflows, MySQL and object storage";
 
     fn releases() -> &'static [Release] {
         &RELEASES

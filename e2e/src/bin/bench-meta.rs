@@ -10,24 +10,12 @@
 
 use std::time::{Duration, Instant};
 
-use component_framework::Component;
-use kube::Resource;
 use component_framework::api::{Katib, KfDef};
-use component_framework::build::desired_objects;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use kubeflow_crds::kfdef::KfDefPhase;
 use kubeflow_e2e::*;
 use serde_json::{Value, json};
-
-fn render<C: Component>(spec: &Value, namespace: &str) -> Vec<Value> {
-    let resource: C::Resource = serde_json::from_value(json!({
-        "apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()),
-        "metadata": {"name": "reference", "namespace": namespace}, "spec": spec,
-    }))
-    .unwrap();
-    desired_objects::<C>(&resource, &Default::default()).unwrap()
-}
 
 async fn all_workloads_ready(client: &Client, objects: &[Value]) -> bool {
     for o in objects.iter().filter(|o| o["kind"] == "Deployment" || o["kind"] == "StatefulSet" || o["kind"] == "CustomResourceDefinition") {
@@ -76,14 +64,12 @@ async fn main() {
 
     // Reference: the same objects (rendered by the same code for the other namespace) applied by
     // kubectl --server-side, then waited for the same readiness.
+    // The sample KfDef is Kubeflow 1.2.
     let mut objects = Vec::new();
-    let versions = [("istio", "1.3.1"), ("dex", "v2.22.0"), ("kfserving", "v0.4.1"), ("katib", "v0.10.0"), ("pipelines", "1.0.4")];
-    let spec = |v: &str| json!({"version": v, "targetNamespace": reference_ns.name});
-    objects.extend(render::<istio_operator::IstioComponent>(&spec(versions[0].1), &reference_ns.name));
-    objects.extend(render::<dex_operator::DexComponent>(&spec(versions[1].1), &reference_ns.name));
-    objects.extend(render::<kfserving_operator::KFServingComponent>(&spec(versions[2].1), &reference_ns.name));
-    objects.extend(render::<katib_operator::KatibComponent>(&spec(versions[3].1), &reference_ns.name));
-    objects.extend(render::<pipelines_operator::PipelinesComponent>(&spec(versions[4].1), &reference_ns.name));
+    for component in kubeflow_component_registry::all() {
+        let version = component.version_for("1.2").unwrap_or_else(|| panic!("{} has no version for Kubeflow 1.2", component.kind));
+        objects.extend((component.render)(&json!({"version": version, "targetNamespace": reference_ns.name}), &reference_ns.name).unwrap());
+    }
     // Not owned by any operator: strip the labels the operators watch.
     for o in &mut objects {
         if let Some(labels) = o["metadata"]["labels"].as_object_mut() {

@@ -12,49 +12,30 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use component_framework::Component;
 use component_framework::api::{KfDef, KfUpgrade};
-use component_framework::build::desired_objects;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, DynamicObject, PostParams};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use kubeflow_crds::kfdef::KfDefPhase;
 use kubeflow_crds::kfupgrade::UpgradePhase;
 use kubeflow_e2e::*;
 use serde_json::{Value, json};
 
-fn render<C: Component>(version: &str, namespace: &str) -> Vec<Value> {
-    let resource: C::Resource = serde_json::from_value(json!({
-        "apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()),
-        "metadata": {"name": "reference", "namespace": namespace}, "spec": {"version": version, "targetNamespace": namespace},
-    }))
-    .unwrap();
-    let mut objects = desired_objects::<C>(&resource, &Default::default()).unwrap();
+/// Every component's objects at its version of Kubeflow release `kubeflow` (major.minor), as
+/// the operators render them for a KfDef in `namespace`, without the label the operators watch.
+fn release(kubeflow: &str, namespace: &str) -> Vec<Value> {
+    let mut objects = Vec::new();
+    for component in kubeflow_component_registry::all() {
+        let version = component.version_for(kubeflow).unwrap_or_else(|| panic!("{} has no version for Kubeflow {kubeflow}", component.kind));
+        objects.extend((component.render)(&json!({"version": version, "targetNamespace": namespace}), namespace).unwrap());
+    }
     for o in &mut objects {
         if let Some(labels) = o["metadata"]["labels"].as_object_mut() {
             labels.remove(component_framework::build::PART_OF_LABEL);
         }
     }
     objects
-}
-
-fn release(kubeflow: &str, namespace: &str) -> Vec<Value> {
-    let v = |c| kubeflow_crds_versions(kubeflow, c);
-    [
-        render::<istio_operator::IstioComponent>(&v("istio"), namespace),
-        render::<dex_operator::DexComponent>(&v("dex"), namespace),
-        render::<kfserving_operator::KFServingComponent>(&v("kfserving"), namespace),
-        render::<katib_operator::KatibComponent>(&v("katib"), namespace),
-        render::<pipelines_operator::PipelinesComponent>(&v("pipelines"), namespace),
-    ]
-    .concat()
-}
-
-fn kubeflow_crds_versions(kubeflow: &str, component: &str) -> String {
-    let table: [(&str, [&str; 5]); 2] = [("v1.2.0", ["1.3.1", "v2.22.0", "v0.4.1", "v0.10.0", "1.0.4"]), ("v1.3.0", ["1.9.6", "v2.24.0", "v0.5.1", "v0.11.0", "1.5.0"])];
-    let i = ["istio", "dex", "kfserving", "katib", "pipelines"].iter().position(|c| *c == component).unwrap();
-    table.iter().find(|(k, _)| *k == kubeflow).unwrap().1[i].to_string()
 }
 
 async fn ready(client: &Client, objects: &[Value]) -> bool {
@@ -181,10 +162,10 @@ async fn main() {
     availability.unavailable.retain(|n, _| present.contains(n));
 
     // Reference: raw apply in another namespace.
-    let old = release("v1.2.0", &reference.name);
+    let old = release("1.2", &reference.name);
     apply(&old);
     eventually("reference v1.2.0 ready", || async { if ready(&client, &old).await { Ok(()) } else { Err("not yet") } }).await;
-    let new = release("v1.3.0", &reference.name);
+    let new = release("1.3", &reference.name);
     let t0 = Instant::now();
     let ref_deployments: Api<Deployment> = Api::namespaced(client.clone(), &reference.name);
     for o in new.iter().filter(|o| o["kind"] == "Deployment") {

@@ -1,0 +1,145 @@
+//! The component operators, registered once. A component is declared in the API
+//! ([`kubeflow_crds::component::ComponentKind`]: name, kind, kfctl applications, upgrade position)
+//! and implemented by a crate implementing [`Component`]; [`all`] has one line per such crate.
+//! The deploy packages, the OLM bundles and the end-to-end tests and benchmarks derive their lists
+//! from here. (The meta-operator does not link the components: it learns their releases from the
+//! running operators' heartbeats.)
+
+use component_framework::component::{InvalidSpec, shipped_objects};
+use component_framework::kinds::KindInfo;
+use component_framework::{Component, Inputs};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use kube::Resource;
+use kube::core::ApiResource;
+use kubeflow_crds::bus::ReleaseInfo;
+use kubeflow_crds::component::{ComponentKind, ComponentResource};
+use serde_json::{Value, json};
+
+/// Everything outside a component operator needs to know about it, without its types.
+pub struct RegisteredComponent {
+    pub kind: ComponentKind,
+    /// The operator's binary, Deployment and ServiceAccount name: `<component>-operator`.
+    pub operator: String,
+    /// The CRD of the component resource.
+    pub crd: Value,
+    /// ClusterRole rules derived from the operator's code.
+    pub rules: Vec<PolicyRule>,
+    /// Kinds of the objects its releases ship and it watches.
+    pub watched_kinds: Vec<&'static KindInfo>,
+    /// Built-in releases, oldest first.
+    pub releases: Vec<ReleaseInfo>,
+    /// Title of its OLM package.
+    pub display_name: &'static str,
+    /// What it installs, completing "Installs and upgrades …".
+    pub installs: &'static str,
+    /// Component-specific spec fields of the OLM package's example resource.
+    pub example_spec: Value,
+    /// Component-specific spec fields tests and benchmarks create the resource with.
+    pub test_spec: Value,
+    /// The objects the operator applies for a resource with `spec` in `namespace`.
+    pub render: fn(&Value, &str) -> Result<Vec<Value>, InvalidSpec>,
+    /// Every object of every release, rendered with default parameters.
+    pub shipped_objects: fn() -> Vec<Value>,
+}
+
+impl RegisteredComponent {
+    /// The version of this component that belongs to Kubeflow release `kubeflow` (major.minor).
+    pub fn version_for(&self, kubeflow: &str) -> Option<&str> {
+        self.releases.iter().find(|r| r.kubeflow.iter().any(|k| k == kubeflow)).map(|r| r.version.as_str())
+    }
+
+    /// Where the API server serves the component resource.
+    pub fn api_resource(&self) -> ApiResource {
+        let (group, version, plural) = (self.crd["spec"]["group"].as_str(), self.crd["spec"]["versions"][0]["name"].as_str(), self.crd["spec"]["names"]["plural"].as_str());
+        let (group, version) = (group.unwrap_or_default().to_string(), version.unwrap_or_default().to_string());
+        ApiResource { api_version: format!("{group}/{version}"), group, version, kind: self.kind.kind().to_string(), plural: plural.unwrap_or_default().to_string() }
+    }
+}
+
+fn render<C: Component>(spec: &Value, namespace: &str) -> Result<Vec<Value>, InvalidSpec> {
+    let resource: C::Resource = serde_json::from_value(json!({
+        "apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()),
+        "metadata": {"name": "reference", "namespace": namespace, "uid": "reference"}, "spec": spec,
+    }))
+    .map_err(|e| InvalidSpec::new("spec", e.to_string()))?;
+    component_framework::build::desired_objects::<C>(&resource, &Inputs::default())
+}
+
+fn register<C: Component>() -> RegisteredComponent
+where
+    C::Resource: kube::CustomResourceExt,
+{
+    let kind = C::Resource::COMPONENT;
+    RegisteredComponent {
+        kind,
+        operator: format!("{kind}-operator"),
+        crd: serde_json::to_value(<C::Resource as kube::CustomResourceExt>::crd()).expect("CRDs serialise"),
+        rules: component_framework::rbac::cluster_role_rules::<C>(),
+        watched_kinds: component_framework::run::watched_kinds::<C>(),
+        releases: C::releases().iter().map(|r| r.info()).collect(),
+        display_name: C::DISPLAY_NAME,
+        installs: C::INSTALLS,
+        example_spec: C::example_spec(),
+        test_spec: C::test_spec(),
+        render: render::<C>,
+        shipped_objects: shipped_objects::<C>,
+    }
+}
+
+/// Every component operator, in the order of [`ComponentKind::ALL`].
+pub fn all() -> Vec<RegisteredComponent> {
+    vec![
+        register::<istio_operator::IstioComponent>(),
+        register::<dex_operator::DexComponent>(),
+        register::<kfserving_operator::KFServingComponent>(),
+        register::<katib_operator::KatibComponent>(),
+        register::<pipelines_operator::PipelinesComponent>(),
+    ]
+}
+
+/// The registered component `kind`.
+pub fn get(kind: ComponentKind) -> RegisteredComponent {
+    all().into_iter().find(|c| c.kind == kind).unwrap_or_else(|| panic!("component {kind} is declared in the API but not registered"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::*;
+
+    #[test]
+    fn the_registry_covers_exactly_the_declared_components() {
+        assert_eq!(all().iter().map(|c| c.kind).collect::<Vec<_>>(), ComponentKind::ALL);
+        assert_eq!(get(ComponentKind::Katib).operator, "katib-operator");
+        assert_eq!(get(ComponentKind::Pipelines).api_resource().plural, "pipelines");
+    }
+
+    #[test]
+    fn each_kubeflow_release_has_exactly_one_version_of_each_component() {
+        let registry = all();
+        let tags: BTreeSet<&str> = registry.iter().flat_map(|c| &c.releases).flat_map(|r| &r.kubeflow).map(String::as_str).collect();
+        assert_eq!(tags, BTreeSet::from(["1.2", "1.3"]));
+        for tag in &tags {
+            for component in &registry {
+                let versions: Vec<&str> = component.releases.iter().filter(|r| r.kubeflow.iter().any(|k| k == tag)).map(|r| r.version.as_str()).collect();
+                assert_eq!(versions.len(), 1, "Kubeflow {tag} has versions {versions:?} of {}", component.kind);
+            }
+        }
+        let of = |tag: &str| registry.iter().map(|c| (c.kind.name(), c.version_for(tag).unwrap())).collect::<BTreeMap<_, _>>();
+        assert_eq!(of("1.2"), BTreeMap::from([("istio", "1.3.1"), ("dex", "v2.22.0"), ("kfserving", "v0.4.1"), ("katib", "v0.10.0"), ("pipelines", "1.0.4")]));
+        assert_eq!(of("1.3"), BTreeMap::from([("istio", "1.9.6"), ("dex", "v2.24.0"), ("kfserving", "v0.5.1"), ("katib", "v0.11.0"), ("pipelines", "1.5.0")]));
+    }
+
+    #[test]
+    fn test_specs_build_at_every_release() {
+        for component in all() {
+            for release in &component.releases {
+                let mut spec = json!({"version": release.version, "targetNamespace": "team"});
+                spec.as_object_mut().unwrap().extend(component.test_spec.as_object().cloned().unwrap_or_default());
+                let objects = (component.render)(&spec, "team").unwrap_or_else(|e| panic!("{} {}: {e}", component.kind, release.version));
+                assert!(objects.iter().any(|o| o["kind"] == "Deployment" || o["kind"] == "StatefulSet"), "{} {}", component.kind, release.version);
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! What to write to the `kubeflow-desired` bucket for one KfDef (pure): a put for each component
+//! whose spec differs from what is published, a delete for each that left the KfDef. A component
+//! whose version cannot be resolved keeps what is published.
+
+use std::collections::BTreeMap;
+
+use kubeflow_crds::bus::{self, DesiredComponent, KfDefRef};
+use kubeflow_crds::component::ComponentKind;
+
+use crate::plan::Plan;
+
+/// What the bucket holds for one component of the KfDef.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Published {
+    /// Revision of the key (0 when it never existed); part of the message id.
+    pub revision: u64,
+    /// The current value; `None` when deleted or undecodable.
+    pub desired: Option<DesiredComponent>,
+}
+
+/// One write to the desired bucket.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Publication {
+    Put { key: String, msg_id: String, message: DesiredComponent },
+    Delete { key: String },
+}
+
+/// The component versions `published` holds.
+pub fn published_versions(published: &BTreeMap<ComponentKind, Published>) -> BTreeMap<ComponentKind, String> {
+    published
+        .iter()
+        .filter_map(|(c, p)| p.desired.as_ref().and_then(|d| d.spec["version"].as_str()).map(|v| (*c, v.to_string())))
+        .collect()
+}
+
+/// The writes that make the bucket hold `plan` for the KfDef `kfdef`.
+pub fn publications(kfdef: &KfDefRef, plan: &Plan, published: &BTreeMap<ComponentKind, Published>, traceparent: Option<String>) -> Vec<Publication> {
+    let mut writes = Vec::new();
+    for component in ComponentKind::ALL {
+        let key = bus::key(component, &kfdef.namespace, &kfdef.name);
+        let current = published.get(&component);
+        let desired = current.and_then(|p| p.desired.as_ref());
+        match plan.components.get(&component) {
+            Some(wanted) => {
+                if desired.is_some_and(|d| d.spec_hash == wanted.spec_hash && d.kfdef.uid == kfdef.uid) {
+                    continue;
+                }
+                let revision = current.map_or(0, |p| p.revision);
+                // Besides uid, generation and component, the id carries the spec hash and the key's
+                // current revision: a KfUpgrade pin changes a spec without a new generation, and a
+                // rollback returns to an earlier spec; both must not be dropped as duplicates, while
+                // a retried publish of the same change (same revision) still is.
+                let msg_id = format!("{}.{}.{component}.{}.{revision}", kfdef.uid, kfdef.generation, wanted.spec_hash);
+                let message = DesiredComponent { kfdef: kfdef.clone(), component, spec_hash: wanted.spec_hash.clone(), spec: wanted.spec.clone(), traceparent: traceparent.clone() };
+                writes.push(Publication::Put { key, msg_id, message });
+            }
+            None if desired.is_some() && !plan.unresolved.contains_key(&component) => writes.push(Publication::Delete { key }),
+            None => {}
+        }
+    }
+    writes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Unresolved;
+    use crate::plan::ComponentPlan;
+    use serde_json::json;
+
+    fn kfdef() -> KfDefRef {
+        KfDefRef { namespace: "team".into(), name: "kf".into(), uid: "u1".into(), generation: 4 }
+    }
+
+    fn wanted(version: &str) -> ComponentPlan {
+        ComponentPlan { spec: json!({"version": version}), spec_hash: format!("h{version}"), version: version.into(), pinned: false, release_version: Some(version.into()) }
+    }
+
+    fn published(version: &str, revision: u64) -> Published {
+        let desired = DesiredComponent { kfdef: kfdef(), component: ComponentKind::Katib, spec_hash: format!("h{version}"), spec: json!({"version": version}), traceparent: None };
+        Published { revision, desired: Some(desired) }
+    }
+
+    #[test]
+    fn changed_specs_are_put_with_their_revision_and_departed_components_deleted() {
+        let plan = Plan { components: [(ComponentKind::Katib, wanted("v0.11.0")), (ComponentKind::Dex, wanted("v2.24.0"))].into(), unresolved: BTreeMap::new(), applications: vec![] };
+        let now: BTreeMap<_, _> = [(ComponentKind::Katib, published("v0.10.0", 7)), (ComponentKind::Dex, published("v2.24.0", 2)), (ComponentKind::Istio, published("1.3.1", 3))].into();
+        let writes = publications(&kfdef(), &plan, &now, None);
+        assert_eq!(writes.len(), 2, "{writes:?}");
+        assert_eq!(writes[0], Publication::Delete { key: "istio.team.kf".into() });
+        let Publication::Put { key, msg_id, message } = &writes[1] else { panic!("{writes:?}") };
+        assert_eq!((key.as_str(), msg_id.as_str()), ("katib.team.kf", "u1.4.katib.hv0.11.0.7"));
+        assert_eq!(message.spec, json!({"version": "v0.11.0"}));
+        assert_eq!(published_versions(&now)[&ComponentKind::Katib], "v0.10.0");
+    }
+
+    #[test]
+    fn an_unresolved_component_keeps_what_is_published() {
+        let plan = Plan { components: BTreeMap::new(), unresolved: [(ComponentKind::Katib, Unresolved::NotAnnounced { component: ComponentKind::Katib })].into(), applications: vec![] };
+        let now: BTreeMap<_, _> = [(ComponentKind::Katib, published("v0.10.0", 7))].into();
+        assert_eq!(publications(&kfdef(), &plan, &now, None), []);
+    }
+}

@@ -1,0 +1,58 @@
+//! Knowing when watches have delivered their first full list, for `/readyz`.
+//!
+//! kube-runtime's `Store::wait_until_ready` cannot be shared: it wakes only the last of several
+//! waiters, and a controller already waits on its own store, so a second waiter could leave the
+//! controller waiting for ever. Each tracked watch signals its own first list instead.
+
+use std::fmt::Debug;
+
+use futures::{Stream, TryStreamExt};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+/// The watches `/readyz` waits for.
+#[derive(Clone, Default)]
+pub struct WatchesSynced {
+    synced: Vec<watch::Receiver<bool>>,
+}
+
+impl WatchesSynced {
+    /// Passes a watch's `events` through, counting it among the watches [`Self::wait`] waits for.
+    pub fn track<K, S>(&mut self, events: S) -> impl Stream<Item = S::Item> + Send + 'static
+    where
+        K: Send + 'static,
+        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    {
+        let (synced, receiver) = watch::channel(false);
+        self.synced.push(receiver);
+        events.inspect_ok(move |event| {
+            if matches!(event, watcher::Event::InitDone) {
+                synced.send_replace(true);
+            }
+        })
+    }
+
+    /// A tracked watch of `api` feeding a reflector store: the store, and the stream of changed
+    /// objects a controller is built on (`Controller::for_stream`).
+    pub fn reflect<K>(&mut self, api: Api<K>, config: watcher::Config) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let writer = reflector::store::Writer::default();
+        let store = writer.as_reader();
+        let events = watcher(api, config).default_backoff().reflect(writer);
+        (store, self.track(events).applied_objects())
+    }
+
+    /// Returns once every tracked watch has delivered its first full list.
+    pub async fn wait(&self) {
+        for synced in &self.synced {
+            // An error means the watch was dropped: the process is shutting down.
+            let _ = synced.clone().wait_for(|synced| *synced).await;
+        }
+    }
+}
