@@ -102,17 +102,16 @@ mod tests {
         m.healed();
         m.write_by("kubeflow-katib-operator");
         m.write_by("kubeflow-katib-operator");
-        m.write_by("kubeflow-katib-operator");
         m.write_by("none");
         m.error("api");
-        assert_eq!((m.writes(), m.writes_by("kubeflow-katib-operator"), m.writes_by("none"), m.writes_by("other")), (4, 2, 1, 0));
+        assert_eq!((m.writes(), m.writes_by("kubeflow-katib-operator"), m.writes_by("none"), m.writes_by("other")), (3, 2, 1, 0));
         let text = m.render();
         let lines: Vec<&str> = text.lines().collect();
         for line in [
             "# TYPE kfop_reconciles counter",
             "kfop_reconciles_total{component=\"katib\"} 1",
             "kfop_heals_total{component=\"katib\"} 1",
-            "kfop_writes_total{component=\"katib\"} 4",
+            "kfop_writes_total{component=\"katib\"} 3",
             "kfop_writes_by_field_manager_total{component=\"katib\",field_manager=\"kubeflow-katib-operator\"} 2",
             "kfop_writes_by_field_manager_total{component=\"katib\",field_manager=\"none\"} 1",
             "kfop_reconcile_errors_total{component=\"katib\",kind=\"api\"} 1",
