@@ -53,9 +53,11 @@ fn ready_at<K: ComponentResource>(version: &str) -> impl Fn(&K) -> bool + '_ {
     }
 }
 
-/// The whole lifecycle of component `C`, whose operator binary is `binary`. `spec` is merged into
-/// the resource's spec (component-specific fields).
-async fn lifecycle<C: Component>(binary: &str, spec: Value) {
+/// The whole lifecycle of component `C` (operator binary `<component>-operator`), its resource
+/// created with the component's test fixture spec (`Component::test_spec`).
+async fn lifecycle<C: Component>() {
+    let binary = &format!("{}-operator", C::Resource::COMPONENT.name());
+    let spec = C::test_spec();
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, &format!("e2e-{}", C::Resource::COMPONENT.name())).await;
@@ -192,7 +194,7 @@ async fn lifecycle<C: Component>(binary: &str, spec: Value) {
 
 #[tokio::test]
 async fn istio_lifecycle() {
-    lifecycle::<istio_operator::IstioComponent>("istio-operator", json!({"gateway": {"serviceType": "NodePort"}})).await;
+    lifecycle::<istio_operator::IstioComponent>().await;
 }
 
 /// The Dex tests run one at a time: each one's expectations about Dex's cluster-scoped CRDs (their
@@ -202,22 +204,22 @@ static DEX: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[tokio::test]
 async fn dex_lifecycle() {
     let _dex = DEX.lock().await;
-    lifecycle::<dex_operator::DexComponent>("dex-operator", json!({"connectors": [{"type": "ldap", "id": "ldap", "name": "LDAP", "config": {"host": "ldap.example.com:636"}}]})).await;
+    lifecycle::<dex_operator::DexComponent>().await;
 }
 
 #[tokio::test]
 async fn kfserving_lifecycle() {
-    lifecycle::<kfserving_operator::KFServingComponent>("kfserving-operator", json!({"ingressDomain": "models.example.com"})).await;
+    lifecycle::<kfserving_operator::KFServingComponent>().await;
 }
 
 #[tokio::test]
 async fn pipelines_lifecycle() {
-    lifecycle::<pipelines_operator::PipelinesComponent>("pipelines-operator", json!({})).await;
+    lifecycle::<pipelines_operator::PipelinesComponent>().await;
 }
 
 #[tokio::test]
 async fn katib_lifecycle() {
-    lifecycle::<katib_operator::KatibComponent>("katib-operator", json!({})).await;
+    lifecycle::<katib_operator::KatibComponent>().await;
 }
 
 /// A referenced Secret that does not exist: Degraded naming the field, nothing installed; once the

@@ -13,12 +13,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_crds::bus::{self, DesiredComponent, Heartbeat, KfDefRef, StatusReport};
 use kubeflow_crds::component::{ComponentKind, Platform};
 use kubeflow_crds::kfdef::{KfDef, KfDefPhase};
+use operator_runtime::finalizer::{Step, with_finalizer};
 use operator_runtime::metrics::Metrics;
 use operator_runtime::nats;
 use operator_runtime::retry::{self, Backoffs};
@@ -64,8 +64,8 @@ pub enum Error {
     Status { kfdef: String, source: kube::Error },
     #[error("cannot remove the pins of KfDef {kfdef} that spec.version now names: {source}")]
     Unpin { kfdef: String, source: kube::Error },
-    #[error("finalizer of KfDef {kfdef}: {source}")]
-    Finalizer { kfdef: String, source: Box<finalizer::Error<Error>> },
+    #[error("cannot write the finalizer of KfDef {kfdef}: {source}")]
+    Finalizer { kfdef: String, source: kube::Error },
     #[error(transparent)]
     Upgrade(#[from] upgrade_controller::UpgradeError),
 }
@@ -127,14 +127,18 @@ pub async fn reconcile(kfdef: Arc<KfDef>, ctx: Arc<Context>) -> Result<Action, E
     ctx.metrics.reconcile_started();
     let key = object_key(kfdef.as_ref());
     let api: Api<KfDef> = Api::namespaced(ctx.client.clone(), &key.0);
-    let result = finalizer(&api, FINALIZER, kfdef, |event| async {
-        match event {
-            finalizer::Event::Apply(kfdef) => apply(&kfdef, &ctx).await,
-            finalizer::Event::Cleanup(kfdef) => cleanup(&kfdef, &ctx).await,
+    let step = with_finalizer(&api, FINALIZER, FIELD_MANAGER, kfdef.as_ref().clone(), |step| async {
+        match step {
+            Step::Apply(kfdef) => apply(&kfdef, &ctx).await,
+            Step::Cleanup(kfdef) => cleanup(&kfdef, &ctx).await,
         }
     })
-    .await
-    .map_err(|source| Error::Finalizer { kfdef: format!("{}/{}", key.0, key.1), source: Box::new(source) });
+    .await;
+    let result = match step {
+        Ok(Ok(action)) => Ok(action),
+        Ok(Err(source)) => Err(Error::Finalizer { kfdef: format!("{}/{}", key.0, key.1), source }),
+        Err(error) => Err(error),
+    };
     ctx.metrics.reconcile_finished(started.elapsed());
     if result.is_ok() {
         ctx.backoffs.reset(&key);

@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod conditions;
+pub mod finalizer;
 pub mod metrics;
 pub mod nats;
 pub mod retry;

@@ -14,9 +14,9 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Pre
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_crds::component::{ComponentResource, CrdRemovalPolicy, InventoryEntry, ManagementState};
+use operator_runtime::finalizer::{Step, with_finalizer};
 use operator_runtime::retry::Backoffs;
 use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
@@ -48,8 +48,8 @@ pub enum Error {
     Prune { object: String, source: kube::Error },
     #[error("writing the status of {resource}: {source}")]
     Status { resource: String, source: kube::Error },
-    #[error("{0}")]
-    Finalizer(#[source] Box<finalizer::Error<Error>>),
+    #[error("writing the finalizer of {resource}: {source}")]
+    Finalizer { resource: String, source: kube::Error },
 }
 
 impl Error {
@@ -61,10 +61,7 @@ impl Error {
             Error::Replace { .. } => "replace",
             Error::Prune { .. } => "prune",
             Error::Status { .. } => "status",
-            Error::Finalizer(inner) => match inner.as_ref() {
-                finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e.category(),
-                _ => "finalizer",
-            },
+            Error::Finalizer { .. } => "finalizer",
         }
     }
 }
@@ -143,14 +140,18 @@ pub async fn reconcile<C: Component>(guard: Arc<DeserializeGuard<C::Resource>>, 
     };
     let api: Api<C::Resource> = Api::namespaced(ctx.client.clone(), &resource.namespace().unwrap_or_default());
     let key = backoff_key(&resource);
-    let result = finalizer(&api, FINALIZER, Arc::new(resource), |event| async {
-        match event {
-            finalizer::Event::Apply(resource) => apply::<C>(&resource, &ctx).await,
-            finalizer::Event::Cleanup(resource) => cleanup::<C>(&resource, &ctx).await,
+    let step = with_finalizer(&api, FINALIZER, &ctx.field_manager, resource, |step| async {
+        match step {
+            Step::Apply(resource) => apply::<C>(&resource, &ctx).await,
+            Step::Cleanup(resource) => cleanup::<C>(&resource, &ctx).await,
         }
     })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
+    .await;
+    let result = match step {
+        Ok(Ok(action)) => Ok(action),
+        Ok(Err(source)) => Err(Error::Finalizer { resource: key.clone(), source }),
+        Err(error) => Err(error),
+    };
     if result.is_ok() {
         ctx.backoffs.reset(&key);
     }
