@@ -17,6 +17,7 @@ pub use operator_runtime::{metrics, server, telemetry};
 pub mod build;
 pub mod component;
 pub mod handover;
+pub mod heal;
 pub mod kinds;
 pub mod live;
 pub mod manifest;

@@ -5,13 +5,14 @@
 
 use std::collections::BTreeMap;
 
-use futures::Stream;
+use futures::{Stream, TryStreamExt};
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
 use operator_runtime::synced::WatchesSynced;
+use tokio::sync::mpsc;
 
 use crate::kinds::KindInfo;
 
@@ -22,6 +23,8 @@ pub struct LiveObjects {
     stores: BTreeMap<&'static str, (&'static KindInfo, Store<DynamicObject>)>,
     /// Every watch that feeds this operator, the component resources' included.
     pub synced: WatchesSynced,
+    /// Where deleted objects are reported (the heal fast path, [`crate::heal`]).
+    deleted: Option<mpsc::UnboundedSender<(&'static KindInfo, DynamicObject)>>,
 }
 
 impl LiveObjects {
@@ -38,8 +41,20 @@ impl LiveObjects {
         let writer = reflector::store::Writer::new(resource);
         self.stores.insert(info.kind, (info, writer.as_reader()));
         let config = watcher::Config::default().labels(selector).any_semantic();
-        let events = watcher(api, config).default_backoff().reflect(writer);
+        let deleted = self.deleted.clone();
+        let events = watcher(api, config).default_backoff().reflect(writer).inspect_ok(move |event| {
+            if let (Some(deleted), watcher::Event::Delete(object)) = (&deleted, event) {
+                let _ = deleted.send((info, object.clone()));
+            }
+        });
         self.synced.track(events).touched_objects()
+    }
+
+    /// Reports every deleted object of the kinds watched from now on to the returned receiver.
+    pub fn report_deletions(&mut self) -> mpsc::UnboundedReceiver<(&'static KindInfo, DynamicObject)> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        self.deleted = Some(sender);
+        receiver
     }
 
     /// The cached object of kind `info` at `namespace/name` (namespace ignored for cluster-scoped

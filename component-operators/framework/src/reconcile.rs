@@ -24,6 +24,7 @@ use tracing::{info, instrument, warn};
 use crate::build::{self, HASH_ANNOTATION, OWNER_ANNOTATION, PART_OF_LABEL};
 use crate::component::{Component, InvalidSpec, Inputs};
 use crate::handover::{self, ReplaceError};
+use crate::heal::LastDesired;
 use crate::kinds::{self, KindInfo};
 use crate::live::LiveObjects;
 use crate::manifest;
@@ -76,6 +77,8 @@ pub struct Context<C> {
     pub status_sender: Option<crate::nats_mode::StatusSender>,
     /// Live objects of every kind the component ships.
     pub live: LiveObjects,
+    /// What each resource last wanted, for the heal fast path.
+    pub desired: Arc<LastDesired>,
     /// Retry delay per resource (`namespace/name`) after failed reconciles.
     backoffs: Backoffs<String>,
     _component: PhantomData<fn() -> C>,
@@ -83,7 +86,7 @@ pub struct Context<C> {
 
 impl<C: Component> Context<C> {
     pub fn new(client: Client, field_manager: String, recorder: Recorder, metrics: Arc<Metrics>, status_sender: Option<crate::nats_mode::StatusSender>, live: LiveObjects) -> Self {
-        Self { client, field_manager, recorder, metrics, status_sender, live, backoffs: Backoffs::default(), _component: PhantomData }
+        Self { client, field_manager, recorder, metrics, status_sender, live, desired: Default::default(), backoffs: Backoffs::default(), _component: PhantomData }
     }
 
     /// Hands the resource's status to the NATS publisher (NATS mode, KfDef-made resources only).
@@ -175,9 +178,14 @@ fn refused(error: &kube::Error) -> bool {
 
 async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Action, Error> {
     let core = resource.core();
+    let owner = build::owner_id(resource);
     let outcome = match core.management_state {
-        ManagementState::Unmanaged => Outcome::Unmanaged,
+        ManagementState::Unmanaged => {
+            ctx.desired.forget(&owner);
+            Outcome::Unmanaged
+        }
         ManagementState::Removed => {
+            ctx.desired.forget(&owner);
             let inventory = resource.component_status().map(|s| s.inventory.clone()).unwrap_or_default();
             delete_entries(resource, ctx, &inventory, core.crd_removal_policy).await?;
             Outcome::Removed
@@ -190,6 +198,8 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                 return Ok(if retry { Action::requeue(Duration::from_secs(10)) } else { Action::await_change() });
             }
             Ok(objects) => {
+                // Before anything that left the set is pruned: the heal fast path must not bring it back.
+                ctx.desired.remember(&owner, &objects);
                 let outcome = match apply_objects(resource, ctx, &objects).await {
                     Ok(outcome) => outcome,
                     Err(Error::Apply { object, source }) if refused(&source) => {
@@ -473,6 +483,7 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
 }
 
 async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Action, Error> {
+    ctx.desired.forget(&build::owner_id(resource));
     let core = resource.core();
     let mut entries: BTreeSet<InventoryEntry> = resource.component_status().map(|s| s.inventory.iter().cloned().collect()).unwrap_or_default();
     if core.management_state != ManagementState::Unmanaged {

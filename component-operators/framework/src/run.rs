@@ -67,6 +67,7 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
         None => Api::all(client.clone()),
     };
     let mut live = LiveObjects::default();
+    let deleted = live.report_deletions();
     let (store, changed) = live.synced.reflect(resources, watcher::Config::default().any_semantic());
     let mut controller = Controller::for_stream(changed, store.clone());
     let selector = format!("{PART_OF_LABEL}={}", component.name());
@@ -97,7 +98,8 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
         ready.set_ready();
         info!("caches synced; ready");
     });
-    let ctx = Arc::new(Context::<C>::new(client, field_manager, recorder, metrics.clone(), status_sender, live));
+    let ctx = Arc::new(Context::<C>::new(client.clone(), field_manager.clone(), recorder, metrics.clone(), status_sender, live));
+    tokio::spawn(crate::heal::run(client, deleted, store.clone(), ctx.desired.clone(), field_manager, metrics.clone()));
     info!(%component, namespace = args.namespace.as_deref().unwrap_or("<all>"), "controller started");
     controller
         .shutdown_on_signal()

@@ -1,0 +1,96 @@
+//! The heal fast path: an owned object deleted by someone else is applied again straight from its
+//! watch event, without waiting behind the full reconciles queued for its resource. The full
+//! reconcile the same event triggers still runs (and finds the object in place).
+//!
+//! Only an object whose deleted state proves the resource made it ([`build::made_by`]) and that
+//! is in the resource's last desired set is re-applied, and only while the resource exists and is
+//! `Managed`. A reconcile records its desired set before it prunes anything, and removal (finalizer,
+//! `Removed`, `Unmanaged`) forgets it before deleting, so the operator's own deletes are never
+//! undone here.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, ResourceExt};
+use kubeflow_crds::component::{ComponentResource, ManagementState};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::build::{self, OWNER_ANNOTATION};
+use crate::kinds::KindInfo;
+use crate::metrics::Metrics;
+
+/// `(kind, namespace, name)` of a desired object.
+type ObjectKey = (String, Option<String>, String);
+
+/// The last desired object set of every resource (by owner id, `namespace/name`).
+#[derive(Default)]
+pub struct LastDesired(Mutex<HashMap<String, Arc<BTreeMap<ObjectKey, Value>>>>);
+
+fn key_of(object: &Value) -> ObjectKey {
+    let metadata = &object["metadata"];
+    (object["kind"].as_str().unwrap_or_default().to_string(), metadata["namespace"].as_str().map(String::from), metadata["name"].as_str().unwrap_or_default().to_string())
+}
+
+impl LastDesired {
+    /// Records what `owner` wants now (before anything that left the set is pruned).
+    pub fn remember(&self, owner: &str, objects: &[Value]) {
+        let set = objects.iter().map(|o| (key_of(o), o.clone())).collect();
+        self.0.lock().expect("desired sets").insert(owner.to_string(), Arc::new(set));
+    }
+
+    /// `owner` is being removed or left alone: nothing of it is healed any more.
+    pub fn forget(&self, owner: &str) {
+        self.0.lock().expect("desired sets").remove(owner);
+    }
+
+    fn get(&self, owner: &str, deleted: &Value) -> Option<Value> {
+        self.0.lock().expect("desired sets").get(owner)?.get(&key_of(deleted)).cloned()
+    }
+}
+
+/// Re-applies the objects reported on `deleted` (deleted objects of the watched kinds) when the
+/// rules above allow it; runs until the watches end.
+pub async fn run<K: ComponentResource>(
+    client: Client,
+    mut deleted: mpsc::UnboundedReceiver<(&'static KindInfo, DynamicObject)>,
+    resources: Store<DeserializeGuard<K>>,
+    desired: Arc<LastDesired>,
+    field_manager: String,
+    metrics: Arc<Metrics>,
+) {
+    let component = K::COMPONENT.name();
+    let params = PatchParams::apply(&field_manager).force();
+    while let Some((info, object)) = deleted.recv().await {
+        let Some(owner) = object.annotations().get(OWNER_ANNOTATION).cloned() else { continue };
+        let Some((namespace, name)) = owner.split_once('/') else { continue };
+        let managed = resources.get(&ObjectRef::new(name).within(namespace)).is_some_and(|guard| {
+            guard.0.as_ref().is_ok_and(|r| r.meta().deletion_timestamp.is_none() && r.core().management_state == ManagementState::Managed)
+        });
+        let mut live = serde_json::to_value(&object).expect("objects serialise");
+        live["kind"] = info.kind.into();
+        if !managed || !build::made_by(&live, info, component, &owner) {
+            continue;
+        }
+        let Some(wanted) = desired.get(&owner, &live) else { continue };
+        let resource = info.api_resource();
+        let api: Api<DynamicObject> = match live["metadata"]["namespace"].as_str() {
+            Some(ns) if !info.cluster_scoped => Api::namespaced_with(client.clone(), ns, &resource),
+            _ => Api::all_with(client.clone(), &resource),
+        };
+        let what = format!("{} {}", info.kind, live["metadata"]["name"].as_str().unwrap_or_default());
+        match api.patch(&object.name_any(), &params, &Patch::Apply(&wanted)).await {
+            Ok(_) => {
+                metrics.healed();
+                info!(object = %what, %owner, "deleted object applied again");
+            }
+            // The reconcile got there first, or the API server is unavailable: the reconcile the
+            // same event triggered takes care of it.
+            Err(error) => warn!(object = %what, %error, "fast heal left to the reconcile"),
+        }
+    }
+}
