@@ -94,3 +94,27 @@ pub async fn run<K: ComponentResource>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_objects_of_the_last_desired_set_of_their_owner_are_healed() {
+        let desired = LastDesired::default();
+        let ui = json!({"kind": "Deployment", "metadata": {"name": "katib-ui", "namespace": "team"}, "spec": {"replicas": 1}});
+        let role = json!({"kind": "ClusterRole", "metadata": {"name": "katib-ui-team"}});
+        desired.remember("team/katib", &[ui.clone(), role.clone()]);
+        let deleted = json!({"kind": "Deployment", "metadata": {"name": "katib-ui", "namespace": "team", "uid": "1"}, "spec": {"replicas": 7}});
+        assert_eq!(desired.get("team/katib", &deleted), Some(ui.clone()), "the desired object, not the deleted state");
+        assert_eq!(desired.get("team/katib", &json!({"kind": "ClusterRole", "metadata": {"name": "katib-ui-team"}})), Some(role));
+        assert_eq!(desired.get("other/katib", &deleted), None, "another resource's set");
+        assert_eq!(desired.get("team/katib", &json!({"kind": "Deployment", "metadata": {"name": "katib-ui", "namespace": "other"}})), None);
+        // A new set (a version switch) replaces the old one before anything is pruned.
+        desired.remember("team/katib", std::slice::from_ref(&ui));
+        assert_eq!(desired.get("team/katib", &json!({"kind": "ClusterRole", "metadata": {"name": "katib-ui-team"}})), None);
+        desired.forget("team/katib");
+        assert_eq!(desired.get("team/katib", &deleted), None);
+    }
+}
