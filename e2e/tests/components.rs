@@ -12,7 +12,7 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Pos
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_e2e::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn dynamic_api(client: &Client, entry: &InventoryEntry) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(&entry.group, &entry.version, &entry.kind);

@@ -48,10 +48,15 @@ pub struct OperatorArgs {
     pub metrics_addr: std::net::SocketAddr,
 }
 
-/// `main` of a component operator: parse options, log, run until a signal.
-pub fn main<C: Component>(args: OperatorArgs) -> std::process::ExitCode {
+/// The whole `main` of a component operator binary: parse the command line (`--help` names the
+/// component), log, run until a signal.
+pub fn main<C: Component>() -> std::process::ExitCode {
+    use clap::{Args, FromArgMatches};
     use kubeflow_crds::component::ComponentResource;
-    let _telemetry = telemetry::init(&format!("{}-operator", C::Resource::COMPONENT.name()));
+    let name = format!("{}-operator", C::Resource::COMPONENT.name());
+    let command = clap::Command::new(name.clone()).version(env!("CARGO_PKG_VERSION")).about(format!("Kubeflow {} component operator", C::DISPLAY_NAME));
+    let args = OperatorArgs::from_arg_matches(&OperatorArgs::augment_args(command).get_matches()).unwrap_or_else(|e| e.exit());
+    let _telemetry = telemetry::init(&name);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run::<C>(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,

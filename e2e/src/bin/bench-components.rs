@@ -73,14 +73,24 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
-async fn recreated(api: &Api<Deployment>, name: &str, old_uid: &str) {
-    loop {
-        if let Ok(Some(d)) = api.get_opt(name).await {
-            if d.uid().as_deref() != Some(old_uid) && d.metadata.deletion_timestamp.is_none() {
-                return;
-            }
+/// A watch of Deployment `name`, returned once established (its current state delivered), so no
+/// later change is missed.
+async fn watch_one(api: &Api<Deployment>, name: &str) -> futures::stream::BoxStream<'static, Deployment> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut changes = watcher(api.clone(), config).applied_objects().filter_map(|r| async move { r.ok() }).boxed();
+    changes.next().await.expect("the Deployment exists");
+    changes
+}
+
+/// Waits on `changes` for a Deployment with another uid than `old_uid` that is not being deleted.
+async fn recreated(changes: &mut futures::stream::BoxStream<'static, Deployment>, old_uid: &str) {
+    use futures::StreamExt;
+    while let Some(d) = changes.next().await {
+        if d.uid().as_deref() != Some(old_uid) && d.metadata.deletion_timestamp.is_none() {
+            return;
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
@@ -116,9 +126,10 @@ async fn main() {
     for i in 0..heals {
         let name = &targets[i % targets.len()];
         let uid = deployments.get(name).await.unwrap().uid().unwrap();
+        let mut changes = watch_one(&deployments, name).await;
         let t0 = Instant::now();
         deployments.delete(name, &DeleteParams::background()).await.unwrap();
-        tokio::time::timeout(Duration::from_secs(30), recreated(&deployments, name, &uid)).await.expect("heal within 30 s");
+        tokio::time::timeout(Duration::from_secs(30), recreated(&mut changes, &uid)).await.expect("heal within 30 s");
         heal.push(t0.elapsed());
     }
     // Reference: delete + our own immediate create of the same Deployment (operator not involved:
@@ -128,12 +139,12 @@ async fn main() {
     for i in 0..heals.min(50) {
         let mut d = Deployment { metadata: kube::api::ObjectMeta { name: Some(format!("bench-ref-{i}")), ..Default::default() }, spec: template.spec.clone(), status: None };
         d.spec.as_mut().unwrap().template.metadata.as_mut().map(|m| m.labels.as_mut().map(|l| l.remove("components.kubeflow.org/part-of")));
-        deployments.create(&PostParams::default(), &d).await.unwrap();
+        let name = format!("bench-ref-{i}");
+        let uid = deployments.create(&PostParams::default(), &d).await.unwrap().uid().unwrap();
         let t0 = Instant::now();
-        deployments.delete(&format!("bench-ref-{i}"), &DeleteParams::background()).await.unwrap();
-        while deployments.get_opt(&format!("bench-ref-{i}")).await.unwrap().is_some() {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        deployments.delete(&name, &DeleteParams::background()).await.unwrap();
+        let gone = kube::runtime::wait::await_condition(deployments.clone(), &name, kube::runtime::wait::conditions::is_deleted(&uid));
+        tokio::time::timeout(Duration::from_secs(30), gone).await.expect("deleted within 30 s").unwrap();
         deployments.create(&PostParams::default(), &d).await.unwrap();
         reference.push(t0.elapsed());
         deployments.delete(&format!("bench-ref-{i}"), &DeleteParams::background()).await.unwrap();

@@ -5,10 +5,9 @@
 
 use std::sync::LazyLock;
 
-use clap::Parser;
 use component_framework::api::Katib;
 use component_framework::api::component::SecretKeyRef;
-use component_framework::{Component, InvalidSpec, Inputs, OperatorArgs, Params, Release};
+use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 use katib_operator::KatibComponent;
 use serde_json::Value;
 
@@ -66,14 +65,6 @@ impl Component for KatibWithTestReleases {
     }
 }
 
-/// Katib component operator with test-only releases.
-#[derive(Parser, Debug)]
-#[command(version, about)]
-struct Cli {
-    #[command(flatten)]
-    operator: OperatorArgs,
-}
-
 fn main() -> std::process::ExitCode {
-    component_framework::main::<KatibWithTestReleases>(Cli::parse().operator)
+    component_framework::main::<KatibWithTestReleases>()
 }
