@@ -8,7 +8,7 @@
 //! `Removed`, `Unmanaged`) forgets it before deleting, so the operator's own deletes are never
 //! undone here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -27,9 +27,15 @@ use crate::metrics::Metrics;
 /// `(kind, namespace, name)` of a desired object.
 type ObjectKey = (String, Option<String>, String);
 
-/// The last desired object set of every resource (by owner id, `namespace/name`).
+/// The last desired object set of every resource (by owner id, `namespace/name`), and the uids of
+/// the objects the operator is deleting itself (a replacement or a handover), which must not be
+/// applied again from their deletion event: the reconcile creates their successor itself, with
+/// what only it knows (e.g. the ReplicaSets being retired).
 #[derive(Default)]
-pub struct LastDesired(Mutex<HashMap<String, Arc<BTreeMap<ObjectKey, Value>>>>);
+pub struct LastDesired {
+    sets: Mutex<HashMap<String, Arc<BTreeMap<ObjectKey, Value>>>>,
+    deleting: Mutex<HashSet<String>>,
+}
 
 fn key_of(object: &Value) -> ObjectKey {
     let metadata = &object["metadata"];
@@ -40,16 +46,26 @@ impl LastDesired {
     /// Records what `owner` wants now (before anything that left the set is pruned).
     pub fn remember(&self, owner: &str, objects: &[Value]) {
         let set = objects.iter().map(|o| (key_of(o), o.clone())).collect();
-        self.0.lock().expect("desired sets").insert(owner.to_string(), Arc::new(set));
+        self.sets.lock().expect("desired sets").insert(owner.to_string(), Arc::new(set));
     }
 
     /// `owner` is being removed or left alone: nothing of it is healed any more.
     pub fn forget(&self, owner: &str) {
-        self.0.lock().expect("desired sets").remove(owner);
+        self.sets.lock().expect("desired sets").remove(owner);
+    }
+
+    /// The operator is about to delete the object `uid` itself.
+    pub fn deleting(&self, uid: &str) {
+        self.deleting.lock().expect("deletions").insert(uid.to_string());
+    }
+
+    /// Whether the deletion of `uid` was the operator's own (and forgets it).
+    fn deleted_by_us(&self, uid: &str) -> bool {
+        self.deleting.lock().expect("deletions").remove(uid)
     }
 
     fn get(&self, owner: &str, deleted: &Value) -> Option<Value> {
-        self.0.lock().expect("desired sets").get(owner)?.get(&key_of(deleted)).cloned()
+        self.sets.lock().expect("desired sets").get(owner)?.get(&key_of(deleted)).cloned()
     }
 }
 
@@ -73,7 +89,7 @@ pub async fn run<K: ComponentResource>(
         });
         let mut live = serde_json::to_value(&object).expect("objects serialise");
         live["kind"] = info.kind.into();
-        if !managed || !build::made_by(&live, info, component, &owner) {
+        if desired.deleted_by_us(&object.uid().unwrap_or_default()) || !managed || !build::made_by(&live, info, component, &owner) {
             continue;
         }
         let Some(wanted) = desired.get(&owner, &live) else { continue };
@@ -116,5 +132,10 @@ mod tests {
         assert_eq!(desired.get("team/katib", &json!({"kind": "ClusterRole", "metadata": {"name": "katib-ui-team"}})), None);
         desired.forget("team/katib");
         assert_eq!(desired.get("team/katib", &deleted), None);
+        // Deletions the operator makes itself are recognised once.
+        desired.deleting("uid-1");
+        assert!(desired.deleted_by_us("uid-1"));
+        assert!(!desired.deleted_by_us("uid-1"));
+        assert!(!desired.deleted_by_us("uid-2"));
     }
 }

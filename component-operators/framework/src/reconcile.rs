@@ -306,6 +306,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
     for (index, ((desired, info, entry), live)) in targets.iter().zip(lives.iter_mut()).enumerate() {
         let Some(current) = live.as_ref() else { continue };
         if info.kind == "Deployment" && immutable_field_changed(desired, current, info).is_some() && build::made_by(current, info, component, &owner) {
+            ctx.desired.deleting(current["metadata"]["uid"].as_str().unwrap_or_default());
             let retired = handover::retire(&ctx.client, current, desired, component, &owner, &ctx.field_manager)
                 .await
                 .map_err(|source| Error::Replace { object: describe(info, entry), source })?;
@@ -350,6 +351,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                         // The API server refuses to change this field in place: replace the object,
                         // if it is ours (applying over someone else's then fails and says so).
                         Some(field) if build::made_by(live, info, component, &owner) => {
+                            ctx.desired.deleting(live["metadata"]["uid"].as_str().unwrap_or_default());
                             handover::delete_and_wait(&api, live, DeleteParams::background())
                                 .await
                                 .map_err(|source| Error::Replace { object: what.clone(), source })?;
