@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use kubeflow_crds::component::{ComponentResource, ManagementState};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -93,11 +93,7 @@ pub async fn run<K: ComponentResource>(
             continue;
         }
         let Some(wanted) = desired.get(&owner, &live) else { continue };
-        let resource = info.api_resource();
-        let api: Api<DynamicObject> = match live["metadata"]["namespace"].as_str() {
-            Some(ns) if !info.cluster_scoped => Api::namespaced_with(client.clone(), ns, &resource),
-            _ => Api::all_with(client.clone(), &resource),
-        };
+        let api = info.api(&client, live["metadata"]["namespace"].as_str());
         let what = format!("{} {}", info.kind, live["metadata"]["name"].as_str().unwrap_or_default());
         match api.patch(&object.name_any(), &params, &Patch::Apply(&wanted)).await {
             Ok(_) => {

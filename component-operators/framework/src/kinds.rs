@@ -85,6 +85,15 @@ impl KindInfo {
         if self.group.is_empty() { self.version.to_string() } else { format!("{}/{}", self.group, self.version) }
     }
 
+    /// An API for objects of this kind in `namespace` (ignored for cluster-scoped kinds; all
+    /// namespaces when `None`).
+    pub fn api(&self, client: &kube::Client, namespace: Option<&str>) -> kube::Api<kube::api::DynamicObject> {
+        match (self.cluster_scoped, namespace) {
+            (false, Some(ns)) => kube::Api::namespaced_with(client.clone(), ns, &self.api_resource()),
+            _ => kube::Api::all_with(client.clone(), &self.api_resource()),
+        }
+    }
+
     pub fn api_resource(&self) -> ApiResource {
         ApiResource {
             group: self.group.into(),

@@ -99,11 +99,7 @@ impl<C: Component> Context<C> {
     }
 
     fn dynamic_api(&self, info: &KindInfo, namespace: Option<&str>) -> Api<DynamicObject> {
-        let resource = info.api_resource();
-        match (info.cluster_scoped, namespace) {
-            (false, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &resource),
-            _ => Api::all_with(self.client.clone(), &resource),
-        }
+        info.api(&self.client, namespace)
     }
 
     /// The live object at `entry`: from the watch cache, or read once for kinds not watched.
