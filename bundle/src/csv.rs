@@ -183,7 +183,7 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
         }},
         "relatedImages": [{"name": "operator", "image": image}],
     });
-    if let Some(previous) = index.checked_sub(1) {
+    if let Some(previous) = index.checked_sub(1).filter(|p| *p >= package.first_release) {
         spec["replaces"] = json!(package.csv_name(&OPERATOR_RELEASES[previous]));
         annotations["olm.skipRange"] = json!(releases::skip_range(index));
     }
@@ -221,6 +221,7 @@ pub fn meta_operator_package() -> Package {
         rules: kubeflow_deploy::meta_operator_rules(),
         created_kinds,
         env: vec![json!({"name": "NATS_URL", "value": kubeflow_deploy::NATS_URL})],
+        first_release: 0,
         examples: Box::new(meta_examples),
     }
 }
@@ -295,6 +296,7 @@ pub fn component_package(component: RegisteredComponent) -> Package {
         rules: component.rules,
         created_kinds,
         env: Vec::new(),
+        first_release: releases::first_release(&format!("kubeflow-{name}-operator")),
         examples: Box::new(example),
     }
 }

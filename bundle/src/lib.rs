@@ -61,6 +61,8 @@ pub struct Package {
     pub created_kinds: BTreeMap<String, Vec<(String, String, String)>>,
     /// Environment of the operator container.
     pub env: Vec<Value>,
+    /// Index of the first release that has this package.
+    pub first_release: usize,
     /// `alm-examples` for a release.
     pub examples: Box<dyn Fn(&OperatorRelease) -> Vec<Value> + Send + Sync>,
 }
@@ -188,10 +190,10 @@ pub fn catalog_documents(dir: &Path, package: &Package) -> Result<Vec<Value>, Bu
         "description": package.summary,
         "icon": {"base64data": csv::icon_base64(), "mediatype": "image/svg+xml"},
     })];
-    let entries: Vec<Value> = (0..OPERATOR_RELEASES.len())
+    let entries: Vec<Value> = (package.first_release..OPERATOR_RELEASES.len())
         .map(|index| {
             let mut entry = json!({"name": package.csv_name(&OPERATOR_RELEASES[index])});
-            if let Some(previous) = index.checked_sub(1) {
+            if let Some(previous) = index.checked_sub(1).filter(|p| *p >= package.first_release) {
                 entry["replaces"] = json!(package.csv_name(&OPERATOR_RELEASES[previous]));
                 entry["skipRange"] = json!(releases::skip_range(index));
             }
@@ -199,7 +201,7 @@ pub fn catalog_documents(dir: &Path, package: &Package) -> Result<Vec<Value>, Bu
         })
         .collect();
     docs.push(json!({"schema": "olm.channel", "package": package.name, "name": CHANNEL, "entries": entries}));
-    for (index, release) in OPERATOR_RELEASES.iter().enumerate() {
+    for (index, release) in OPERATOR_RELEASES.iter().enumerate().skip(package.first_release) {
         let manifests = bundle_manifests(dir, package, index)?;
         let mut properties = vec![json!({"type": "olm.package", "value": {"packageName": package.name, "version": release.version}})];
         for (_, crd) in manifests.iter().filter(|(_, o)| o["kind"] == "CustomResourceDefinition") {
@@ -249,7 +251,7 @@ fn catalog_dockerfile() -> (String, String) {
 pub fn render_all(dir: &Path) -> Result<Vec<(String, String)>, BundleError> {
     let mut files = Vec::new();
     for package in packages() {
-        for index in 0..OPERATOR_RELEASES.len() {
+        for index in package.first_release..OPERATOR_RELEASES.len() {
             files.extend(bundle_files(dir, &package, index)?);
         }
         files.push(catalog_file(dir, &package)?);

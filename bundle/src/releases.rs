@@ -36,6 +36,18 @@ pub const OPERATOR_RELEASES: &[OperatorRelease] = &[
     OperatorRelease { version: "0.2.0", created_at: "2026-11-21T00:00:00Z", kubeflow: &["1.2", "1.3"], digest: None },
 ];
 
+/// Packages that appeared after the first release, with the version that introduced them.
+pub const INTRODUCED: &[(&str, &str)] = &[("kubeflow-profiles-operator", "0.2.0")];
+
+/// Index of the first release that has package `name`.
+pub fn first_release(name: &str) -> usize {
+    INTRODUCED
+        .iter()
+        .find(|(package, _)| *package == name)
+        .and_then(|(_, version)| OPERATOR_RELEASES.iter().position(|r| r.version == *version))
+        .unwrap_or(0)
+}
+
 /// `olm.skipRange` of release `index`: every earlier release.
 pub fn skip_range(index: usize) -> String {
     format!(">={} <{}", OPERATOR_RELEASES[0].version, OPERATOR_RELEASES[index].version)

@@ -14,7 +14,7 @@ fn all_packages() -> &'static [Package] {
 fn csvs() -> Vec<(&'static Package, usize, Value, Vec<Value>)> {
     let mut out = Vec::new();
     for package in all_packages() {
-        for index in 0..OPERATOR_RELEASES.len() {
+        for index in package.first_release..OPERATOR_RELEASES.len() {
             let mut manifests = bundle_manifests(&bundle_dir(), package, index).unwrap().into_iter().map(|(_, o)| o);
             let csv = manifests.next().unwrap();
             assert_eq!(csv["kind"], "ClusterServiceVersion");
@@ -43,13 +43,16 @@ fn newest_release_is_the_crate_version_and_every_release_adds_kubeflow_versions(
     let katib = kubeflow_component_registry::get(kubeflow_crds::ComponentKind::Katib);
     assert_eq!(releases::shipped_versions(&katib.releases, &OPERATOR_RELEASES[0]), ["v0.10.0"]);
     assert_eq!(releases::shipped_versions(&katib.releases, &OPERATOR_RELEASES[1]), ["v0.10.0", "v0.11.0"]);
+    // A package added later starts its channel at the release that introduced it.
+    assert_eq!(releases::first_release("kubeflow-profiles-operator"), 1);
+    assert_eq!(releases::first_release("kubeflow-katib-operator"), 0);
 }
 
 #[test]
 fn each_csv_replaces_the_previous_release_and_skips_all_earlier_ones() {
     for (package, index, csv, _) in csvs() {
         assert_eq!(csv["metadata"]["name"], format!("{}.v{}", package.name, OPERATOR_RELEASES[index].version));
-        if index == 0 {
+        if index == package.first_release {
             assert!(csv["spec"].get("replaces").is_none());
         } else {
             assert_eq!(csv["spec"]["replaces"], format!("{}.v{}", package.name, OPERATOR_RELEASES[index - 1].version));
@@ -151,6 +154,7 @@ fn alm_examples_use_owned_kinds_and_versions_the_release_ships() {
                 ("kubeflow-katib-operator", _) => "v0.11.0",
                 ("kubeflow-pipelines-operator", 0) => "1.0.4",
                 ("kubeflow-pipelines-operator", _) => "1.5.0",
+                ("kubeflow-profiles-operator", _) => "v1.3.0",
                 (other, _) => panic!("unexpected package {other}"),
             };
             assert_eq!(examples[0]["spec"]["version"], newest, "{} at release {index}", package.name);
@@ -164,12 +168,12 @@ fn catalog_channel_links_every_release_and_bundles_carry_their_manifests_inline(
         let docs = catalog_documents(&bundle_dir(), package).unwrap();
         let channel = docs.iter().find(|d| d["schema"] == "olm.channel").unwrap();
         let entries = channel["entries"].as_array().unwrap();
-        assert_eq!(entries.len(), OPERATOR_RELEASES.len());
+        assert_eq!(entries.len(), OPERATOR_RELEASES.len() - package.first_release);
         for pair in entries.windows(2) {
             assert_eq!(pair[1]["replaces"], pair[0]["name"]);
         }
         let bundles: Vec<&Value> = docs.iter().filter(|d| d["schema"] == "olm.bundle").collect();
-        for (index, bundle) in bundles.iter().enumerate() {
+        for (index, bundle) in bundles.iter().enumerate().map(|(i, b)| (i + package.first_release, b)) {
             let objects: Vec<Value> = bundle["properties"]
                 .as_array()
                 .unwrap()

@@ -1,5 +1,5 @@
-//! The five component resources (`components.kubeflow.org/v1alpha1`): `Istio`, `Dex`, `KFServing`,
-//! `Katib`, `Pipelines`. Each spec is the shared [`ComponentSpecCore`] (flattened) plus the fields
+//! The component resources (`components.kubeflow.org/v1alpha1`): `Istio`, `Dex`, `KFServing`,
+//! `Katib`, `Pipelines`, `ProfileController`. Each spec is the shared [`ComponentSpecCore`] (flattened) plus the fields
 //! that only matter to that component; all share [`ComponentStatus`].
 
 use std::collections::BTreeMap;
@@ -120,6 +120,13 @@ component_kinds! {
             "pipeline-visualization-service", "pipelines-runner", "minio", "mysql", "argo", "metadata",
             "pipeline", "kubeflow-pipelines",
         ],
+    },
+    ProfileController {
+        name: "profiles",
+        resource: ProfileController,
+        kind: "ProfileController",
+        upgrade_position: 6,
+        applications: ["profiles"],
     },
 }
 
@@ -560,7 +567,147 @@ pub struct PipelinesSpec {
     pub object_store: ObjectStore,
 }
 
-/// Access to the parts every component resource shares, so the framework can treat all five alike.
+/// Which mesh authorization objects a profile's namespace gets.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum MeshAuthorization {
+    /// Whichever the installed Istio serves: `AuthorizationPolicy` (`security.istio.io`, Istio
+    /// 1.4+) when present, else `ServiceRole`/`ServiceRoleBinding` (`rbac.istio.io`, Istio 1.3 as in
+    /// Kubeflow 1.2), else none.
+    #[default]
+    Auto,
+    AuthorizationPolicy,
+    IstioRbac,
+    /// No mesh authorization objects (no Istio).
+    Disabled,
+}
+
+/// NetworkPolicies every profile namespace gets (opt-in).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProfileNetworkPolicies {
+    /// Namespace of the ingress gateway users reach their notebooks and services through.
+    #[serde(default = "default_istio_namespace")]
+    pub ingress_gateway_namespace: String,
+    /// Namespaces of serverless components (Knative activator, Kourier) that call into profiles.
+    #[serde(default = "default_knative_namespaces")]
+    pub serverless_namespaces: Vec<String>,
+    /// Namespace of the Pipelines API server, which profile workloads may reach.
+    #[serde(default = "default_kubeflow_namespace")]
+    pub pipelines_namespace: String,
+}
+
+fn default_istio_namespace() -> String {
+    "istio-system".into()
+}
+fn default_knative_namespaces() -> Vec<String> {
+    vec!["knative-serving".into()]
+}
+fn default_kubeflow_namespace() -> String {
+    "kubeflow".into()
+}
+
+/// Tolerations written to profile namespaces so their pods may run on (and only they may use)
+/// tainted GPU nodes (opt-in; needs the PodTolerationRestriction admission plugin).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProfileTolerations {
+    /// `scheduler.alpha.kubernetes.io/defaultTolerations`: added to every pod of the namespace.
+    #[serde(default)]
+    pub default_tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
+    /// `scheduler.alpha.kubernetes.io/tolerationsWhitelist`: the only tolerations pods may carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub whitelist: Option<Vec<k8s_openapi::api::core::v1::Toleration>>,
+}
+
+/// OpenShift Service Mesh control plane profile namespaces join (a `ServiceMeshMember` each).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceMeshControlPlane {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    #[schemars(length(min = 1))]
+    pub namespace: String,
+}
+
+/// Kubeflow multi-tenancy: the Profile CRD, the `kubeflow-admin|edit|view` ClusterRoles, and the
+/// controller that keeps one namespace per Profile (KfDef application `profiles`). The settings
+/// below apply to every Profile; with several ProfileController resources, the oldest one's apply.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "components.kubeflow.org", version = "v1alpha1", kind = "ProfileController", plural = "profilecontrollers",
+    category = "kubeflow", namespaced, status = "ComponentStatus",
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Installed","type":"string","jsonPath":".status.installedVersion"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProfileControllerSpec {
+    #[serde(flatten)]
+    pub core: ComponentSpecCore,
+    /// Header the ingress gateway puts the authenticated user in.
+    #[serde(default = "default_user_id_header")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9-]+$"))]
+    pub user_id_header: String,
+    /// Prefix of the user in that header (e.g. `accounts.google.com:`).
+    #[serde(default)]
+    pub user_id_prefix: String,
+    /// Labels of every profile namespace, over the defaults (`katib.kubeflow.org/metrics-collector-injection`,
+    /// `serving.kubeflow.org/inferenceservice`, `pipelines.kubeflow.org/enabled`,
+    /// `app.kubernetes.io/part-of`); an empty value removes that label.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub namespace_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub mesh_authorization: MeshAuthorization,
+    /// Workload identities allowed to call into a profile on the owner's behalf (the ingress
+    /// gateway, the Pipelines UI).
+    #[serde(default = "default_trusted_principals")]
+    pub trusted_principals: Vec<String>,
+    /// Users who may change any profile's contributors through the KFAM API.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_admins: Vec<String>,
+    /// Header carrying the caller's groups (comma-separated), for owners that are Groups.
+    #[serde(default = "default_groups_header")]
+    pub groups_header: String,
+    /// JWT claim Istio matches group contributors against (`request.auth.claims[<claim>]`).
+    #[serde(default = "default_groups_claim")]
+    pub groups_claim: String,
+    /// A LimitRange `kf-limit-range` in every profile namespace (opt-in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_range: Option<k8s_openapi::api::core::v1::LimitRangeSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policies: Option<ProfileNetworkPolicies>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_tolerations: Option<ProfileTolerations>,
+    /// OpenShift Service Mesh: every profile namespace joins this control plane.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_mesh: Option<ServiceMeshControlPlane>,
+    /// Profile labels `<prefix><resource>` (e.g. `quotas.kubeflow.org/requests.cpu: "4"`)
+    /// override that resource of the profile's quota (opt-in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?$"))]
+    pub quota_override_label_prefix: Option<String>,
+}
+
+fn default_user_id_header() -> String {
+    "kubeflow-userid".into()
+}
+fn default_groups_header() -> String {
+    "kubeflow-groups".into()
+}
+fn default_groups_claim() -> String {
+    "groups".into()
+}
+/// The ingress gateway and the Pipelines UI, as in Kubeflow's own profile controller.
+pub fn default_trusted_principals() -> Vec<String> {
+    vec![
+        "cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account".into(),
+        "cluster.local/ns/kubeflow/sa/ml-pipeline-ui".into(),
+    ]
+}
+
+/// Access to the parts every component resource shares, so the framework can treat them alike.
 pub trait ComponentResource:
     kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
     + Clone
@@ -582,18 +729,18 @@ mod tests {
 
     #[test]
     fn the_declaration_gives_names_kinds_applications_and_order() {
-        assert_eq!(ComponentKind::ALL.map(ComponentKind::name), ["istio", "dex", "kfserving", "katib", "pipelines"]);
+        assert_eq!(ComponentKind::ALL.map(ComponentKind::name), ["istio", "dex", "kfserving", "katib", "pipelines", "profiles"]);
         assert_eq!(ComponentKind::KFServing.kind(), "KFServing");
         assert_eq!(ComponentKind::from_application("katib-db-manager"), Some(ComponentKind::Katib));
         assert_eq!(ComponentKind::from_application("kfserving-gateway"), Some(ComponentKind::Istio));
         assert_eq!(ComponentKind::from_application("jupyter-web-app"), None);
         assert_eq!(
             ComponentKind::upgrade_order(),
-            [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines]
+            [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines, ComponentKind::ProfileController]
         );
         assert_eq!(
             "seldon".parse::<ComponentKind>().unwrap_err().to_string(),
-            "unknown component \"seldon\"; allowed: istio, dex, kfserving, katib, pipelines"
+            "unknown component \"seldon\"; allowed: istio, dex, kfserving, katib, pipelines, profiles"
         );
         assert_eq!(serde_json::to_value(ComponentKind::KFServing).unwrap(), "kfserving");
     }

@@ -27,6 +27,11 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
     crds
 }
 
+/// CRDs of upstream Kubeflow APIs that a component installs (not the operators' own APIs).
+pub fn component_installed_crds() -> Vec<CustomResourceDefinition> {
+    vec![crate::profile::crd()]
+}
+
 /// Directory the committed YAML lives in (`crds/generated`).
 pub fn generated_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("generated")
@@ -36,6 +41,7 @@ pub fn generated_dir() -> PathBuf {
 pub fn render_all() -> Result<Vec<(String, String)>, CrdgenError> {
     all_crds()
         .into_iter()
+        .chain(component_installed_crds())
         .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();
             let yaml = serde_yaml_ng::to_string(&crd).map_err(|source| CrdgenError::Render { name: name.clone(), source })?;

@@ -2,8 +2,9 @@
 //!
 //! * [`kfdef`]: `KfDef` (`kfdef.apps.kubeflow.org/v1`), the kfctl deployment format.
 //! * [`kfupgrade`]: `KfUpgrade` (`kfupgrade.apps.kubeflow.org/v1alpha1`).
+//! * [`profile`]: Kubeflow's `Profile` (`kubeflow.org/v1`), which the profiles component installs.
 //! * [`bus`]: the NATS contract between the meta-operator and the component operators.
-//! * [`component`]: the five component resources (`components.kubeflow.org/v1alpha1`) with their
+//! * [`component`]: the component resources (`components.kubeflow.org/v1alpha1`) with their
 //!   shared spec/status core.
 //!
 //! The YAML under `crds/generated/` is rendered from these types by `cargo run -p kubeflow-crds
@@ -15,11 +16,12 @@ pub mod component;
 pub mod crdgen;
 pub mod kfdef;
 pub mod kfupgrade;
+pub mod profile;
 
 pub use common::{Condition, ConditionStatus, NameValue};
 pub use component::{
     ComponentKind, ComponentSpecCore, ComponentStatus, Dex, Istio, KFServing, Katib,
-    ManagementState, Pipelines,
+    ManagementState, Pipelines, ProfileController,
 };
 pub use kfdef::KfDef;
 pub use kfupgrade::KfUpgrade;

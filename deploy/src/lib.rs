@@ -66,6 +66,23 @@ pub fn operator_deployment(name: &str, version: &str) -> Value {
     })
 }
 
+/// `deployment` serving `endpoints` on every interface, and a Service `<operator>-<endpoint>` for each.
+pub fn with_endpoints(mut deployment: Value, endpoints: &[component_framework::Endpoint]) -> (Value, Vec<Value>) {
+    let name = deployment["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let container = &mut deployment["spec"]["template"]["spec"]["containers"][0];
+    let mut services = Vec::new();
+    for endpoint in endpoints {
+        container["args"].as_array_mut().expect("operator args").push(format!("{}=0.0.0.0:{}", endpoint.flag, endpoint.port).into());
+        container["ports"].as_array_mut().expect("operator ports").push(json!({"name": endpoint.name, "containerPort": endpoint.port}));
+        services.push(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": format!("{name}-{}", endpoint.name), "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"}},
+            "spec": {"selector": {"app.kubernetes.io/name": name}, "ports": [{"name": endpoint.name, "port": endpoint.port, "targetPort": endpoint.name}]},
+        }));
+    }
+    (deployment, services)
+}
+
 /// ServiceAccount, ClusterRole and ClusterRoleBinding of operator `name` with `rules`.
 pub fn operator_rbac(name: &str, rules: &[k8s_openapi::api::rbac::v1::PolicyRule]) -> Vec<Value> {
     vec![
@@ -143,17 +160,17 @@ fn kustomization(files: &[&str]) -> String {
 pub fn meta_operator_package() -> (String, Vec<(String, String)>) {
     let crds = [kubeflow_crds::KfDef::crd(), kubeflow_crds::KfUpgrade::crd()].map(|c| serde_json::to_value(c).unwrap());
     let deployment = with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION")));
-    ("meta-operator".to_string(), operator_package("meta-operator", &crds, &meta_operator_rules(), deployment))
+    ("meta-operator".to_string(), operator_package("meta-operator", &crds, &meta_operator_rules(), deployment, &[]))
 }
 
 /// Files of a package that installs one operator: its CRDs, RBAC and Deployment.
-fn operator_package(name: &str, crds: &[Value], rules: &[k8s_openapi::api::rbac::v1::PolicyRule], deployment: Value) -> Vec<(String, String)> {
+fn operator_package(name: &str, crds: &[Value], rules: &[k8s_openapi::api::rbac::v1::PolicyRule], deployment: Value, services: &[Value]) -> Vec<(String, String)> {
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}});
     vec![
         ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operator.yaml"])),
         ("crd.yaml".to_string(), yaml_docs(crds)),
         ("rbac.yaml".to_string(), yaml_docs(&operator_rbac(name, rules))),
-        ("operator.yaml".to_string(), yaml_docs(&[namespace, deployment])),
+        ("operator.yaml".to_string(), yaml_docs(&[vec![namespace, deployment], services.to_vec()].concat())),
     ]
 }
 
@@ -166,7 +183,7 @@ pub fn nats_package() -> (String, Vec<(String, String)>) {
     ("nats".to_string(), files)
 }
 
-/// `deploy/all/`: NATS, the meta-operator and the five component operators in NATS mode.
+/// `deploy/all/`: NATS, the meta-operator and every component operator in NATS mode.
 pub fn all_package() -> (String, Vec<(String, String)>) {
     let mut crds = vec![serde_json::to_value(kubeflow_crds::KfDef::crd()).unwrap(), serde_json::to_value(kubeflow_crds::KfUpgrade::crd()).unwrap()];
     let mut rbac = operator_rbac("meta-operator", &meta_operator_rules());
@@ -176,7 +193,9 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
     for component in kubeflow_component_registry::all() {
         crds.push(component.crd);
         rbac.extend(operator_rbac(&component.operator, &component.rules));
-        deployments.push(with_nats(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION"))));
+        let (deployment, services) = with_endpoints(with_nats(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION"))), component.endpoints);
+        deployments.push(deployment);
+        deployments.extend(services);
     }
     let files = vec![
         ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operators.yaml"])),
@@ -189,8 +208,8 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
 
 /// Files of `deploy/<component>/` for `component`.
 pub fn component_package(component: &RegisteredComponent) -> (String, Vec<(String, String)>) {
-    let deployment = operator_deployment(&component.operator, env!("CARGO_PKG_VERSION"));
-    (component.kind.name().to_string(), operator_package(&component.operator, std::slice::from_ref(&component.crd), &component.rules, deployment))
+    let (deployment, services) = with_endpoints(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION")), component.endpoints);
+    (component.kind.name().to_string(), operator_package(&component.operator, std::slice::from_ref(&component.crd), &component.rules, deployment, &services))
 }
 
 /// Every package: `(directory under deploy/, files)`.

@@ -84,7 +84,7 @@ pub mod fixtures {
         ReleaseInfo { version: version.into(), upgrades_from: upgrades_from.iter().map(|v| v.to_string()).collect(), kubeflow: kubeflow.iter().map(|v| v.to_string()).collect() }
     }
 
-    /// What the five operators announce: two releases each, Kubeflow 1.2 and 1.3; Katib also a
+    /// What the six operators announce: two releases each, Kubeflow 1.2 and 1.3; Katib also a
     /// later one reachable only from v0.11.0.
     pub fn catalog() -> Catalog {
         let mut c = Catalog::default();
@@ -96,6 +96,7 @@ pub mod fixtures {
             vec![release("v0.10.0", &[], &["1.2"]), release("v0.11.0", &["v0.10.0"], &["1.3"]), release("v0.12.0", &["v0.11.0"], &[])],
         );
         c.learn(ComponentKind::Pipelines, vec![release("1.0.4", &[], &["1.2"]), release("1.5.0", &["1.0.4"], &["1.3"])]);
+        c.learn(ComponentKind::ProfileController, vec![release("v1.2.0", &[], &["1.2"]), release("v1.3.0", &["v1.2.0"], &["1.3"])]);
         c
     }
 }

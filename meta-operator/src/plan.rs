@@ -158,10 +158,14 @@ mod tests {
     }
 
     #[test]
-    fn kfctl_kfdef_splits_into_five_components_and_lists_every_application() {
+    fn kfctl_kfdef_splits_into_components_and_lists_every_application() {
         let kfdef = example();
         let plan = plan(&kfdef, Platform::Kubernetes, &catalog()).unwrap();
-        assert_eq!(plan.components.keys().copied().collect::<Vec<_>>(), [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines]);
+        assert_eq!(
+            plan.components.keys().copied().collect::<Vec<_>>(),
+            [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines, ComponentKind::ProfileController]
+        );
+        assert_eq!(plan.components[&ComponentKind::ProfileController].version, "v1.2.0");
         assert_eq!(plan.applications.len(), kfdef.spec.applications.len(), "an application was dropped");
         let unmapped: Vec<_> = plan.applications.iter().filter(|a| a.state == "Unmapped").map(|a| a.name.as_str()).collect();
         assert!(unmapped.contains(&"jupyter-web-app") && unmapped.contains(&"cert-manager"), "{unmapped:?}");
@@ -194,7 +198,7 @@ mod tests {
     fn spec_hash_changes_only_with_the_component_spec() {
         let mut k = example();
         let before = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
-        k.spec.applications.retain(|a| a.name != "spark-operator" && a.name != "profiles");
+        k.spec.applications.retain(|a| a.name != "spark-operator" && a.name != "jupyter-web-app");
         let after = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
         assert_eq!(before.components, after.components, "removing unmapped applications changed component specs");
         k.spec.applications.iter_mut().find(|a| a.name == "katib-controller").unwrap().kustomize_config.as_mut().unwrap().overlays.push("extra".into());
@@ -252,7 +256,7 @@ mod tests {
         k.annotations_mut().insert(PINS_ANNOTATION.into(), r#"{"seldon": "v1"}"#.into());
         assert_eq!(
             plan(&k, Platform::Kubernetes, &catalog()).unwrap_err().to_string(),
-            "annotation kfdef.apps.kubeflow.org/component-versions: unknown component \"seldon\"; allowed: istio, dex, kfserving, katib, pipelines"
+            "annotation kfdef.apps.kubeflow.org/component-versions: unknown component \"seldon\"; allowed: istio, dex, kfserving, katib, pipelines, profiles"
         );
     }
 }

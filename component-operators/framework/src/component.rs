@@ -34,6 +34,16 @@ impl Release {
     }
 }
 
+/// An HTTP endpoint an operator serves besides health and metrics (e.g. an API for users).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Port name, and the suffix of its Service (`<operator>-<name>`).
+    pub name: &'static str,
+    pub port: u16,
+    /// Command-line flag that takes the listen address, e.g. `--kfam-addr`.
+    pub flag: &'static str,
+}
+
 /// A field of the resource's spec that is invalid, with what is allowed instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
@@ -84,6 +94,9 @@ pub trait Component: Send + Sync + 'static {
     /// What the operator installs, completing "Installs and upgrades …" on its OLM package page.
     const INSTALLS: &'static str;
 
+    /// Endpoints the operator serves besides health and metrics; deploy/ exposes each one.
+    const ENDPOINTS: &'static [Endpoint] = &[];
+
     /// Component-specific spec fields of the example resource its OLM package shows.
     fn example_spec() -> Value {
         json!({})
@@ -106,6 +119,12 @@ pub trait Component: Send + Sync + 'static {
 
     /// Parameters derived from the component-specific spec fields and dereferenced inputs (pure).
     fn parameters(resource: &Self::Resource, inputs: &Inputs) -> Result<Params, InvalidSpec>;
+
+    /// ClusterRole rules for what the operator does besides installing its releases (e.g. a
+    /// controller of its own resources); most components need none.
+    fn extra_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+        Vec::new()
+    }
 
     /// Last adjustments to the rendered objects (pure); most components need none.
     fn customize(_resource: &Self::Resource, _objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {

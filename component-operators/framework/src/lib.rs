@@ -28,7 +28,7 @@ pub mod reconcile;
 pub mod run;
 pub mod status;
 
-pub use component::{Component, InvalidSpec, Inputs, Release};
+pub use component::{Component, Endpoint, InvalidSpec, Inputs, Release};
 pub use manifest::Params;
 pub use run::run;
 

@@ -10,7 +10,7 @@ use kube::Resource;
 use crate::component::Component;
 use crate::run::watched_kinds;
 
-fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+pub fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     PolicyRule {
         api_groups: Some(vec![group.to_string()]),
         resources: Some(resources.iter().map(|r| r.to_string()).collect()),
@@ -56,5 +56,6 @@ pub fn cluster_role_rules<C: Component>() -> Vec<PolicyRule> {
     if !roles.is_empty() {
         rules.push(rule("rbac.authorization.k8s.io", &roles, &["escalate", "bind"]));
     }
+    rules.extend(C::extra_rules());
     rules
 }

@@ -1,0 +1,373 @@
+//! The Profile controller: keeps each Profile's tenant objects ([`crate::tenant`]) in place.
+//!
+//! It starts once the Profile CRD is Established (the component installs it) and reconciles with
+//! the settings of the oldest managed ProfileController resource; with none, Profiles are left as
+//! they are. Reconciles are triggered by the Profile, by changes to any object it made (labelled,
+//! owner-referenced: a deleted or edited object is put back), by settings changes and by Istio's
+//! CRDs appearing (which mesh authorization a namespace gets). Per reconcile: validate (a bad
+//! Profile changes nothing and says which field), refuse a namespace someone else made, apply,
+//! drop labels the settings remove, prune what this Profile made and no longer wants (the quota
+//! once `hard` is empty, opt-in objects switched off), grant plugin identities, report status.
+//! Deleting a Profile deletes its namespace (owner reference, as upstream), after the finalizer
+//! revoked the plugin grants.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use component_framework::api::ProfileController;
+use component_framework::api::common::ConditionStatus;
+use component_framework::api::component::ManagementState;
+use component_framework::api::profile::{self, Profile, ProfileStatus};
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PartialObjectMeta, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use operator_runtime::finalizer::{Step, with_finalizer};
+use operator_runtime::retry::Backoffs;
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use crate::cloud::CloudIdentity;
+use crate::tenant::{self, MANAGED_BY, MANAGED_BY_LABEL, Mesh, PROFILE_LABEL};
+
+pub const FIELD_MANAGER: &str = "kubeflow-profiles-operator";
+/// Upstream's finalizer name, so Profiles made for the upstream controller are cleaned up too.
+pub const FINALIZER: &str = "profile-finalizer";
+const AUTHORIZATION_POLICY_CRD: &str = "authorizationpolicies.security.istio.io";
+const SERVICE_ROLE_CRD: &str = "serviceroles.rbac.istio.io";
+
+/// A reconcile step that failed, with the object it failed on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading namespace {name}: {source}")]
+    ReadNamespace { name: String, source: kube::Error },
+    #[error("applying {object}: {source}")]
+    Apply { object: String, source: kube::Error },
+    #[error("pruning {object}: {source}")]
+    Prune { object: String, source: kube::Error },
+    #[error("writing the status of Profile {name}: {source}")]
+    Status { name: String, source: kube::Error },
+    #[error("finalizer of Profile {name}: {source}")]
+    Finalizer { name: String, source: kube::Error },
+    #[error("plugin {plugin} of Profile {name}: {message}")]
+    Plugin { name: String, plugin: String, message: String },
+}
+
+impl Error {
+    /// Label of the error metric / log field.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::ReadNamespace { .. } => "read",
+            Error::Apply { .. } => "apply",
+            Error::Prune { .. } => "prune",
+            Error::Status { .. } => "status",
+            Error::Finalizer { .. } => "finalizer",
+            Error::Plugin { .. } => "plugin",
+        }
+    }
+}
+
+pub struct Context {
+    pub client: Client,
+    pub settings: Store<ProfileController>,
+    crds: Store<PartialObjectMeta<CustomResourceDefinition>>,
+    recorder: Recorder,
+    cloud: Arc<dyn CloudIdentity>,
+    backoffs: Backoffs<String>,
+}
+
+/// The ProfileController whose settings apply: the oldest managed one not being deleted.
+pub fn effective_settings(resources: &[Arc<ProfileController>]) -> Option<Arc<ProfileController>> {
+    resources
+        .iter()
+        .filter(|r| r.spec.core.management_state == ManagementState::Managed && r.meta().deletion_timestamp.is_none())
+        .min_by_key(|r| (r.meta().creation_timestamp.clone().map(|t| t.0), r.namespace(), r.name_any()))
+        .cloned()
+}
+
+fn params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+/// Where `object` (from [`tenant::desired_objects`]) is served.
+fn api_for(client: &Client, object: &Value) -> Api<DynamicObject> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let plural = if kind == "Namespace" { "namespaces" } else { tenant::PRUNABLE.iter().find(|(_, k, _)| *k == kind).map(|(_, _, p)| *p).unwrap_or_default() };
+    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    match object["metadata"]["namespace"].as_str() {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+fn describe(object: &Value) -> String {
+    let namespace = object["metadata"]["namespace"].as_str().map(|n| format!("{n}/")).unwrap_or_default();
+    format!("{} {namespace}{}", object["kind"].as_str().unwrap_or_default(), object["metadata"]["name"].as_str().unwrap_or_default())
+}
+
+impl Context {
+    fn serves(&self, crd: &str) -> bool {
+        self.crds.get(&ObjectRef::new(crd)).is_some()
+    }
+
+    /// The mesh authorization API profile namespaces get with `settings`.
+    pub fn mesh(&self, settings: &component_framework::api::component::ProfileControllerSpec) -> Mesh {
+        Mesh::resolve(settings.mesh_authorization, self.serves(AUTHORIZATION_POLICY_CRD), self.serves(SERVICE_ROLE_CRD))
+    }
+
+    async fn event(&self, profile: &Profile, type_: EventType, reason: &str, note: String) {
+        let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        if let Err(e) = self.recorder.publish(&event, &profile.object_ref(&())).await {
+            warn!(error = %e, "cannot publish event");
+        }
+    }
+
+    /// Writes `Ready` (and observedGeneration) when it differs from what the Profile shows.
+    async fn set_ready(&self, profile: &Profile, ready: bool, reason: &str, message: &str) -> Result<(), Error> {
+        let generation = profile.meta().generation;
+        let mut status = profile.status.clone().unwrap_or_default();
+        let before = status.clone();
+        status.observed_generation = generation;
+        operator_runtime::conditions::set_condition(&mut status.conditions, "Ready", ConditionStatus::from(ready), reason, message, generation, &Time(k8s_openapi::jiff::Timestamp::now()));
+        if status == before {
+            return Ok(());
+        }
+        let api: Api<Profile> = Api::all(self.client.clone());
+        let patch = json!({"status": ProfileStatus { ..status }});
+        api.patch_status(&profile.name_any(), &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|source| Error::Status { name: profile.name_any(), source })
+    }
+
+    async fn refuse(&self, profile: &Profile, reason: &str, message: String) -> Result<Action, Error> {
+        self.set_ready(profile, false, reason, &message).await?;
+        self.event(profile, EventType::Warning, reason, message).await;
+        Ok(Action::await_change())
+    }
+
+    async fn apply(&self, profile: &Profile, settings: &ProfileController) -> Result<Action, Error> {
+        let spec = &settings.spec;
+        let mesh = self.mesh(spec);
+        let desired = match tenant::desired_objects(profile, spec, mesh) {
+            Ok(desired) => desired,
+            Err(invalid) => return self.refuse(profile, "InvalidSpec", invalid.to_string()).await,
+        };
+        let name = profile.name_any();
+        let uid = profile.uid().unwrap_or_default();
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let existing = namespaces.get_opt(&name).await.map_err(|source| Error::ReadNamespace { name: name.clone(), source })?;
+        if let Some(ns) = &existing {
+            let ours = ns.owner_references().iter().any(|o| o.uid == uid);
+            if !ours {
+                let owner = ns.annotations().get(tenant::OWNER_ANNOTATION).map(|o| format!(" (owner annotation {o:?})")).unwrap_or_default();
+                let message = format!("namespace {name} already exists and was not made for this Profile{owner}; it is never adopted: delete the Profile or choose another name");
+                // The namespace is not watched (not ours): look again later.
+                self.refuse(profile, "NamespaceOwnedByOther", message).await?;
+                return Ok(Action::requeue(Duration::from_secs(300)));
+            }
+        }
+        for object in &desired {
+            let object_name = object["metadata"]["name"].as_str().unwrap_or_default();
+            api_for(&self.client, object)
+                .patch(object_name, &params(), &Patch::Apply(object))
+                .await
+                .map_err(|source| Error::Apply { object: describe(object), source })?;
+        }
+        // Labels the settings remove (empty value) may have been set by someone else, e.g. the
+        // upstream controller this one replaced: remove them explicitly.
+        let (_, remove) = tenant::namespace_labels(spec);
+        if let Some(ns) = existing {
+            let present: Vec<&String> = remove.iter().filter(|l| ns.labels().contains_key(*l)).collect();
+            if !present.is_empty() {
+                let labels: serde_json::Map<String, Value> = present.iter().map(|l| (l.to_string(), Value::Null)).collect();
+                let patch = json!({"metadata": {"labels": labels}});
+                namespaces
+                    .patch(&name, &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &Patch::Merge(&patch))
+                    .await
+                    .map_err(|source| Error::Apply { object: format!("Namespace {name} labels"), source })?;
+            }
+        }
+        self.prune(profile, &desired).await?;
+        for plugin in &profile.spec.plugins {
+            self.cloud.grant(profile, plugin).await.map_err(|message| Error::Plugin { name: name.clone(), plugin: plugin.kind.clone(), message })?;
+        }
+        let message = format!("namespace {name} and its {} objects are in place", desired.len() - 1);
+        self.set_ready(profile, true, "Reconciled", &message).await?;
+        Ok(Action::await_change())
+    }
+
+    /// Deletes objects this Profile made (label + owner reference) that are no longer desired.
+    async fn prune(&self, profile: &Profile, desired: &[Value]) -> Result<(), Error> {
+        let name = profile.name_any();
+        let uid = profile.uid().unwrap_or_default();
+        let wanted: BTreeSet<(String, String)> = desired.iter().map(|o| (o["kind"].as_str().unwrap_or_default().to_string(), o["metadata"]["name"].as_str().unwrap_or_default().to_string())).collect();
+        let selector = format!("{PROFILE_LABEL}={name},{MANAGED_BY_LABEL}={MANAGED_BY}");
+        for (api_version, kind, plural) in tenant::PRUNABLE {
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            // Kinds of CRDs that are not installed have nothing to prune.
+            if !group.is_empty() && !group.ends_with("k8s.io") && !self.serves(&format!("{plural}.{group}")) {
+                continue;
+            }
+            let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &name, &resource);
+            let list = api.list_metadata(&ListParams::default().labels(&selector)).await.map_err(|source| Error::Prune { object: format!("{kind} in {name}"), source })?;
+            for object in list.items {
+                let object_name = object.name_any();
+                let made_here = object.owner_references().iter().any(|o| o.uid == uid);
+                if !made_here || wanted.contains(&(kind.to_string(), object_name.clone())) {
+                    continue;
+                }
+                let params = DeleteParams { preconditions: Some(Preconditions { uid: object.uid(), resource_version: None }), ..Default::default() };
+                match api.delete(&object_name, &params).await {
+                    Ok(_) => info!(profile = %name, %kind, object = %object_name, "pruned"),
+                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                    Err(source) => return Err(Error::Prune { object: format!("{kind} {name}/{object_name}"), source }),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn cleanup(&self, profile: &Profile) -> Result<Action, Error> {
+        for plugin in &profile.spec.plugins {
+            self.cloud.revoke(profile, plugin).await.map_err(|message| Error::Plugin { name: profile.name_any(), plugin: plugin.kind.clone(), message })?;
+        }
+        self.event(profile, EventType::Normal, "Deleting", format!("namespace {} and everything in it are deleted with the Profile", profile.name_any())).await;
+        Ok(Action::await_change())
+    }
+}
+
+async fn reconcile(profile: Arc<Profile>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let Some(settings) = effective_settings(&ctx.settings.state()) else {
+        // No ProfileController: Profiles (and their namespaces) are left exactly as they are.
+        return Ok(Action::await_change());
+    };
+    let api: Api<Profile> = Api::all(ctx.client.clone());
+    let name = profile.name_any();
+    let result = with_finalizer(&api, FINALIZER, FIELD_MANAGER, (*profile).clone(), |step| async {
+        match step {
+            Step::Apply(p) => ctx.apply(&p, &settings).await,
+            Step::Cleanup(p) => ctx.cleanup(&p).await,
+        }
+    })
+    .await?;
+    let action = result.map_err(|source| Error::Finalizer { name: name.clone(), source })?;
+    ctx.backoffs.reset(&name);
+    Ok(action)
+}
+
+fn error_policy(profile: Arc<Profile>, error: &Error, ctx: Arc<Context>) -> Action {
+    warn!(profile = %profile.name_any(), category = error.category(), error = %error, "reconcile failed");
+    Action::requeue(ctx.backoffs.next(&profile.name_any()))
+}
+
+/// A watch with backoff: kinds whose CRD is not installed yet keep retrying quietly.
+fn owned<K>(api: Api<K>) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    watcher(api, config).default_backoff().touched_objects()
+}
+
+/// A mapper from any event to every Profile.
+fn all_profiles<T>(store: Store<Profile>) -> impl Fn(T) -> Vec<ObjectRef<Profile>> {
+    move |_| store.state().iter().map(|p| ObjectRef::from_obj(p.as_ref())).collect()
+}
+
+/// Runs the Profile controller until the process stops; `shared` receives its context once it
+/// starts (for the KFAM API).
+pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn CloudIdentity>, shared: crate::kfam::Shared) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    info!("waiting for the Profile CRD to be established");
+    if let Err(e) = kube::runtime::wait::await_condition(crds.clone(), profile::CRD_NAME, kube::runtime::conditions::is_crd_established()).await {
+        warn!(error = %e, "cannot watch the Profile CRD; Profiles are not reconciled");
+        return;
+    }
+    let settings_api: Api<ProfileController> = match &watch_namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let (settings_writer, crd_writer) = (reflector::store::Writer::default(), reflector::store::Writer::default());
+    let (settings, crd_store) = (settings_writer.as_reader(), crd_writer.as_reader());
+    let settings_changes = watcher(settings_api, watcher::Config::default()).default_backoff().reflect(settings_writer).touched_objects();
+    let crd_changes = watcher(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default()).default_backoff().reflect(crd_writer).touched_objects();
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        settings,
+        crds: crd_store,
+        recorder: Recorder::new(client.clone(), Reporter::from(FIELD_MANAGER)),
+        cloud,
+        backoffs: Backoffs::default(),
+    });
+    let _ = shared.set(ctx.clone());
+    let profiles: Api<Profile> = Api::all(client.clone());
+    let controller = Controller::new(profiles, watcher::Config::default());
+    let store = controller.store();
+    let mesh_resource = |group: &str, version: &str, kind: &str, plural: &str| ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let (ap, sr, srb) = (
+        mesh_resource("security.istio.io", "v1beta1", "AuthorizationPolicy", "authorizationpolicies"),
+        mesh_resource("rbac.istio.io", "v1alpha1", "ServiceRole", "serviceroles"),
+        mesh_resource("rbac.istio.io", "v1alpha1", "ServiceRoleBinding", "servicerolebindings"),
+    );
+    let dynamic = |r: &ApiResource| owned(Api::<DynamicObject>::all_with(client.clone(), r));
+    controller
+        .owns_stream(owned(Api::<Namespace>::all(client.clone())))
+        .owns_stream(owned(Api::<RoleBinding>::all(client.clone())))
+        .owns_stream(owned(Api::<ServiceAccount>::all(client.clone())))
+        .owns_stream(owned(Api::<ResourceQuota>::all(client.clone())))
+        .owns_stream(owned(Api::<LimitRange>::all(client.clone())))
+        .owns_stream(owned(Api::<NetworkPolicy>::all(client.clone())))
+        .owns_stream_with(dynamic(&ap), ap.clone())
+        .owns_stream_with(dynamic(&sr), sr.clone())
+        .owns_stream_with(dynamic(&srb), srb.clone())
+        .watches_stream(settings_changes, all_profiles(store.clone()))
+        .watches_stream(crd_changes.filter(|c| std::future::ready(c.as_ref().is_ok_and(|c| [AUTHORIZATION_POLICY_CRD, SERVICE_ROLE_CRD].contains(&c.name_any().as_str())))), all_profiles(store))
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "profile controller");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controller(namespace: &str, created: &str, state: &str) -> Arc<ProfileController> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "ProfileController",
+                "metadata": {"name": "profiles", "namespace": namespace, "creationTimestamp": created},
+                "spec": {"version": "v1.3.0", "managementState": state},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_oldest_managed_profile_controller_supplies_the_settings() {
+        let older = controller("a", "2026-01-01T00:00:00Z", "Managed");
+        let newer = controller("b", "2026-02-01T00:00:00Z", "Managed");
+        let removed = controller("c", "2025-01-01T00:00:00Z", "Removed");
+        let chosen = effective_settings(&[newer.clone(), removed, older]).unwrap();
+        assert_eq!(chosen.namespace().as_deref(), Some("a"));
+        assert!(effective_settings(&[controller("d", "2025-01-01T00:00:00Z", "Unmanaged")]).is_none());
+        assert_eq!(effective_settings(&[newer]).unwrap().namespace().as_deref(), Some("b"));
+    }
+}
