@@ -296,6 +296,28 @@ pub async fn http_get(url: &str) -> Result<String, String> {
     if head.starts_with("HTTP/1.1 200") { Ok(body.to_string()) } else { Err(head.lines().next().unwrap_or_default().to_string()) }
 }
 
+/// Minimal HTTP/1.1 request over loopback with extra `headers` and a JSON `body`: the status code
+/// and the body, whatever the status.
+pub async fn http_request(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&serde_json::Value>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n", body.len());
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap_or_else(|e| panic!("connect {host}: {e}"));
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status code");
+    (status, body.to_string())
+}
+
 /// Runs `kubectl` (from the environment's build) with `args`, failing the test on error.
 pub fn kubectl(args: &[&str]) -> String {
     let kubectl = std::env::var("KFOP_KUBE_BIN").map_or_else(|_| "kubectl".into(), |dir| format!("{dir}/kubectl"));

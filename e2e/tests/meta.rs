@@ -1,4 +1,4 @@
-//! The meta-operator and the five component operators in NATS mode, each test with a nats-server of
+//! The meta-operator and the component operators in NATS mode, each test with a nats-server of
 //! its own: KfDefs converge, report every application, survive NATS outages and operator restarts,
 //! and leave nothing behind when deleted. Tests in this file run one at a time (they start
 //! operators that watch every namespace).
@@ -74,7 +74,7 @@ async fn full_kfdef_converges_reports_every_application_follows_edits_and_delete
 
     let done = wait_kfdef(&api, "the kfctl KfDef Available", available).await;
     let status = done.status.clone().unwrap();
-    assert_eq!(status.components.len(), 5);
+    assert_eq!(status.components.len(), kubeflow_crds::ComponentKind::ALL.len(), "every component of the kfctl KfDef");
     assert!(status.components.values().all(|c| c.ready));
     assert_eq!(status.applications.len(), kfdef.spec.applications.len(), "an application is missing from status");
     let jupyter = status.applications.iter().find(|a| a.name == "jupyter-web-app").unwrap();

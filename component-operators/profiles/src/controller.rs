@@ -39,7 +39,8 @@ use tracing::{info, warn};
 use crate::cloud::CloudIdentity;
 use crate::tenant::{self, MANAGED_BY, MANAGED_BY_LABEL, Mesh, PROFILE_LABEL};
 
-pub const FIELD_MANAGER: &str = "kubeflow-profiles-operator";
+/// Field manager of the tenant objects (the component install uses `kubeflow-profiles-operator`).
+pub const FIELD_MANAGER: &str = "kubeflow-profile-controller";
 /// Upstream's finalizer name, so Profiles made for the upstream controller are cleaned up too.
 pub const FINALIZER: &str = "profile-finalizer";
 const AUTHORIZATION_POLICY_CRD: &str = "authorizationpolicies.security.istio.io";
