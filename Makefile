@@ -14,7 +14,8 @@ demo: ## bring up the local cluster + NATS, install the CRDs and a sample KfDef
 test: ## install prerequisites, run unit tests, start the environment, run e2e tests, tear down
 	hack/test.sh
 
-unit: ## unit tests only (no cluster)
+unit: ## unit tests only (no cluster; builds the cached kustomize the manifests tests run)
+	$(ENV)/build.sh kustomize
 	cargo test --workspace
 
 e2e: env-up ## end-to-end tests against a running environment (kept running)

@@ -11,6 +11,9 @@ step() { printf '\n=== %s (%ss)\n' "$*" "$((SECONDS - start))" >&2; }
 step "prerequisites"
 hack/prereqs.sh
 
+step "kustomize for the manifests tests (e2e/env/build.sh kustomize, cached)"
+e2e/env/build.sh kustomize
+
 step "unit tests (cargo test --workspace)"
 cargo test --workspace --locked
 

@@ -95,6 +95,12 @@ pub struct Repo {
     /// Archive or repository URI, e.g. `https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz`.
     #[serde(default)]
     pub uri: String,
+    /// Optional SHA-256 (lowercase hex) of the archive `uri` names. Not in kfctl's format (kfctl
+    /// ignores unknown fields, so a KfDef with it still works there); when set, a downloaded archive
+    /// is checked against it before anything is unpacked, and a mismatch fails the repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
+    pub sha256: Option<String>,
 }
 
 /// A kfctl plugin. Only `kind` is interpreted; the rest is kept as written.

@@ -2,7 +2,9 @@
 # Builds the local environment's binaries from the Go module proxy, once per version:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes),
 #   kwok (sigs.k8s.io/kwok) and nats-server (github.com/nats-io/nats-server/v2); for the OLM
-#   packaging: OLM's olm and catalog operators with its CRDs, opm, and operator-sdk.
+#   packaging: OLM's olm and catalog operators with its CRDs, opm, and operator-sdk; kustomize
+#   (the v3 engine kfctl used) for rendering KfDef manifests (crate kubeflow-manifests).
+# `build.sh kustomize` builds only kustomize (seconds), for the unit tests that run it.
 # Binaries land in $CACHE_DIR/bin/<name>-<version>, outside the work tree, so fresh clones reuse them.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
@@ -85,9 +87,20 @@ build_operator_sdk() {
   rm -rf "$OPERATOR_SDK_BIN" && mv "$tmp" "$OPERATOR_SDK_BIN"
 }
 
+build_kustomize() {
+  [[ -x $KUSTOMIZE_BIN/kustomize ]] && return 0
+  local tmp
+  tmp=$(build_wrapped kustomize "$KUSTOMIZE_BIN" "" \
+      -ldflags "-s -w -X sigs.k8s.io/kustomize/v3/pkg/commands/misc.kustomizeVersion=$KUSTOMIZE_VERSION" \
+      sigs.k8s.io/kustomize/v3/cmd/kustomize) || return 1
+  rm -rf "$KUSTOMIZE_BIN" && mv "$tmp" "$KUSTOMIZE_BIN"
+}
+
 mkdir -p "$CACHE_DIR/bin"
+if [[ ${1:-} == kustomize ]]; then build_kustomize; exit; fi
 install_tool github.com/nats-io/nats-server/v2 "$NATS_SERVER_VERSION" "$NATS_BIN" nats-server
 install_tool sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" "$KWOK_BIN" kwok
 build_kube
 build_olm
 build_operator_sdk
+build_kustomize

@@ -5,6 +5,9 @@ KWOK_VERSION=v0.7.0           # sigs.k8s.io/kwok
 NATS_SERVER_VERSION=v2.12.15  # github.com/nats-io/nats-server/v2
 OLM_VERSION=v0.33.0           # OLM's olm + catalog operators and opm; pinned in olm/go.mod
 OPERATOR_SDK_VERSION=v1.34.2  # operator-sdk (bundle validate); pinned in operator-sdk/go.mod
+# sigs.k8s.io/kustomize/v3, the engine kfctl v1.0–v1.2 linked (it renders KfDef manifests the same
+# way: `vars`, `bases`, `env:` generators, files outside the root); pinned in kustomize/go.mod.
+KUSTOMIZE_VERSION=v3.1.0
 
 ENV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_DIR=${KFOP_CACHE_DIR:-$HOME/.cache/kubeflow-operator}
@@ -14,6 +17,7 @@ KUBE_BIN=$CACHE_DIR/bin/kube-$KUBE_VERSION-$(sha256sum "$ENV_DIR/kube/go.sum" | 
 KWOK_BIN=$CACHE_DIR/bin/kwok-$KWOK_VERSION
 NATS_BIN=$CACHE_DIR/bin/nats-server-$NATS_SERVER_VERSION
 OLM_BIN=$CACHE_DIR/bin/olm-$OLM_VERSION-$(sha256sum "$ENV_DIR/olm/go.sum" | cut -c1-12)
+KUSTOMIZE_BIN=$CACHE_DIR/bin/kustomize-$KUSTOMIZE_VERSION-$(sha256sum "$ENV_DIR/kustomize/go.sum" | cut -c1-12)
 OPERATOR_SDK_BIN=$CACHE_DIR/bin/operator-sdk-$OPERATOR_SDK_VERSION-$(sha256sum "$ENV_DIR/operator-sdk/go.sum" | cut -c1-12)
 
 # Loopback ports; override when they collide with something already running.

@@ -1,0 +1,150 @@
+//! Typed errors: each says which repository, application, file or field failed and why.
+
+use std::path::PathBuf;
+
+/// Fetching one repository of `spec.repos` failed.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[error("repository {repo:?} ({uri}): {reason}")]
+pub struct RepoError {
+    /// `spec.repos[].name`.
+    pub repo: String,
+    /// `spec.repos[].uri` as written.
+    pub uri: String,
+    pub reason: RepoErrorReason,
+}
+
+/// Why a repository could not be fetched or unpacked.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum RepoErrorReason {
+    #[error("unsupported URI: {0}")]
+    UnsupportedUri(String),
+    #[error("local paths and file:// URIs are not allowed here (only http(s) archives)")]
+    LocalNotAllowed,
+    #[error("local path {0} does not exist")]
+    LocalNotFound(PathBuf),
+    #[error("invalid sha256 pin {0:?}: expected 64 lowercase hex digits")]
+    InvalidPin(String),
+    #[error("HTTP status {0}")]
+    HttpStatus(u16),
+    #[error("download failed: {0}")]
+    Transport(String),
+    #[error("download exceeds the limit of {limit} bytes")]
+    DownloadTooLarge { limit: u64 },
+    #[error("download did not finish within {secs} s")]
+    Timeout { secs: u64 },
+    #[error("sha256 mismatch: spec.repos[].sha256 is {expected}, the archive has {actual}")]
+    Sha256Mismatch { expected: String, actual: String },
+    #[error("not a gzip-compressed tar archive: {0}")]
+    BadArchive(String),
+    #[error("archive entry {entry:?} rejected: {reason}")]
+    UnsafeEntry { entry: String, reason: String },
+    #[error("archive unpacks to more than {limit} bytes")]
+    UnpackedTooLarge { limit: u64 },
+    #[error("archive has more than {limit} entries")]
+    TooManyEntries { limit: u64 },
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Running kustomize failed.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum KustomizeError {
+    #[error("kustomize binary not found at {path} ({hint})")]
+    NotFound { path: PathBuf, hint: String },
+    #[error("could not run kustomize: {0}")]
+    Spawn(String),
+    #[error("kustomize build did not finish within {secs} s")]
+    Timeout { secs: u64 },
+    #[error("kustomize output exceeds the limit of {limit} bytes")]
+    OutputTooLarge { limit: u64 },
+    #[error("kustomize build failed ({status}): {stderr}")]
+    Failed { status: String, stderr: String },
+}
+
+/// Rendering one application failed.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum RenderError {
+    #[error("application {app:?}: kustomizeConfig.repoRef is missing")]
+    NoRepoRef { app: String },
+    #[error("application {app:?}: repoRef.name {repo:?} is not in spec.repos (known: {known:?})")]
+    UnknownRepo {
+        app: String,
+        repo: String,
+        known: Vec<String>,
+    },
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    #[error("application {app:?}: repoRef.path {path:?} is invalid: {reason}")]
+    InvalidPath {
+        app: String,
+        path: String,
+        reason: String,
+    },
+    #[error("application {app:?}: repoRef.path {path:?} does not exist in the repository")]
+    PathNotFound { app: String, path: String },
+    #[error(
+        "application {app:?}: repoRef.path {path:?} has no kustomization.yaml (nor base/kustomization.yaml)"
+    )]
+    NotAPackage { app: String, path: String },
+    #[error("application {app:?}: overlay {overlay:?} does not exist (available: {available:?})")]
+    MissingOverlay {
+        app: String,
+        overlay: String,
+        available: Vec<String>,
+    },
+    #[error(
+        "application {app:?}: overlays {overlays:?} need a package with base/ and overlays/<name>/"
+    )]
+    OverlaysWithoutBase { app: String, overlays: Vec<String> },
+    #[error("application {app:?}: unknown parameter {parameter:?} (allowed: {allowed:?})")]
+    UnknownParameter {
+        app: String,
+        parameter: String,
+        allowed: Vec<String>,
+    },
+    #[error("application {app:?}: parameter {parameter:?} is invalid: {reason}")]
+    InvalidParameter {
+        app: String,
+        parameter: String,
+        reason: String,
+    },
+    #[error("application {app:?}: {file} refers to {reference:?}, which is not allowed: {reason}")]
+    ForbiddenReference {
+        app: String,
+        file: String,
+        reference: String,
+        reason: String,
+    },
+    #[error("application {app:?}: {source}")]
+    Kustomize { app: String, source: KustomizeError },
+    #[error("application {app:?}: kustomize output is not a list of Kubernetes objects: {reason}")]
+    Output { app: String, reason: String },
+    #[error("application {app:?}: {context}: {error}")]
+    Io {
+        app: String,
+        context: String,
+        error: String,
+    },
+}
+
+impl RenderError {
+    /// The application the error is about, when it is about one.
+    pub fn application(&self) -> Option<&str> {
+        match self {
+            RenderError::Repo(_) => None,
+            RenderError::NoRepoRef { app }
+            | RenderError::UnknownRepo { app, .. }
+            | RenderError::InvalidPath { app, .. }
+            | RenderError::PathNotFound { app, .. }
+            | RenderError::NotAPackage { app, .. }
+            | RenderError::MissingOverlay { app, .. }
+            | RenderError::OverlaysWithoutBase { app, .. }
+            | RenderError::UnknownParameter { app, .. }
+            | RenderError::InvalidParameter { app, .. }
+            | RenderError::ForbiddenReference { app, .. }
+            | RenderError::Kustomize { app, .. }
+            | RenderError::Output { app, .. }
+            | RenderError::Io { app, .. } => Some(app),
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! Test fixtures (feature `fixtures`): a small kfctl-style manifests repository in both layouts,
+//! GitHub-style tarballs of it, hostile tarballs, and a loopback HTTP server.
+//!
+//! The repository (shapes taken from kubeflow/manifests v1.0 and v1.2):
+//! - `demo/web-app`: `base/` (namespace, namePrefix-free names, commonLabels, ClusterRole +
+//!   ClusterRoleBinding + ServiceAccount, Service, Deployment, `configMapGenerator` from
+//!   `params.env`, `vars` with a `configurations` file) and `overlays/application` (bases
+//!   `../../base`, an `Application`, more commonLabels) and `overlays/istio` (no bases, a
+//!   VirtualService using a var through its own `configurations`, its own `params.env`);
+//! - `demo/webhook`: a flat package (no `base/`) with a Namespace, a CRD and a custom resource of
+//!   it, a MutatingWebhookConfiguration, a Deployment and a ClusterRole loaded from
+//!   `demo/common/`, outside the package folder;
+//! - `demo/broken`: a package kustomize rejects (a resource that does not exist);
+//! - `namespaces/base` and `stacks/kubernetes` (v1.2 style: `application/<app>` kustomizations
+//!   that take `../../../../demo/...` as bases and merge their own `params.env`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use kubeflow_crds::KfDef;
+
+/// Top folder of the fixture tarball, as GitHub names it (`<repo>-<ref>`).
+pub const TOP_FOLDER: &str = "manifests-1.0.2";
+
+const FILES: &[(&str, &str)] = &[
+    // --- demo/web-app/base
+    (
+        "demo/web-app/base/kustomization.yaml",
+        r#"apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: kubeflow
+commonLabels:
+  app: web-app
+  kustomize.component: web-app
+resources:
+- cluster-role.yaml
+- cluster-role-binding.yaml
+- service-account.yaml
+- service.yaml
+- deployment.yaml
+configMapGenerator:
+- name: web-app-parameters
+  env: params.env
+generatorOptions:
+  disableNameSuffixHash: true
+vars:
+- name: userid-header
+  objref:
+    kind: ConfigMap
+    name: web-app-parameters
+    apiVersion: v1
+  fieldref:
+    fieldpath: data.userid-header
+- name: web-app-namespace
+  objref:
+    kind: Service
+    name: web-app
+    apiVersion: v1
+  fieldref:
+    fieldpath: metadata.namespace
+configurations:
+- params.yaml
+"#,
+    ),
+    (
+        "demo/web-app/base/params.env",
+        "userid-header=\nclusterDomain=cluster.local\nnamespace=\n",
+    ),
+    (
+        "demo/web-app/base/params.yaml",
+        "varReference:\n- path: metadata/annotations\n  kind: Deployment\n",
+    ),
+    (
+        "demo/web-app/base/cluster-role.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: web-app-cluster-role\nrules:\n- apiGroups: [\"\"]\n  resources: [namespaces]\n  verbs: [get, list]\n",
+    ),
+    (
+        "demo/web-app/base/cluster-role-binding.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: web-app-binding\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: web-app-cluster-role\nsubjects:\n- kind: ServiceAccount\n  name: web-app\n  namespace: kubeflow\n",
+    ),
+    (
+        "demo/web-app/base/service-account.yaml",
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: web-app\n",
+    ),
+    (
+        "demo/web-app/base/service.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web-app\nspec:\n  ports:\n  - port: 80\n    targetPort: 5000\n",
+    ),
+    (
+        "demo/web-app/base/deployment.yaml",
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web-app
+  annotations:
+    demo.kubeflow.org/served-from: $(web-app-namespace)
+spec:
+  replicas: 1
+  template:
+    spec:
+      serviceAccountName: web-app
+      containers:
+      - name: web-app
+        image: gcr.io/kubeflow-images-public/web-app:v1.0.0
+        env:
+        - name: USERID_HEADER
+          value: $(userid-header)
+"#,
+    ),
+    // --- demo/web-app/overlays/application
+    (
+        "demo/web-app/overlays/application/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nbases:\n- ../../base\nresources:\n- application.yaml\ncommonLabels:\n  app.kubernetes.io/name: web-app\n",
+    ),
+    (
+        "demo/web-app/overlays/application/application.yaml",
+        "apiVersion: app.k8s.io/v1beta1\nkind: Application\nmetadata:\n  name: web-app\nspec:\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: web-app\n",
+    ),
+    // --- demo/web-app/overlays/istio
+    (
+        "demo/web-app/overlays/istio/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- virtual-service.yaml\nconfigMapGenerator:\n- name: web-app-istio-parameters\n  env: params.env\ngeneratorOptions:\n  disableNameSuffixHash: true\nconfigurations:\n- params.yaml\n",
+    ),
+    (
+        "demo/web-app/overlays/istio/params.env",
+        "gateway=kubeflow/kubeflow-gateway\n",
+    ),
+    (
+        "demo/web-app/overlays/istio/params.yaml",
+        "varReference:\n- path: spec/http/route/destination/host\n  kind: VirtualService\n",
+    ),
+    (
+        "demo/web-app/overlays/istio/virtual-service.yaml",
+        "apiVersion: networking.istio.io/v1alpha3\nkind: VirtualService\nmetadata:\n  name: web-app\nspec:\n  gateways:\n  - kubeflow-gateway\n  hosts: ['*']\n  http:\n  - route:\n    - destination:\n        host: web-app.$(web-app-namespace).svc.cluster.local\n        port:\n          number: 80\n",
+    ),
+    // --- demo/webhook (flat) and demo/common
+    (
+        "demo/webhook/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- webhook-configuration.yaml\n- custom-resource.yaml\n- deployment.yaml\n- crd.yaml\n- namespace.yaml\n- ../common/webhook-cluster-role.yaml\n",
+    ),
+    ("demo/webhook/params.env", "namespace=\n"),
+    (
+        "demo/webhook/namespace.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: demo-tenants\n",
+    ),
+    (
+        "demo/webhook/crd.yaml",
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: tenants.demo.kubeflow.org
+spec:
+  group: demo.kubeflow.org
+  names:
+    kind: Tenant
+    plural: tenants
+    singular: tenant
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#,
+    ),
+    (
+        "demo/webhook/custom-resource.yaml",
+        "apiVersion: demo.kubeflow.org/v1\nkind: Tenant\nmetadata:\n  name: default-tenant\nspec:\n  owner: admin@example.com\n",
+    ),
+    (
+        "demo/webhook/webhook-configuration.yaml",
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata:\n  name: tenant-defaulter\nwebhooks:\n- name: tenants.demo.kubeflow.org\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  clientConfig:\n    service:\n      name: tenant-webhook\n      namespace: kubeflow\n      path: /mutate\n  rules:\n  - apiGroups: [demo.kubeflow.org]\n    apiVersions: [v1]\n    operations: [CREATE]\n    resources: [tenants]\n",
+    ),
+    (
+        "demo/webhook/deployment.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: tenant-webhook\nspec:\n  selector:\n    matchLabels: {app: tenant-webhook}\n  template:\n    metadata:\n      labels: {app: tenant-webhook}\n    spec:\n      containers:\n      - name: webhook\n        image: gcr.io/kubeflow-images-public/tenant-webhook:v1.0.0\n",
+    ),
+    (
+        "demo/common/webhook-cluster-role.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: tenant-webhook\nrules:\n- apiGroups: [demo.kubeflow.org]\n  resources: [tenants]\n  verbs: [get, list, watch]\n",
+    ),
+    // --- demo/broken
+    (
+        "demo/broken/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- does-not-exist.yaml\n",
+    ),
+    // --- v1.2 stacks layout
+    (
+        "namespaces/base/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- namespace.yaml\n",
+    ),
+    (
+        "namespaces/base/namespace.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kubeflow\n",
+    ),
+    (
+        "stacks/kubernetes/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: kubeflow\nresources:\n- application/web-app\n- application/webhook\ncommonLabels:\n  app.kubernetes.io/part-of: kubeflow\n",
+    ),
+    (
+        "stacks/kubernetes/application/web-app/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nbases:\n- ../../../../demo/web-app/base\nconfigMapGenerator:\n- name: web-app-parameters\n  behavior: merge\n  env: params.env\n",
+    ),
+    (
+        "stacks/kubernetes/application/web-app/params.env",
+        "userid-header=kubeflow-userid\n",
+    ),
+    (
+        "stacks/kubernetes/application/webhook/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../../../../demo/webhook\n",
+    ),
+];
+
+/// Writes the fixture repository into `dir`.
+pub fn write_repo(dir: &Path) {
+    for (path, content) in FILES {
+        let file = dir.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, content).unwrap();
+    }
+}
+
+/// Packs `dir` as a GitHub archive: a gzip tar whose entries all sit under `top/`, behind a pax
+/// global header as GitHub writes one.
+pub fn pack_github_tarball(dir: &Path, top: &str) -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut b = tar::Builder::new(gz);
+    let mut pax = tar::Header::new_ustar();
+    pax.set_entry_type(tar::EntryType::XGlobalHeader);
+    let comment = b"52 comment=0123456789abcdef0123456789abcdef01234567\n";
+    pax.set_size(comment.len() as u64);
+    pax.set_path("pax_global_header").unwrap();
+    pax.set_cksum();
+    b.append(&pax, &comment[..]).unwrap();
+    b.append_dir_all(top, dir).unwrap();
+    b.into_inner().unwrap().finish().unwrap()
+}
+
+/// The fixture repository as a GitHub-style tarball.
+pub fn repo_tarball() -> Vec<u8> {
+    let tmp = tempfile::tempdir().unwrap();
+    write_repo(tmp.path());
+    pack_github_tarball(tmp.path(), TOP_FOLDER)
+}
+
+/// A hostile archive entry.
+#[derive(Clone, Copy, Debug)]
+pub enum Hostile {
+    /// `top/../../escaped.txt`
+    ParentDir,
+    /// `/tmp/escaped.txt`
+    Absolute,
+    /// `top/link -> ../../..`
+    SymlinkOut,
+    /// `top/hard` hard link to `../outside`
+    HardlinkOut,
+}
+
+/// A tarball with one normal file and one hostile entry (raw header bytes: the `tar` crate
+/// refuses to write these paths itself).
+pub fn hostile_tarball(kind: Hostile) -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut b = tar::Builder::new(gz);
+    let mut ok = tar::Header::new_gnu();
+    ok.set_path("top/kustomization.yaml").unwrap();
+    ok.set_size(0);
+    ok.set_mode(0o644);
+    ok.set_cksum();
+    b.append(&ok, &[][..]).unwrap();
+    let mut h = tar::Header::new_old();
+    let (name, link, kind, data): (&[u8], &[u8], _, &[u8]) = match kind {
+        Hostile::ParentDir => (b"top/../../escaped.txt", b"", tar::EntryType::Regular, b"x"),
+        Hostile::Absolute => (b"/tmp/escaped.txt", b"", tar::EntryType::Regular, b"x"),
+        Hostile::SymlinkOut => (b"top/link", b"../../..", tar::EntryType::Symlink, b""),
+        Hostile::HardlinkOut => (b"top/hard", b"../outside", tar::EntryType::Link, b""),
+    };
+    {
+        let old = h.as_old_mut();
+        old.name[..name.len()].copy_from_slice(name);
+        old.linkname[..link.len()].copy_from_slice(link);
+    }
+    h.set_entry_type(kind);
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append(&h, data).unwrap();
+    b.into_inner().unwrap().finish().unwrap()
+}
+
+/// A v1.0-style KfDef over the fixture repository at `uri`.
+pub fn per_application_kfdef(uri: &str, namespace: &str) -> KfDef {
+    serde_yaml_ng::from_str(&format!(
+        r#"apiVersion: kfdef.apps.kubeflow.org/v1
+kind: KfDef
+metadata:
+  name: demo
+  namespace: {namespace}
+spec:
+  version: v1.0.2
+  applications:
+  - name: webhook
+    kustomizeConfig:
+      repoRef: {{name: manifests, path: demo/webhook}}
+  - name: web-app
+    kustomizeConfig:
+      overlays: [application, istio]
+      parameters:
+      - {{name: userid-header, value: kubeflow-userid}}
+      - {{name: gateway, value: istio-system/ingressgateway}}
+      repoRef: {{name: manifests, path: demo/web-app}}
+  repos:
+  - name: manifests
+    uri: {uri}
+"#
+    ))
+    .unwrap()
+}
+
+/// A v1.2-style (stacks) KfDef over the fixture repository at `uri`.
+pub fn stacks_kfdef(uri: &str) -> KfDef {
+    serde_yaml_ng::from_str(&format!(
+        r#"apiVersion: kfdef.apps.kubeflow.org/v1
+kind: KfDef
+metadata:
+  name: demo
+  namespace: kubeflow
+spec:
+  version: v1.2.0
+  applications:
+  - name: namespaces
+    kustomizeConfig:
+      repoRef: {{name: manifests, path: namespaces/base}}
+  - name: kubeflow-apps
+    kustomizeConfig:
+      repoRef: {{name: manifests, path: stacks/kubernetes}}
+  repos:
+  - name: manifests
+    uri: {uri}
+"#
+    ))
+    .unwrap()
+}
+
+/// A loopback HTTP server answering `GET /<name>` with the bytes registered under `name` and
+/// 404 otherwise. Stops when dropped.
+pub struct Server {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Serves `files` on 127.0.0.1 (an ephemeral port).
+    pub async fn start(files: BTreeMap<String, Vec<u8>>) -> Server {
+        let files = Arc::new(files);
+        let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+            let files = files.clone();
+            async move {
+                match files.get(uri.path().trim_start_matches('/')) {
+                    Some(body) => (axum::http::StatusCode::OK, body.clone()),
+                    None => (axum::http::StatusCode::NOT_FOUND, Vec::new()),
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Server { addr, task }
+    }
+
+    /// `http://127.0.0.1:<port>/<name>`.
+    pub fn url(&self, name: &str) -> String {
+        format!("http://{}/{name}", self.addr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,538 @@
+//! Rendering applications: per-application (kfctl v1.0.x) and stacks (v1.1+).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kube::api::DynamicObject;
+use kubeflow_crds::NameValue;
+use kubeflow_crds::kfdef::{Application, KfDef, KfDefSpec};
+use serde::Deserialize;
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::archive::safe_relative;
+use crate::error::RenderError;
+use crate::fetch::{FetchedRepo, RepoCache, RepoSource};
+use crate::kfctl;
+use crate::kustomize::Kustomize;
+use crate::order::sort_install_order;
+use crate::refs;
+
+/// The application whose presence makes a KfDef a stacks KfDef (kfctl's `UsingStacks`).
+pub const STACKS_APPLICATION: &str = "kubeflow-apps";
+
+/// Namespace kfctl used for a KfDef without one.
+pub const DEFAULT_NAMESPACE: &str = "kubeflow";
+
+/// kfctl's two rendering modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// v1.0.x: base + overlays merged into a generated kustomization, `params.env` rewritten.
+    PerApplication,
+    /// v1.1+: each application's path is built as it is; overlays and parameters are not applied.
+    Stacks,
+}
+
+impl Mode {
+    /// Stacks when an application is named `kubeflow-apps`, as kfctl decided.
+    pub fn of(spec: &KfDefSpec) -> Mode {
+        if spec
+            .applications
+            .iter()
+            .any(|a| a.name == STACKS_APPLICATION)
+        {
+            Mode::Stacks
+        } else {
+            Mode::PerApplication
+        }
+    }
+}
+
+/// One application to render.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AppSpec {
+    pub name: String,
+    /// `kustomizeConfig.repoRef.path`: the package inside the repository.
+    pub path: String,
+    pub overlays: Vec<String>,
+    pub parameters: Vec<NameValue>,
+}
+
+impl AppSpec {
+    /// The application and the name of the repository its `repoRef` points into.
+    pub fn from_application(app: &Application) -> Result<(AppSpec, String), RenderError> {
+        let cfg = app.kustomize_config.as_ref();
+        let repo_ref =
+            cfg.and_then(|c| c.repo_ref.as_ref())
+                .ok_or_else(|| RenderError::NoRepoRef {
+                    app: app.name.clone(),
+                })?;
+        let spec = AppSpec {
+            name: app.name.clone(),
+            path: repo_ref.path.clone(),
+            overlays: cfg.map(|c| c.overlays.clone()).unwrap_or_default(),
+            parameters: cfg.map(|c| c.parameters.clone()).unwrap_or_default(),
+        };
+        Ok((spec, repo_ref.name.clone()))
+    }
+}
+
+/// What the KfDef contributes to every application.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderContext {
+    /// Default target namespace: the KfDef's namespace.
+    pub namespace: String,
+    /// The KfDef's name (fills `appName=` in `params.env`).
+    pub kfdef_name: String,
+    pub mode: Mode,
+}
+
+impl RenderContext {
+    pub fn of(kfdef: &KfDef) -> RenderContext {
+        RenderContext {
+            namespace: kfdef
+                .metadata
+                .namespace
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
+            kfdef_name: kfdef.metadata.name.clone().unwrap_or_default(),
+            mode: Mode::of(&kfdef.spec),
+        }
+    }
+}
+
+/// One rendered application: its objects in install order.
+#[derive(Clone, Debug)]
+pub struct RenderedApp {
+    pub name: String,
+    pub objects: Vec<DynamicObject>,
+    /// Things that were ignored, e.g. overlays on a stacks application.
+    pub warnings: Vec<String>,
+}
+
+impl RenderedApp {
+    /// The objects as a multi-document YAML stream, in install order.
+    pub fn to_yaml(&self) -> String {
+        objects_to_yaml(&self.objects)
+    }
+}
+
+/// Objects as a multi-document YAML stream.
+pub fn objects_to_yaml(objects: &[DynamicObject]) -> String {
+    objects
+        .iter()
+        .map(|o| serde_yaml_ng::to_string(o).expect("a DynamicObject serialises"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Parses `kustomize build` output into objects (empty documents skipped) in install order.
+pub fn parse_objects(yaml: &str) -> Result<Vec<DynamicObject>, String> {
+    let mut objects = Vec::new();
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(yaml).enumerate() {
+        let value =
+            serde_json::Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
+        if value.is_null() {
+            continue;
+        }
+        let object: DynamicObject =
+            serde_json::from_value(value).map_err(|e| format!("document {}: {e}", i + 1))?;
+        if object
+            .types
+            .as_ref()
+            .is_none_or(|t| t.kind.is_empty() || t.api_version.is_empty())
+        {
+            return Err(format!("document {}: no apiVersion/kind", i + 1));
+        }
+        objects.push(object);
+    }
+    sort_install_order(&mut objects);
+    Ok(objects)
+}
+
+/// Renders applications from fetched repositories with a kustomize binary. Each render works in
+/// its own temporary directory under `work_root`, removed afterwards; cached repositories are
+/// only read.
+#[derive(Clone, Debug)]
+pub struct Renderer {
+    pub kustomize: Kustomize,
+    work_root: PathBuf,
+}
+
+fn io(app: &str, context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RenderError {
+    let (app, context) = (app.to_string(), context.into());
+    move |e| RenderError::Io {
+        app,
+        context,
+        error: e.to_string(),
+    }
+}
+
+impl Renderer {
+    pub fn new(kustomize: Kustomize, work_root: impl Into<PathBuf>) -> Result<Self, String> {
+        let work_root = work_root.into();
+        std::fs::create_dir_all(&work_root)
+            .map_err(|e| format!("creating {}: {e}", work_root.display()))?;
+        Ok(Renderer {
+            kustomize,
+            work_root,
+        })
+    }
+
+    /// Renders every application of a KfDef in spec order (an application name seen before is
+    /// skipped, as kfctl did), fetching each repository once. Stops at the first error.
+    pub async fn render_kfdef(
+        &self,
+        cache: &RepoCache,
+        kfdef: &KfDef,
+    ) -> Result<Vec<RenderedApp>, RenderError> {
+        let ctx = RenderContext::of(kfdef);
+        let mut fetched: BTreeMap<String, FetchedRepo> = BTreeMap::new();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        for app in &kfdef.spec.applications {
+            if !seen.insert(app.name.clone()) {
+                continue;
+            }
+            let (spec, repo_name) = AppSpec::from_application(app)?;
+            if !fetched.contains_key(&repo_name) {
+                let repo = kfdef
+                    .spec
+                    .repos
+                    .iter()
+                    .find(|r| r.name == repo_name)
+                    .ok_or_else(|| RenderError::UnknownRepo {
+                        app: app.name.clone(),
+                        repo: repo_name.clone(),
+                        known: kfdef.spec.repos.iter().map(|r| r.name.clone()).collect(),
+                    })?;
+                fetched.insert(
+                    repo_name.clone(),
+                    cache.fetch(&RepoSource::from(repo)).await?,
+                );
+            }
+            out.push(
+                self.render_application(&fetched[&repo_name], &spec, &ctx)
+                    .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Renders one application from a fetched repository.
+    pub async fn render_application(
+        &self,
+        repo: &FetchedRepo,
+        app: &AppSpec,
+        ctx: &RenderContext,
+    ) -> Result<RenderedApp, RenderError> {
+        let work = tempfile::Builder::new()
+            .prefix("render-")
+            .tempdir_in(&self.work_root)
+            .map_err(io(&app.name, "creating a work directory"))?;
+        let (build_dir, warnings) = {
+            let (repo_root, work_dir, spec, ctx) = (
+                repo.root.clone(),
+                work.path().to_path_buf(),
+                app.clone(),
+                ctx.clone(),
+            );
+            tokio::task::spawn_blocking(move || prepare(&repo_root, &work_dir, &spec, &ctx))
+                .await
+                .map_err(|e| RenderError::Io {
+                    app: app.name.clone(),
+                    context: "preparing".into(),
+                    error: e.to_string(),
+                })??
+        };
+        let home = work.path().join("home");
+        std::fs::create_dir_all(&home).map_err(io(&app.name, "creating a work directory"))?;
+        let output = self
+            .kustomize
+            .build(&build_dir, &home)
+            .await
+            .map_err(|source| RenderError::Kustomize {
+                app: app.name.clone(),
+                source,
+            })?;
+        let objects = parse_objects(&output).map_err(|reason| RenderError::Output {
+            app: app.name.clone(),
+            reason,
+        })?;
+        Ok(RenderedApp {
+            name: app.name.clone(),
+            objects,
+            warnings,
+        })
+    }
+}
+
+/// Validates `repoRef.path` and returns it resolved inside the repository.
+fn package_dir(repo_root: &Path, app: &AppSpec) -> Result<(PathBuf, PathBuf), RenderError> {
+    let invalid = |reason: &str| RenderError::InvalidPath {
+        app: app.name.clone(),
+        path: app.path.clone(),
+        reason: reason.into(),
+    };
+    if app.path.trim().is_empty() {
+        return Err(invalid("empty"));
+    }
+    let rel = safe_relative(Path::new(&app.path))
+        .map_err(|r| invalid(&format!("{r}; it must be relative to the repository root")))?;
+    let root = std::fs::canonicalize(repo_root)
+        .map_err(io(&app.name, format!("resolving {}", repo_root.display())))?;
+    let not_found = || RenderError::PathNotFound {
+        app: app.name.clone(),
+        path: app.path.clone(),
+    };
+    let resolved = std::fs::canonicalize(root.join(&rel)).map_err(|_| not_found())?;
+    if !resolved.starts_with(&root) {
+        return Err(invalid("resolves outside the repository"));
+    }
+    if !resolved.is_dir() {
+        return Err(not_found());
+    }
+    Ok((root, rel))
+}
+
+/// Sets up the directory to build and returns it, with warnings.
+fn prepare(
+    repo_root: &Path,
+    work: &Path,
+    app: &AppSpec,
+    ctx: &RenderContext,
+) -> Result<(PathBuf, Vec<String>), RenderError> {
+    let (root, rel) = package_dir(repo_root, app)?;
+    let not_a_package = || RenderError::NotAPackage {
+        app: app.name.clone(),
+        path: app.path.clone(),
+    };
+    let forbidden = |(file, reference, reason): refs::Violation| RenderError::ForbiddenReference {
+        app: app.name.clone(),
+        file: file.display().to_string(),
+        reference,
+        reason,
+    };
+    if ctx.mode == Mode::Stacks {
+        let dir = root.join(&rel);
+        refs::kustomization_file(&dir).ok_or_else(not_a_package)?;
+        let mut warnings = Vec::new();
+        if !app.overlays.is_empty() {
+            warnings.push(format!(
+                "overlays {:?} are not applied to a stacks application",
+                app.overlays
+            ));
+        }
+        if !app.parameters.is_empty() {
+            let names: Vec<_> = app.parameters.iter().map(|p| p.name.as_str()).collect();
+            warnings.push(format!(
+                "parameters {names:?} are not applied to a stacks application"
+            ));
+        }
+        refs::check(&dir, std::slice::from_ref(&root)).map_err(forbidden)?;
+        return Ok((dir, warnings));
+    }
+
+    let tree = work.join("tree");
+    let pkg = mirror(&root, &tree, &rel)
+        .map_err(io(&app.name, "copying the package into the work directory"))?;
+    per_application(&pkg, app, ctx)?;
+    let tree_canon =
+        std::fs::canonicalize(&tree).map_err(io(&app.name, "resolving the work directory"))?;
+    refs::check(&pkg, &[tree_canon, root]).map_err(forbidden)?;
+    Ok((pkg, Vec::new()))
+}
+
+/// Recreates the path to the package under `tree`: the package itself is copied (it gets
+/// rewritten), everything beside the path is a symlink into the repository, so relative
+/// references out of the package still resolve. Returns the package copy.
+fn mirror(root: &Path, tree: &Path, rel: &Path) -> std::io::Result<PathBuf> {
+    let (mut src, mut dst) = (root.to_path_buf(), tree.to_path_buf());
+    for comp in rel.components() {
+        std::fs::create_dir_all(&dst)?;
+        for entry in std::fs::read_dir(&src)? {
+            let entry = entry?;
+            if entry.file_name() != comp.as_os_str() {
+                std::os::unix::fs::symlink(entry.path(), dst.join(entry.file_name()))?;
+            }
+        }
+        src.push(comp);
+        dst.push(comp);
+    }
+    copy_tree(&src, &dst, root, 0)?;
+    Ok(dst)
+}
+
+/// Copies a directory, following symlinks that stay inside `root` (others are an error).
+fn copy_tree(src: &Path, dst: &Path, root: &Path, depth: usize) -> std::io::Result<()> {
+    if depth > 64 {
+        return Err(std::io::Error::other(format!(
+            "{}: directories nested too deep (symlink loop?)",
+            src.display()
+        )));
+    }
+    std::fs::create_dir_all(dst)?;
+    for entry in std::fs::read_dir(src)? {
+        let entry = entry?;
+        let (from, to) = (entry.path(), dst.join(entry.file_name()));
+        let resolved = std::fs::canonicalize(&from);
+        match resolved {
+            Ok(r) if !r.starts_with(root) => {
+                return Err(std::io::Error::other(format!(
+                    "{} links outside the repository",
+                    from.display()
+                )));
+            }
+            Ok(r) if r.is_dir() => copy_tree(&r, &to, root, depth + 1)?,
+            Ok(r) => {
+                std::fs::copy(&r, &to)?;
+            }
+            Err(_) => {} // a dangling link: nothing to copy
+        }
+    }
+    Ok(())
+}
+
+fn read_mapping(app: &str, file: &Path) -> Result<Mapping, RenderError> {
+    let text =
+        std::fs::read_to_string(file).map_err(io(app, format!("reading {}", file.display())))?;
+    match serde_yaml_ng::from_str::<Value>(&text) {
+        Ok(Value::Mapping(m)) => Ok(m),
+        Ok(Value::Null) => Ok(Mapping::new()),
+        Ok(_) => Err(RenderError::Io {
+            app: app.into(),
+            context: format!("parsing {}", file.display()),
+            error: "not a mapping".into(),
+        }),
+        Err(e) => Err(RenderError::Io {
+            app: app.into(),
+            context: format!("parsing {}", file.display()),
+            error: e.to_string(),
+        }),
+    }
+}
+
+/// kfctl's per-application preparation of the package copy at `pkg`.
+fn per_application(pkg: &Path, app: &AppSpec, ctx: &RenderContext) -> Result<(), RenderError> {
+    let base_dir = pkg.join("base");
+    let has_base = base_dir.join("kustomization.yaml").is_file();
+    // The directories whose params.env the parameters apply to.
+    let mut param_dirs = Vec::new();
+    let mut overlays = Vec::new();
+    if has_base {
+        param_dirs.push(base_dir.clone());
+        let available = || -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(pkg.join("overlays"))
+                .into_iter()
+                .flatten()
+                .filter_map(Result::ok)
+                .filter(|e| e.path().join("kustomization.yaml").is_file())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        for name in &app.overlays {
+            let valid_name = !name.is_empty()
+                && name != "."
+                && name != ".."
+                && !name.contains(['/', '\\', '\0']);
+            let dir = pkg.join("overlays").join(name);
+            if !valid_name || !dir.join("kustomization.yaml").is_file() {
+                return Err(RenderError::MissingOverlay {
+                    app: app.name.clone(),
+                    overlay: name.clone(),
+                    available: available(),
+                });
+            }
+            param_dirs.push(dir.clone());
+            overlays.push((name.clone(), dir));
+        }
+    } else {
+        if refs::kustomization_file(pkg).is_none() {
+            return Err(RenderError::NotAPackage {
+                app: app.name.clone(),
+                path: app.path.clone(),
+            });
+        }
+        if !app.overlays.is_empty() {
+            return Err(RenderError::OverlaysWithoutBase {
+                app: app.name.clone(),
+                overlays: app.overlays.clone(),
+            });
+        }
+        param_dirs.push(pkg.to_path_buf());
+    }
+
+    // Parameters: declared in a selected params.env, or `namespace`.
+    let mut declared = std::collections::BTreeSet::from(["namespace".to_string()]);
+    let mut params_files = Vec::new();
+    for dir in &param_dirs {
+        let file = dir.join("params.env");
+        if file.is_file() {
+            let text = std::fs::read_to_string(&file)
+                .map_err(io(&app.name, format!("reading {}", file.display())))?;
+            declared.extend(kfctl::params_env_names(&text));
+            params_files.push((file, text));
+        }
+    }
+    let mut params = BTreeMap::new();
+    for p in &app.parameters {
+        if !declared.contains(&p.name) {
+            return Err(RenderError::UnknownParameter {
+                app: app.name.clone(),
+                parameter: p.name.clone(),
+                allowed: declared.iter().cloned().collect(),
+            });
+        }
+        kfctl::check_param_value(&p.value).map_err(|reason| RenderError::InvalidParameter {
+            app: app.name.clone(),
+            parameter: p.name.clone(),
+            reason,
+        })?;
+        params.insert(p.name.clone(), p.value.clone());
+    }
+    let namespace = params
+        .get("namespace")
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .unwrap_or_else(|| ctx.namespace.clone());
+    for (file, text) in params_files {
+        let rewritten = kfctl::rewrite_params_env(&text, &params, &ctx.namespace, &ctx.kfdef_name);
+        std::fs::write(&file, rewritten)
+            .map_err(io(&app.name, format!("writing {}", file.display())))?;
+    }
+
+    if has_base {
+        let base = read_mapping(&app.name, &base_dir.join("kustomization.yaml"))?;
+        let mut loaded = Vec::new();
+        for (name, dir) in overlays {
+            loaded.push((
+                name,
+                read_mapping(&app.name, &dir.join("kustomization.yaml"))?,
+            ));
+        }
+        let merged = kfctl::merge_kustomizations(&base, &loaded, &namespace);
+        for n in ["kustomization.yaml", "kustomization.yml", "Kustomization"] {
+            let _ = std::fs::remove_file(pkg.join(n));
+        }
+        write_mapping(&app.name, &pkg.join("kustomization.yaml"), &merged)
+    } else {
+        let file = refs::kustomization_file(pkg).expect("checked above");
+        let mut k = read_mapping(&app.name, &file)?;
+        let explicit = params.get("namespace").filter(|v| !v.is_empty());
+        let has_ns = k
+            .get("namespace")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty());
+        if explicit.is_some() || !has_ns {
+            k.insert(Value::String("namespace".into()), Value::String(namespace));
+        }
+        write_mapping(&app.name, &file, &k)
+    }
+}
+
+fn write_mapping(app: &str, file: &Path, m: &Mapping) -> Result<(), RenderError> {
+    let text = serde_yaml_ng::to_string(m).expect("a mapping serialises");
+    std::fs::write(file, text).map_err(io(app, format!("writing {}", file.display())))
+}

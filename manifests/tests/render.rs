@@ -1,0 +1,569 @@
+//! Fetch over loopback HTTP and render the fixture repository with the real kustomize, in both
+//! kfctl modes, and every error a KfDef can cause. Needs the kustomize `e2e/env/build.sh
+//! kustomize` builds (hack/test.sh builds it first), or `KFOP_KUSTOMIZE`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use kube::api::DynamicObject;
+use kubeflow_crds::NameValue;
+use kubeflow_manifests::Kustomize;
+use kubeflow_manifests::fixtures::{self, Hostile, Server};
+use kubeflow_manifests::{
+    AppSpec, FetchOptions, KustomizeError, Mode, RenderContext, RenderError, Renderer, RepoCache,
+    RepoErrorReason, RepoSource,
+};
+use sha2::Digest;
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    cache: RepoCache,
+    renderer: Renderer,
+}
+
+async fn env(allow_local: bool) -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let kustomize = Kustomize::locate()
+        .await
+        .unwrap_or_else(|e| panic!("these tests run the real kustomize: {e}"));
+    let cache = RepoCache::new(
+        tmp.path().join("cache"),
+        FetchOptions {
+            allow_local,
+            ..FetchOptions::default()
+        },
+    )
+    .unwrap();
+    let renderer = Renderer::new(kustomize, tmp.path().join("work")).unwrap();
+    Env {
+        _tmp: tmp,
+        cache,
+        renderer,
+    }
+}
+
+fn summary(objects: &[DynamicObject]) -> Vec<(String, String, String)> {
+    objects
+        .iter()
+        .map(|o| {
+            (
+                o.types.as_ref().unwrap().kind.clone(),
+                o.metadata.name.clone().unwrap_or_default(),
+                o.metadata.namespace.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn owned(v: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+    v.iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+        .collect()
+}
+
+fn find<'a>(objects: &'a [DynamicObject], kind: &str, name: &str) -> &'a DynamicObject {
+    objects
+        .iter()
+        .find(|o| {
+            o.types.as_ref().unwrap().kind == kind && o.metadata.name.as_deref() == Some(name)
+        })
+        .unwrap_or_else(|| panic!("{kind}/{name} not rendered"))
+}
+
+async fn serve_repo() -> Server {
+    Server::start(BTreeMap::from([(
+        "archive/v1.0.2.tar.gz".to_string(),
+        fixtures::repo_tarball(),
+    )]))
+    .await
+}
+
+#[tokio::test]
+async fn per_application_kfdef_renders_base_overlays_and_parameters_over_http() {
+    let env = env(false).await;
+    let server = serve_repo().await;
+    let kfdef = fixtures::per_application_kfdef(&server.url("archive/v1.0.2.tar.gz"), "team-a");
+    let apps = env.renderer.render_kfdef(&env.cache, &kfdef).await.unwrap();
+    assert_eq!(
+        apps.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
+        ["webhook", "web-app"]
+    );
+
+    // Flat package: install order, the KfDef's namespace on namespaced objects, a file from
+    // outside the package folder (the ClusterRole in demo/common).
+    assert_eq!(
+        summary(&apps[0].objects),
+        owned(&[
+            ("Namespace", "demo-tenants", ""),
+            ("CustomResourceDefinition", "tenants.demo.kubeflow.org", ""),
+            ("ClusterRole", "tenant-webhook", ""),
+            ("Deployment", "tenant-webhook", "team-a"),
+            ("MutatingWebhookConfiguration", "tenant-defaulter", ""),
+            ("Tenant", "default-tenant", "team-a"),
+        ])
+    );
+
+    let web = &apps[1].objects;
+    assert_eq!(
+        summary(web),
+        owned(&[
+            ("ConfigMap", "web-app-istio-parameters", "team-a"),
+            ("ConfigMap", "web-app-parameters", "team-a"),
+            ("ServiceAccount", "web-app", "team-a"),
+            ("ClusterRole", "web-app-cluster-role", ""),
+            ("ClusterRoleBinding", "web-app-binding", ""),
+            ("Service", "web-app", "team-a"),
+            ("Deployment", "web-app", "team-a"),
+            ("Application", "web-app", "team-a"),
+            ("VirtualService", "web-app", "team-a"),
+        ])
+    );
+    // params.env of base and of the istio overlay, rewritten; namespace= filled from the KfDef.
+    assert_eq!(
+        find(web, "ConfigMap", "web-app-parameters").data["data"],
+        serde_json::json!({"userid-header": "kubeflow-userid", "clusterDomain": "cluster.local", "namespace": "team-a"})
+    );
+    assert_eq!(
+        find(web, "ConfigMap", "web-app-istio-parameters").data["data"],
+        serde_json::json!({"gateway": "istio-system/ingressgateway"})
+    );
+    // vars: from the ConfigMap into the container, from the Service's namespace into an
+    // annotation (base configurations) and into the VirtualService (the overlay's configurations).
+    let deployment = find(web, "Deployment", "web-app");
+    assert_eq!(
+        deployment.data["spec"]["template"]["spec"]["containers"][0]["env"],
+        serde_json::json!([{"name": "USERID_HEADER", "value": "kubeflow-userid"}])
+    );
+    assert_eq!(
+        deployment.metadata.annotations.as_ref().unwrap()["demo.kubeflow.org/served-from"],
+        "team-a"
+    );
+    assert_eq!(
+        find(web, "VirtualService", "web-app").data["spec"]["http"][0]["route"][0]["destination"]["host"],
+        "web-app.team-a.svc.cluster.local"
+    );
+    // commonLabels of base and of the hoisted application overlay.
+    assert_eq!(
+        deployment.metadata.labels.as_ref().unwrap(),
+        &BTreeMap::from([
+            ("app".to_string(), "web-app".to_string()),
+            ("app.kubernetes.io/name".to_string(), "web-app".to_string()),
+            ("kustomize.component".to_string(), "web-app".to_string()),
+        ])
+    );
+
+    // The cache was only read: its params.env is the repository's, and a second fetch with the
+    // server gone is served from the cache.
+    drop(server);
+    let source = RepoSource {
+        name: "manifests".into(),
+        uri: kfdef.spec.repos[0].uri.clone(),
+        sha256: None,
+    };
+    let cached = env.cache.fetch(&source).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(cached.root.join("demo/web-app/base/params.env")).unwrap(),
+        "userid-header=\nclusterDomain=cluster.local\nnamespace=\n"
+    );
+    assert!(cached.cache_key.unwrap().starts_with("uri-"));
+}
+
+#[tokio::test]
+async fn namespace_parameter_overrides_the_kfdef_namespace() {
+    let env = env(false).await;
+    let server = serve_repo().await;
+    let repo = env
+        .cache
+        .fetch(&RepoSource {
+            name: "manifests".into(),
+            uri: server.url("archive/v1.0.2.tar.gz"),
+            sha256: None,
+        })
+        .await
+        .unwrap();
+    let ctx = RenderContext {
+        namespace: "kubeflow".into(),
+        kfdef_name: "demo".into(),
+        mode: Mode::PerApplication,
+    };
+    let app = AppSpec {
+        name: "web-app".into(),
+        path: "demo/web-app".into(),
+        overlays: vec!["application".into()],
+        parameters: vec![NameValue {
+            name: "namespace".into(),
+            value: "istio-system".into(),
+        }],
+    };
+    let rendered = env
+        .renderer
+        .render_application(&repo, &app, &ctx)
+        .await
+        .unwrap();
+    let namespaces: std::collections::BTreeSet<_> = rendered
+        .objects
+        .iter()
+        .filter_map(|o| o.metadata.namespace.clone())
+        .collect();
+    assert_eq!(
+        namespaces,
+        std::collections::BTreeSet::from(["istio-system".to_string()])
+    );
+    assert_eq!(
+        find(&rendered.objects, "ConfigMap", "web-app-parameters").data["data"]["namespace"],
+        "istio-system"
+    );
+}
+
+#[tokio::test]
+async fn stacks_kfdef_builds_each_path_as_it_is() {
+    let env = env(false).await;
+    let server = serve_repo().await;
+    let mut kfdef = fixtures::stacks_kfdef(&server.url("archive/v1.0.2.tar.gz"));
+    // Pinned: the test computes the digest of the bytes it serves.
+    let digest = sha2::Sha256::digest(fixtures::repo_tarball());
+    kfdef.spec.repos[0].sha256 = Some(digest.iter().map(|b| format!("{b:02x}")).collect());
+    let apps = env.renderer.render_kfdef(&env.cache, &kfdef).await.unwrap();
+    assert_eq!(
+        summary(&apps[0].objects),
+        owned(&[("Namespace", "kubeflow", "")])
+    );
+    let objects = &apps[1].objects;
+    assert_eq!(
+        summary(objects),
+        owned(&[
+            ("Namespace", "demo-tenants", ""),
+            ("ConfigMap", "web-app-parameters", "kubeflow"),
+            ("ServiceAccount", "web-app", "kubeflow"),
+            ("CustomResourceDefinition", "tenants.demo.kubeflow.org", ""),
+            ("ClusterRole", "tenant-webhook", ""),
+            ("ClusterRole", "web-app-cluster-role", ""),
+            ("ClusterRoleBinding", "web-app-binding", ""),
+            ("Service", "web-app", "kubeflow"),
+            ("Deployment", "tenant-webhook", "kubeflow"),
+            ("Deployment", "web-app", "kubeflow"),
+            ("MutatingWebhookConfiguration", "tenant-defaulter", ""),
+            ("Tenant", "default-tenant", "kubeflow"),
+        ])
+    );
+    // The stack's own params.env merged into the base's generator.
+    assert_eq!(
+        find(objects, "ConfigMap", "web-app-parameters").data["data"]["userid-header"],
+        "kubeflow-userid"
+    );
+    assert_eq!(
+        find(objects, "Deployment", "web-app")
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()["app.kubernetes.io/part-of"],
+        "kubeflow"
+    );
+}
+
+async fn render_err(env: &Env, kfdef: &kubeflow_crds::KfDef) -> RenderError {
+    env.renderer
+        .render_kfdef(&env.cache, kfdef)
+        .await
+        .unwrap_err()
+}
+
+fn app_kfdef(
+    uri: &str,
+    path: &str,
+    overlays: &[&str],
+    params: &[(&str, &str)],
+) -> kubeflow_crds::KfDef {
+    let mut kfdef = fixtures::per_application_kfdef(uri, "kubeflow");
+    kfdef.spec.applications.truncate(1);
+    kfdef.spec.applications[0].name = "app".into();
+    let cfg = kfdef.spec.applications[0]
+        .kustomize_config
+        .as_mut()
+        .unwrap();
+    cfg.repo_ref.as_mut().unwrap().path = path.into();
+    cfg.overlays = overlays.iter().map(|s| s.to_string()).collect();
+    cfg.parameters = params
+        .iter()
+        .map(|(n, v)| NameValue {
+            name: n.to_string(),
+            value: v.to_string(),
+        })
+        .collect();
+    kfdef
+}
+
+#[tokio::test]
+async fn kfdef_mistakes_are_typed_errors_naming_the_application() {
+    let env = env(false).await;
+    let server = serve_repo().await;
+    let uri = server.url("archive/v1.0.2.tar.gz");
+
+    assert_eq!(
+        render_err(&env, &app_kfdef(&uri, "demo/missing", &[], &[])).await,
+        RenderError::PathNotFound {
+            app: "app".into(),
+            path: "demo/missing".into()
+        }
+    );
+    assert!(matches!(
+        render_err(&env, &app_kfdef(&uri, "../demo/web-app", &[], &[])).await,
+        RenderError::InvalidPath { app, .. } if app == "app"
+    ));
+    assert_eq!(
+        render_err(
+            &env,
+            &app_kfdef(&uri, "demo/web-app", &["application", "gcp"], &[])
+        )
+        .await,
+        RenderError::MissingOverlay {
+            app: "app".into(),
+            overlay: "gcp".into(),
+            available: vec!["application".into(), "istio".into()]
+        }
+    );
+    assert_eq!(
+        render_err(&env, &app_kfdef(&uri, "demo/web-app", &["../../demo"], &[])).await,
+        RenderError::MissingOverlay {
+            app: "app".into(),
+            overlay: "../../demo".into(),
+            available: vec!["application".into(), "istio".into()]
+        }
+    );
+    // `gateway` is declared by the istio overlay only, which is not selected.
+    assert_eq!(
+        render_err(
+            &env,
+            &app_kfdef(&uri, "demo/web-app", &["application"], &[("gateway", "x")])
+        )
+        .await,
+        RenderError::UnknownParameter {
+            app: "app".into(),
+            parameter: "gateway".into(),
+            allowed: vec![
+                "clusterDomain".into(),
+                "namespace".into(),
+                "userid-header".into()
+            ],
+        }
+    );
+    assert!(matches!(
+        render_err(&env, &app_kfdef(&uri, "demo/web-app", &[], &[("userid-header", "a\nclusterDomain=evil")])).await,
+        RenderError::InvalidParameter { app, parameter, .. } if app == "app" && parameter == "userid-header"
+    ));
+    assert_eq!(
+        render_err(&env, &app_kfdef(&uri, "demo/webhook", &["istio"], &[])).await,
+        RenderError::OverlaysWithoutBase {
+            app: "app".into(),
+            overlays: vec!["istio".into()]
+        }
+    );
+    match render_err(&env, &app_kfdef(&uri, "demo/broken", &[], &[])).await {
+        RenderError::Kustomize {
+            app,
+            source: KustomizeError::Failed { stderr, .. },
+        } => {
+            assert_eq!(app, "app");
+            assert!(
+                stderr.contains("does-not-exist.yaml"),
+                "kustomize's stderr is surfaced: {stderr}"
+            );
+        }
+        other => panic!("expected a kustomize failure, got {other:?}"),
+    }
+    let mut unknown_repo = app_kfdef(&uri, "demo/web-app", &[], &[]);
+    unknown_repo.spec.applications[0]
+        .kustomize_config
+        .as_mut()
+        .unwrap()
+        .repo_ref
+        .as_mut()
+        .unwrap()
+        .name = "other".into();
+    assert_eq!(
+        render_err(&env, &unknown_repo).await,
+        RenderError::UnknownRepo {
+            app: "app".into(),
+            repo: "other".into(),
+            known: vec!["manifests".into()]
+        }
+    );
+}
+
+async fn repo_reason(env: &Env, uri: &str, sha256: Option<String>) -> RepoErrorReason {
+    let source = RepoSource {
+        name: "manifests".into(),
+        uri: uri.into(),
+        sha256,
+    };
+    let err = env.cache.fetch(&source).await.unwrap_err();
+    assert_eq!((err.repo.as_str(), err.uri.as_str()), ("manifests", uri));
+    err.reason
+}
+
+#[tokio::test]
+async fn bad_repositories_are_typed_errors_naming_the_repository() {
+    let env = env(false).await;
+    let mut files = BTreeMap::from([("good.tar.gz".to_string(), fixtures::repo_tarball())]);
+    for (name, kind) in [
+        ("parent.tar.gz", Hostile::ParentDir),
+        ("absolute.tar.gz", Hostile::Absolute),
+        ("symlink.tar.gz", Hostile::SymlinkOut),
+        ("hardlink.tar.gz", Hostile::HardlinkOut),
+    ] {
+        files.insert(name.into(), fixtures::hostile_tarball(kind));
+    }
+    files.insert(
+        "not-gzip.tar.gz".into(),
+        b"<html>not an archive</html>".to_vec(),
+    );
+    let server = Server::start(files).await;
+
+    assert_eq!(
+        repo_reason(&env, "ftp://example.org/manifests.tar.gz", None).await,
+        RepoErrorReason::UnsupportedUri(
+            "scheme \"ftp\" (allowed: https, http, file, or a local path)".into()
+        )
+    );
+    assert_eq!(
+        repo_reason(&env, &server.url("missing.tar.gz"), None).await,
+        RepoErrorReason::HttpStatus(404)
+    );
+    assert_eq!(
+        repo_reason(&env, "/etc", None).await,
+        RepoErrorReason::LocalNotAllowed
+    );
+    assert!(matches!(
+        repo_reason(&env, &server.url("not-gzip.tar.gz"), None).await,
+        RepoErrorReason::BadArchive(_)
+    ));
+
+    let wrong = "0".repeat(64);
+    match repo_reason(&env, &server.url("good.tar.gz"), Some(wrong.clone())).await {
+        RepoErrorReason::Sha256Mismatch { expected, actual } => {
+            assert_eq!(expected, wrong);
+            let digest = sha2::Sha256::digest(fixtures::repo_tarball());
+            assert_eq!(
+                actual,
+                digest
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            );
+        }
+        other => panic!("expected a sha256 mismatch, got {other:?}"),
+    }
+    assert_eq!(
+        repo_reason(&env, &server.url("good.tar.gz"), Some("ABC".into())).await,
+        RepoErrorReason::InvalidPin("ABC".into())
+    );
+
+    for (name, entry) in [
+        ("parent.tar.gz", "top/../../escaped.txt"),
+        ("absolute.tar.gz", "/tmp/escaped.txt"),
+        ("symlink.tar.gz", "top/link"),
+        ("hardlink.tar.gz", "top/hard"),
+    ] {
+        match repo_reason(&env, &server.url(name), None).await {
+            RepoErrorReason::UnsafeEntry { entry: e, .. } => assert_eq!(e, entry, "{name}"),
+            other => panic!("{name}: expected an unsafe entry, got {other:?}"),
+        }
+    }
+    assert!(!Path::new("/tmp/escaped.txt").exists());
+    // Nothing half-unpacked was left as a cache entry.
+    assert_eq!(
+        std::fs::read_dir(env.cache.dir().join("repos"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[tokio::test]
+async fn limits_bound_downloads_and_unpacking() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(BTreeMap::from([(
+        "repo.tar.gz".to_string(),
+        fixtures::repo_tarball(),
+    )]))
+    .await;
+    let source = RepoSource {
+        name: "manifests".into(),
+        uri: server.url("repo.tar.gz"),
+        sha256: None,
+    };
+    let small = |o: FetchOptions| RepoCache::new(tmp.path().join("c"), o).unwrap();
+    let e = small(FetchOptions {
+        max_download_bytes: 100,
+        ..FetchOptions::default()
+    })
+    .fetch(&source)
+    .await
+    .unwrap_err();
+    assert_eq!(e.reason, RepoErrorReason::DownloadTooLarge { limit: 100 });
+    let e = small(FetchOptions {
+        max_entries: 5,
+        ..FetchOptions::default()
+    })
+    .fetch(&source)
+    .await
+    .unwrap_err();
+    assert_eq!(e.reason, RepoErrorReason::TooManyEntries { limit: 5 });
+    let e = small(FetchOptions {
+        max_unpacked_bytes: 1000,
+        ..FetchOptions::default()
+    })
+    .fetch(&source)
+    .await
+    .unwrap_err();
+    assert_eq!(e.reason, RepoErrorReason::UnpackedTooLarge { limit: 1000 });
+}
+
+#[tokio::test]
+async fn kustomizations_may_not_reach_files_outside_the_repository() {
+    let env = env(true).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    fixtures::write_repo(&repo);
+    let secret = tmp.path().join("host-secret.txt");
+    std::fs::write(&secret, "token").unwrap();
+    let uri = format!("file://{}", repo.display());
+
+    // Per application: an absolute path from the package.
+    let absolute = secret.display().to_string();
+    std::fs::write(
+        repo.join("demo/webhook/kustomization.yaml"),
+        format!("configMapGenerator:\n- name: leak\n  files: [{absolute}]\n"),
+    )
+    .unwrap();
+    match render_err(&env, &app_kfdef(&uri, "demo/webhook", &[], &[])).await {
+        RenderError::ForbiddenReference { app, reference, .. } => assert_eq!(
+            (app.as_str(), reference.as_str()),
+            ("app", absolute.as_str())
+        ),
+        other => panic!("expected a forbidden reference, got {other:?}"),
+    }
+
+    // Stacks: a relative path climbing out of the repository, reached through a base.
+    std::fs::write(
+        repo.join("demo/webhook/kustomization.yaml"),
+        "configMapGenerator:\n- name: leak\n  files: [token=../../../host-secret.txt]\n",
+    )
+    .unwrap();
+    let kfdef = fixtures::stacks_kfdef(&uri);
+    match render_err(&env, &kfdef).await {
+        RenderError::ForbiddenReference {
+            app,
+            file,
+            reference,
+            ..
+        } => {
+            assert_eq!(
+                (app.as_str(), reference.as_str()),
+                ("kubeflow-apps", "../../../host-secret.txt")
+            );
+            assert!(file.ends_with("demo/webhook/kustomization.yaml"), "{file}");
+        }
+        other => panic!("expected a forbidden reference, got {other:?}"),
+    }
+}
