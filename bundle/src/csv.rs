@@ -139,7 +139,8 @@ fn kind_description(kind: &str) -> String {
 pub fn cluster_service_version(package: &Package, index: usize) -> Value {
     let release = &OPERATOR_RELEASES[index];
     let image = operator_image(&package.operator, release);
-    let mut deployment = kubeflow_deploy::operator_deployment(&package.operator, release.version);
+    // The endpoints' Services are not part of a bundle: the README says how to expose them.
+    let (mut deployment, _services) = kubeflow_deploy::with_endpoints(kubeflow_deploy::operator_deployment(&package.operator, release.version), package.endpoints);
     if !package.env.is_empty() {
         deployment["spec"]["template"]["spec"]["containers"][0]["env"] = json!(package.env);
     }
@@ -222,6 +223,7 @@ pub fn meta_operator_package() -> Package {
         created_kinds,
         env: vec![json!({"name": "NATS_URL", "value": kubeflow_deploy::NATS_URL})],
         first_release: 0,
+        endpoints: &[],
         examples: Box::new(meta_examples),
     }
 }
@@ -297,6 +299,7 @@ pub fn component_package(component: RegisteredComponent) -> Package {
         created_kinds,
         env: Vec::new(),
         first_release: releases::first_release(&format!("kubeflow-{name}-operator")),
+        endpoints: component.endpoints,
         examples: Box::new(example),
     }
 }

@@ -61,6 +61,8 @@ pub struct Package {
     pub created_kinds: BTreeMap<String, Vec<(String, String, String)>>,
     /// Environment of the operator container.
     pub env: Vec<Value>,
+    /// Endpoints the operator serves besides health and metrics.
+    pub endpoints: &'static [component_framework::Endpoint],
     /// Index of the first release that has this package.
     pub first_release: usize,
     /// `alm-examples` for a release.
