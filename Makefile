@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := e2e/env
 
-.PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-upgrade fuzz images images-lock push
+.PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-upgrade fuzz images images-lock push test-images
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -66,3 +66,6 @@ images-lock: prereqs ## build the images and record their digests in images/lock
 push: ## push the built images to REGISTRY (e.g. make push REGISTRY=ghcr.io/kubeflow-operator), by digest
 	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=<registry>/<namespace>"; exit 2; }
 	hack/images.sh push $(REGISTRY)
+
+test-images: env-up images ## run every image under crun against the local environment; digests as locked, reproducible
+	source e2e/env/versions.sh && source $$ENV_FILE && hack/test-images.sh
