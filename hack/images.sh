@@ -65,8 +65,10 @@ extra_files() {
 # Identifier of the sources the binaries are built from: the git tree id of these paths as they
 # are in the working tree. It is the image's `revision` label. A commit id cannot be: the digests
 # of the images are committed (images/lock.json, deploy/, bundle/), so a label naming the commit
-# would change the digest the commit records. `git cat-file -p <revision>` lists the tree.
-SOURCE_INPUTS=(Cargo.toml Cargo.lock crds operator-runtime meta-operator component-operators hack/images.sh)
+# would change the digest the commit records. `git cat-file -p <revision>` lists the tree. This
+# script is not among them: what it puts into an image shows in the digest anyway, and an edit of
+# a comment here should not move every digest.
+SOURCE_INPUTS=(Cargo.toml Cargo.lock crds operator-runtime meta-operator component-operators)
 source_revision() {
   git rev-parse --git-dir >/dev/null 2>&1 || die "not a git checkout: the revision label is the git tree id of the sources"
   local index
@@ -208,8 +210,8 @@ check_lock() {
   want=$(jq -S "$fields" "$LOCK") have=$(lock_json | jq -S "$fields")
   if [[ $want != "$have" ]]; then
     diff <(echo "$want") <(echo "$have") >&2 || true
-    log "toolchain of the lock: $(jq -c .toolchain "$LOCK")"
-    log "toolchain of this build: $(toolchain | jq -c .)"
+    log "toolchain of the lock:   $(jq -S -c .toolchain "$LOCK")"
+    log "toolchain of this build: $(toolchain | jq -S -c .)"
     die "the images built differ from $LOCK (diff above: committed < > built). Revision differs: the sources changed, run 'make images-lock generate' and commit the result. Same revision: the toolchain differs (compare the two lines above) or the build is not reproducible."
   fi
   log "every image digest equals $LOCK"
