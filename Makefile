@@ -63,9 +63,9 @@ images: prereqs ## build the operator images without a daemon: OCI archives in t
 images-lock: prereqs ## build the images and record their digests in images/lock.json (then `make generate`)
 	hack/images.sh lock
 
-push: ## push the built images to REGISTRY (e.g. make push REGISTRY=ghcr.io/kubeflow-operator), by digest
-	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=<registry>/<namespace>"; exit 2; }
-	hack/images.sh push $(REGISTRY)
+push: ## push the built images to REGISTRY (e.g. make push REGISTRY=ghcr.io/kubeflow-operator [PUSH_FLAGS=--dest-creds=u:p])
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=<registry>/<namespace> [PUSH_FLAGS=<skopeo copy flags>]"; exit 2; }
+	hack/images.sh push $(REGISTRY) $(PUSH_FLAGS)
 
 test-images: env-up images ## run every image under crun against the local environment; digests as locked, reproducible
 	source e2e/env/versions.sh && source $$ENV_FILE && hack/test-images.sh

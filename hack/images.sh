@@ -7,8 +7,9 @@
 #   hack/images.sh lock          build, then write images/lock.json (the digests deploy/ and the
 #                                bundles reference; `make generate` afterwards)
 #   hack/images.sh check         build, then fail unless every digest equals images/lock.json's
-#   hack/images.sh push REGISTRY push the archives under $OUT to REGISTRY/<operator>@<digest> and
-#                                :v<version> (skopeo)
+#   hack/images.sh push REGISTRY [skopeo copy flags]
+#                                push the archives under $OUT to REGISTRY/<operator>:v<version>,
+#                                checking the registry keeps each digest
 #
 # Why the layout is written here rather than by umoci/buildah: every byte of the image must be a
 # function of the sources alone, and a layer tar from GNU tar (sorted, fixed mtime/owner), `gzip -n`
@@ -217,12 +218,15 @@ check_lock() {
   log "every image digest equals $LOCK"
 }
 
+# Pushes every built image as REGISTRY/<operator>:v<version>; further arguments go to `skopeo copy`
+# (e.g. --dest-creds, or --dest-tls-verify=false for a local registry).
 push() {
-  local registry=${1:?usage: hack/images.sh push REGISTRY (e.g. ghcr.io/kubeflow-operator)} op digest pushed
+  local registry=${1:?usage: hack/images.sh push REGISTRY [skopeo copy flags] (e.g. ghcr.io/kubeflow-operator)} op digest pushed
+  shift
   [[ -f $OUT/digests ]] || die "no images in $OUT; run 'make images' first"
   while read -r op digest _; do
     # --preserve-digests: the registry must store the very manifest the lock and deploy/ name.
-    skopeo copy --quiet --preserve-digests --digestfile "$OUT/$op.pushed" \
+    skopeo copy --quiet --preserve-digests --digestfile "$OUT/$op.pushed" "$@" \
       "oci-archive:$OUT/$op.oci.tar" "docker://$registry/$op:v$VERSION"
     pushed=$(cat "$OUT/$op.pushed")
     [[ $pushed == "$digest" ]] || die "$op: the registry holds $pushed, built $digest"
