@@ -72,7 +72,8 @@ while read -r op digest layer_bytes gz_bytes; do
   umoci unpack --image "$dir/layout:$op" "$dir/bundle" >/dev/null
   rootfs=$dir/bundle/rootfs config=$dir/bundle/config.json
 
-  # The root filesystem: exactly what hack/images.sh puts there (plus extra_files), no shell.
+  # The root filesystem: exactly what hack/images.sh puts there, no shell. (An image that gets
+  # extra files in extra_files() adds them to its expected list here.)
   files=$(cd "$rootfs" && find . -mindepth 1 | sort | tr '\n' ' ')
   expected="./etc ./etc/group ./etc/nsswitch.conf ./etc/passwd ./etc/ssl ./etc/ssl/certs ./etc/ssl/certs/ca-certificates.crt ./tmp ./usr ./usr/local ./usr/local/bin ./usr/local/bin/$op "
   [[ $files == "$expected" ]] || die "$op: unexpected root filesystem: $files"
