@@ -3,10 +3,10 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := e2e/env
 
-.PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-upgrade fuzz
+.PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-upgrade fuzz images images-lock push test-images
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 demo: ## bring up the local cluster + NATS, install the CRDs and a sample KfDef
 	hack/demo.sh
@@ -57,3 +57,16 @@ bench-upgrade: env-up ## KfUpgrade duration vs raw kubectl apply, zero-availabil
 
 fuzz: ## run each cargo-fuzz target for FUZZ_SECONDS (default 60) on nightly; not part of make test
 	hack/fuzz.sh
+
+images: prereqs ## build the operator images without a daemon: OCI archives in target/images (or $$CARGO_TARGET_DIR/images)
+	hack/images.sh build
+
+images-lock: prereqs ## build the images and record their digests in images/lock.json (then `make generate`)
+	hack/images.sh lock
+
+push: ## push the built images to REGISTRY (e.g. make push REGISTRY=ghcr.io/kubeflow-operator [PUSH_FLAGS=--dest-creds=u:p])
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=<registry>/<namespace> [PUSH_FLAGS=<skopeo copy flags>]"; exit 2; }
+	hack/images.sh push $(REGISTRY) $(PUSH_FLAGS)
+
+test-images: env-up images ## run every image under crun against the local environment; digests as locked, reproducible
+	source e2e/env/versions.sh && source $$ENV_FILE && hack/test-images.sh

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Installs or checks what building and testing needs: openssl and curl (Debian packages), Go >= 1.24
+# Installs or checks what building and testing needs: openssl, curl and the image tools (Debian
+# packages: jq, skopeo, umoci, crun, file, libc6-dev, ca-certificates), Go >= 1.24
 # (older go commands fetch the toolchain go.mod asks for from the Go module proxy) and Rust >= 1.89.
 set -euo pipefail
 log() { printf '[prereqs] %s\n' "$*" >&2; }
 
 missing=()
 for tool in openssl curl; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+# The operator images (hack/images.sh, hack/test-images.sh): jq writes the OCI layout, skopeo reads
+# and pushes it, umoci unpacks it into a runtime bundle, crun runs it; file checks the binaries
+# are static, which needs glibc's static archives (libc6-dev); the images carry Debian's CA bundle.
+for tool in jq skopeo umoci crun file; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+[[ -f /usr/lib/x86_64-linux-gnu/libc.a ]] || missing+=(libc6-dev)
+[[ -f /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
 if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

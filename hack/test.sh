@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: prerequisites, unit tests (no cluster), generated-file drift, then the
-# end-to-end tests against the local control plane and nats-server. Stops the environment at the
-# end unless it was already running before (e.g. from `make demo`) or KEEP_ENV=1.
+# The whole test suite: prerequisites, unit tests (no cluster), generated-file drift, the operator
+# images' digests, then the end-to-end tests and the images themselves (run under crun) against
+# the local control plane and nats-server. Stops the environment at the end unless it was already
+# running before (e.g. from `make demo`) or KEEP_ENV=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source e2e/env/versions.sh
@@ -21,6 +22,9 @@ step "generated files are up to date"
 cargo run -q --locked -p kubeflow-crds --bin crdgen -- --check
 cargo run -q --locked -p kubeflow-deploy --bin deploygen -- --check
 cargo run -q --locked -p kubeflow-bundle --bin bundlegen -- --check
+
+step "operator images: build, digests as in images/lock.json (hack/images.sh check)"
+hack/images.sh check
 
 step "OLM bundles and catalog (operator-sdk bundle validate, opm validate)"
 hack/validate-bundles.sh
@@ -45,5 +49,8 @@ cargo build --locked --workspace --bins
 cargo build --locked -p kubeflow-e2e --features e2e --bins
 export KFOP_BIN_DIR=${CARGO_TARGET_DIR:-$PWD/target}/debug
 cargo test --locked -p kubeflow-e2e --features e2e -- --test-threads 4
+
+step "operator images run as nonroot under crun and become ready (hack/test-images.sh)"
+hack/test-images.sh
 
 step "done in $((SECONDS - start)) s"

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use kube::CustomResourceExt;
 use kubeflow_component_registry::RegisteredComponent;
-use kubeflow_deploy::IMAGE_REPOSITORY;
 use serde_json::{Value, json};
 
 use crate::releases::{self, OPERATOR_RELEASES, OperatorRelease};
@@ -23,9 +22,27 @@ pub fn icon_base64() -> String {
     base64::engine::general_purpose::STANDARD.encode(include_str!("icon.svg"))
 }
 
+/// The operator's image at `release` (the one in development: published bundles are read back),
+/// by digest, as deploy/ references it.
 pub fn operator_image(operator: &str, release: &OperatorRelease) -> String {
-    format!("{IMAGE_REPOSITORY}/{operator}:v{}", release.version)
+    kubeflow_deploy::operator_image(operator, release.version)
 }
+
+/// OpenShift's infrastructure-feature annotations (what OperatorHub filters on). Disconnected: the
+/// operator image is referenced by digest and listed in `relatedImages`, so a mirror serves it, and
+/// the operators reach nothing outside the cluster. The rest are not claimed.
+const INFRASTRUCTURE_FEATURES: &[(&str, &str)] = &[
+    ("features.operators.openshift.io/disconnected", "true"),
+    ("features.operators.openshift.io/fips-compliant", "false"),
+    ("features.operators.openshift.io/proxy-aware", "false"),
+    ("features.operators.openshift.io/tls-profiles", "false"),
+    ("features.operators.openshift.io/token-auth-aws", "false"),
+    ("features.operators.openshift.io/token-auth-azure", "false"),
+    ("features.operators.openshift.io/token-auth-gcp", "false"),
+    ("features.operators.openshift.io/cnf", "false"),
+    ("features.operators.openshift.io/cni", "false"),
+    ("features.operators.openshift.io/csi", "false"),
+];
 
 /// `camelCase` → `Camel Case`, with acronyms upper-cased (`crdRemovalPolicy` → `CRD Removal Policy`).
 fn display_name(field: &str) -> String {
@@ -184,6 +201,9 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
         }},
         "relatedImages": [{"name": "operator", "image": image}],
     });
+    for (key, value) in INFRASTRUCTURE_FEATURES {
+        annotations[*key] = json!(value);
+    }
     if let Some(previous) = index.checked_sub(1).filter(|p| *p >= package.first_release) {
         spec["replaces"] = json!(package.csv_name(&OPERATOR_RELEASES[previous]));
         annotations["olm.skipRange"] = json!(releases::skip_range(index));

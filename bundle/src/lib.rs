@@ -215,6 +215,8 @@ pub fn catalog_documents(dir: &Path, package: &Package) -> Result<Vec<Value>, Bu
             let data = base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(object).expect("JSON values serialise"));
             properties.push(json!({"type": "olm.bundle.object", "value": {"data": data}}));
         }
+        // The CSV's own list: by digest from the release in development on, by tag before.
+        let related_images = manifests.first().map(|(_, csv)| csv["spec"]["relatedImages"].clone()).unwrap_or_default();
         docs.push(json!({
             "schema": "olm.bundle",
             "name": package.csv_name(release),
@@ -222,7 +224,7 @@ pub fn catalog_documents(dir: &Path, package: &Package) -> Result<Vec<Value>, Bu
             // Empty: the objects travel inline, so OLM installs without pulling a bundle image.
             "image": "",
             "properties": properties,
-            "relatedImages": [{"name": "operator", "image": csv::operator_image(&package.operator, release)}],
+            "relatedImages": related_images,
         }));
     }
     Ok(docs)

@@ -1,5 +1,5 @@
 use base64::Engine;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::*;
 
@@ -216,4 +216,34 @@ fn an_edited_released_bundle_is_refused() {
     let error = check_released(&copy).unwrap_err();
     std::fs::remove_dir_all(&copy).unwrap();
     assert!(matches!(error, BundleError::ReleasedBundleChanged { .. }), "{error}");
+}
+
+/// The release in development references its operator image by digest everywhere (Deployment,
+/// `containerImage`, `spec.relatedImages`, the catalog's `relatedImages`), as built (images/lock.json),
+/// and declares itself fit for disconnected clusters; a published release keeps what it shipped.
+#[test]
+fn the_release_in_development_names_its_images_by_digest_and_supports_disconnected_clusters() {
+    let lock = kubeflow_deploy::image_lock();
+    let index = OPERATOR_RELEASES.len() - 1;
+    for package in all_packages() {
+        let csv = csv::cluster_service_version(package, index);
+        let image = format!("{}/{}@{}", lock.repository, package.operator, lock.images[&package.operator]);
+        assert_eq!(csv["metadata"]["annotations"]["features.operators.openshift.io/disconnected"], "true", "{}", package.name);
+        assert_eq!(csv["metadata"]["annotations"]["containerImage"], image.as_str());
+        assert_eq!(csv["spec"]["relatedImages"], json!([{"name": "operator", "image": image}]));
+        let containers = &csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"]["containers"];
+        assert_eq!(containers[0]["image"], image.as_str());
+        // Nothing in the CSV names an operator image by tag.
+        assert!(!serde_json::to_string(&csv).unwrap().contains(&format!("{}:v", package.operator)), "{}", package.name);
+
+        let docs = catalog_documents(&bundle_dir(), package).unwrap();
+        // A package's catalog starts at the release that introduced it.
+        let bundles: Vec<&Value> = docs.iter().filter(|d| d["schema"] == "olm.bundle").collect();
+        let newest = index - package.first_release;
+        assert_eq!(bundles[newest]["relatedImages"], csv["spec"]["relatedImages"]);
+        for (position, bundle) in bundles[..newest].iter().enumerate() {
+            let shipped = &bundle_manifests(&bundle_dir(), package, position + package.first_release).unwrap()[0].1;
+            assert_eq!(bundle["relatedImages"], shipped["spec"]["relatedImages"], "{}", bundle["name"]);
+        }
+    }
 }

@@ -6,8 +6,15 @@ fn main() -> ExitCode {
     let result = match std::env::args().nth(1).as_deref() {
         None => kubeflow_deploy::write_all(),
         Some("--check") => kubeflow_deploy::check_all(),
+        // The operators with an image of their own (hack/images.sh builds one per name).
+        Some("--operators") => {
+            for name in kubeflow_deploy::operators() {
+                println!("{name}");
+            }
+            Ok(())
+        }
         Some(_) => {
-            eprintln!("usage: deploygen [--check]");
+            eprintln!("usage: deploygen [--check | --operators]");
             return ExitCode::from(2);
         }
     };

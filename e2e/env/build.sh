@@ -90,7 +90,9 @@ build_operator_sdk() {
 build_kustomize() {
   [[ -x $KUSTOMIZE_BIN/kustomize ]] && return 0
   local tmp
-  tmp=$(build_wrapped kustomize "$KUSTOMIZE_BIN" "" \
+  # Static (no cgo): the same binary runs on the host and inside the kustomize-operator image,
+  # which has no C library.
+  tmp=$(CGO_ENABLED=0 build_wrapped kustomize "$KUSTOMIZE_BIN" "" \
       -ldflags "-s -w -X sigs.k8s.io/kustomize/v3/pkg/commands/misc.kustomizeVersion=$KUSTOMIZE_VERSION" \
       sigs.k8s.io/kustomize/v3/cmd/kustomize) || return 1
   rm -rf "$KUSTOMIZE_BIN" && mv "$tmp" "$KUSTOMIZE_BIN"

@@ -17,7 +17,7 @@ KUBE_BIN=$CACHE_DIR/bin/kube-$KUBE_VERSION-$(sha256sum "$ENV_DIR/kube/go.sum" | 
 KWOK_BIN=$CACHE_DIR/bin/kwok-$KWOK_VERSION
 NATS_BIN=$CACHE_DIR/bin/nats-server-$NATS_SERVER_VERSION
 OLM_BIN=$CACHE_DIR/bin/olm-$OLM_VERSION-$(sha256sum "$ENV_DIR/olm/go.sum" | cut -c1-12)
-KUSTOMIZE_BIN=$CACHE_DIR/bin/kustomize-$KUSTOMIZE_VERSION-$(sha256sum "$ENV_DIR/kustomize/go.sum" | cut -c1-12)
+KUSTOMIZE_BIN=$CACHE_DIR/bin/kustomize-$KUSTOMIZE_VERSION-$(sha256sum "$ENV_DIR/kustomize/go.sum" | cut -c1-12)-static
 OPERATOR_SDK_BIN=$CACHE_DIR/bin/operator-sdk-$OPERATOR_SDK_VERSION-$(sha256sum "$ENV_DIR/operator-sdk/go.sum" | cut -c1-12)
 
 # Loopback ports; override when they collide with something already running.

@@ -99,11 +99,21 @@ impl Subscribed {
         examples
     }
 
-    /// The operator Deployment OLM created from the CSV, Available, at `tag`.
-    async fn deployment_at(&self, operator: &str, tag: &str) {
+    /// The operator Deployment OLM created from `csv`, Available, running the operator image the
+    /// CSV lists in `spec.relatedImages` (so a mirror of the related images is what runs): by tag
+    /// `v<version>` in a published release, by digest in the release in development.
+    async fn deployment_at(&self, operator: &str, csv: &DynamicObject) {
         let deployment = deployment_available(&self.client, &self.namespace.name, operator).await;
         let image = deployment.spec.unwrap().template.spec.unwrap().containers[0].image.clone().unwrap();
-        assert!(image.ends_with(&format!(":v{tag}")), "{operator} runs {image}, expected tag v{tag}");
+        let related = csv.data["spec"]["relatedImages"].as_array().into_iter().flatten().find(|i| i["name"] == "operator");
+        let related = related.and_then(|i| i["image"].as_str()).unwrap_or_else(|| panic!("{}: no operator in relatedImages", csv.name_any()));
+        assert_eq!(image, related, "{operator} runs {image}, but {} lists {related}", csv.name_any());
+        let version = version_of(csv.name_unchecked().as_str()).to_string();
+        if version == env!("CARGO_PKG_VERSION") {
+            assert!(image.contains(&format!("/{operator}@sha256:")), "{operator} runs {image}, expected a digest");
+        } else {
+            assert!(image.ends_with(&format!("/{operator}:v{version}")), "{operator} runs {image}, expected tag v{version}");
+        }
     }
 
     /// Removes the operator as a user would (Subscription and CSV); its CRDs and resources stay.
@@ -137,7 +147,7 @@ async fn install_oldest(client: &Client, package: &str, operator: &str) -> (Olm,
     let (older, newer) = (entries[0].clone(), entries.last().unwrap().clone());
     let subscribed = Subscribed::install(client, &mut olm, package, &older).await;
     let csv = subscribed.succeeded(&older).await;
-    subscribed.deployment_at(operator, version_of(&older)).await;
+    subscribed.deployment_at(operator, &csv).await;
     let examples = subscribed.examples_are_valid(&csv).await;
     (olm, subscribed, older, newer, examples)
 }
@@ -149,7 +159,7 @@ async fn upgrade_to(olm: &mut Olm, subscribed: &Subscribed, operator: &str, olde
     let csv = subscribed.succeeded(newer).await;
     assert_eq!(csv.data["spec"]["replaces"], older);
     gone(&subscribed.csvs(), older).await;
-    subscribed.deployment_at(operator, version_of(newer)).await;
+    subscribed.deployment_at(operator, &csv).await;
     subscribed.examples_are_valid(&csv).await
 }
 

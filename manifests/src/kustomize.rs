@@ -69,12 +69,15 @@ pub fn load_restrictor_flag(version_output: &str) -> Vec<String> {
 }
 
 impl Kustomize {
-    /// The binary `$KFOP_KUSTOMIZE` names, else the one `e2e/env/build.sh` built. Runs
+    /// The binary `$KFOP_KUSTOMIZE` names, else one beside the running executable, else the one
+    /// `e2e/env/build.sh` built. Runs
     /// `kustomize version` once to pick the load-restrictor flag.
     pub async fn locate() -> Result<Self, KustomizeError> {
+        // An operator image carries kustomize beside the operator binary.
+        let beside_executable = || std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join("kustomize"))).filter(|p| p.is_file());
         let bin = match std::env::var_os(KUSTOMIZE_ENV) {
             Some(p) => PathBuf::from(p),
-            None => default_location().ok_or_else(|| KustomizeError::NotFound {
+            None => beside_executable().or_else(default_location).ok_or_else(|| KustomizeError::NotFound {
                 path: PathBuf::from(format!(
                     "~/.cache/kubeflow-operator/bin/kustomize-{KUSTOMIZE_VERSION}-*/kustomize"
                 )),

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Tests the operator images hack/images.sh built (in $IMAGES_OUT, default <target dir>/images)
+# against a running local environment (e2e/env/up.sh; source its env file first):
+#   - each archive is accepted by skopeo, its digest is the one images/lock.json (and so deploy/
+#     and the bundles) names, and assembling the images again gives the same bytes;
+#   - each image unpacks (umoci) into a root filesystem with the binary, CA certificates and no
+#     shell, and its entrypoint runs under an OCI runtime (crun) as the image's nonroot user, with
+#     a read-only root, a ServiceAccount token mounted where Kubernetes mounts it and
+#     KUBERNETES_SERVICE_HOST/PORT set, exactly the in-cluster path: it must report /readyz (its
+#     watch caches synced through the API server with that token) and connect to NATS by name.
+# Prints each image's size.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+source e2e/env/versions.sh
+log() { printf '[test-images] %s\n' "$*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+OUT=${IMAGES_OUT:-$TARGET_DIR/images}
+LOCK=$ROOT/images/lock.json
+NAMESPACE=kubeflow-operators
+NONROOT=65532
+[[ -n ${KUBECONFIG:-} ]] || die "KUBECONFIG is not set: start the environment (e2e/env/up.sh) and source $ENV_FILE"
+[[ -f $OUT/digests ]] || die "no images in $OUT: run 'make images' first"
+for tool in skopeo umoci crun jq kubectl curl; do command -v "$tool" >/dev/null || die "$tool not found (hack/prereqs.sh installs it)"; done
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/kfop-test-images.XXXX")
+containers=()
+# crun 1.8 refuses hybrid cgroup hosts (v1 controllers plus a cgroup2 mount at
+# /sys/fs/cgroup/unified, as in some CI containers). The containers run without cgroups
+# (--cgroup-manager=disabled), so crun runs in a private mount namespace without that mount.
+runtime() {
+  if [[ $(stat -f -c %T /sys/fs/cgroup/unified 2>/dev/null) == cgroup2fs ]]; then
+    unshare --mount --propagation private sh -c 'umount /sys/fs/cgroup/unified && exec crun --cgroup-manager=disabled "$@"' crun "$@"
+  else
+    crun --cgroup-manager=disabled "$@"
+  fi
+}
+cleanup() {
+  local id
+  for id in "${containers[@]}"; do runtime delete --force "$id" >/dev/null 2>&1 || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# --- digests: as locked, and reproducible --------------------------------------------------------
+log "assembling the images a second time (same binaries) to check they are reproducible"
+IMAGES_OUT=$WORK/again "$ROOT/hack/images.sh" build 2>"$WORK/again.log" || { cat "$WORK/again.log" >&2; die "second image build failed"; }
+while read -r op digest _; do
+  cmp -s "$OUT/$op.oci.tar" "$WORK/again/$op.oci.tar" || die "$op: two builds of the same sources differ ($digest, then $(grep "^$op " "$WORK/again/digests" | cut -d' ' -f2))"
+  locked=$(jq -r --arg op "$op" '.images[$op] // "none"' "$LOCK")
+  [[ $digest == "$locked" ]] || die "$op: built $digest, images/lock.json names $locked; run 'make images-lock generate' (see hack/images.sh check)"
+  inspected=$(skopeo inspect "oci-archive:$OUT/$op.oci.tar" | jq -r .Digest)
+  [[ $inspected == "$digest" ]] || die "$op: skopeo reads digest $inspected from the archive, expected $digest"
+done <"$OUT/digests"
+log "ok: every archive reproduces byte for byte, skopeo reads it, and its digest is the locked one"
+
+# --- the environment: namespace, CRDs and RBAC of each operator's deploy/ package ------------------
+kubectl get namespace "$NAMESPACE" >/dev/null 2>&1 || kubectl create namespace "$NAMESPACE" >/dev/null
+package_dir() { case $1 in meta-operator) echo deploy/meta-operator ;; *) echo "deploy/${1%-operator}" ;; esac; }
+
+# --- each image runs as its nonroot user and becomes ready ----------------------------------------
+printf '127.0.0.1 localhost nats.test\n' >"$WORK/hosts"
+port=38180
+summary=()
+while read -r op digest layer_bytes gz_bytes; do
+  port=$((port + 1))
+  dir=$WORK/$op
+  mkdir -p "$dir"
+  skopeo copy --quiet "oci-archive:$OUT/$op.oci.tar" "oci:$dir/layout:$op"
+  umoci unpack --image "$dir/layout:$op" "$dir/bundle" >/dev/null
+  rootfs=$dir/bundle/rootfs config=$dir/bundle/config.json
+
+  # The root filesystem: exactly what hack/images.sh puts there, no shell. (An image that gets
+  # extra files in extra_files() adds them to its expected list here.)
+  files=$(cd "$rootfs" && find . -mindepth 1 | sort | tr '\n' ' ')
+  expected="./etc ./etc/group ./etc/nsswitch.conf ./etc/passwd ./etc/ssl ./etc/ssl/certs ./etc/ssl/certs/ca-certificates.crt ./tmp ./usr ./usr/local ./usr/local/bin "
+  # Files extra_files() adds (hack/images.sh), in find's sorted order.
+  [[ $op == kustomize-operator ]] && expected+="./usr/local/bin/kustomize "
+  expected+="./usr/local/bin/$op "
+  [[ $files == "$expected" ]] || die "$op: unexpected root filesystem: $files"
+  [[ ! -e $rootfs/bin/sh ]] || die "$op: the image has a shell"
+  file "$rootfs/usr/local/bin/$op" | grep -qE 'statically linked|static-pie linked' || die "$op: binary is not static: $(file -b "$rootfs/usr/local/bin/$op")"
+  jq -e --arg op "$op" '.process.user.uid == 65532 and .process.user.gid == 65532 and .process.args == ["/usr/local/bin/\($op)"]' "$config" >/dev/null \
+    || die "$op: the image's config does not run /usr/local/bin/$op as $NONROOT:$NONROOT: $(jq -c '{user: .process.user, args: .process.args}' "$config")"
+  labels=$(skopeo inspect "oci-archive:$OUT/$op.oci.tar" | jq -c .Labels)
+  for label in source version revision; do
+    jq -e --arg l "org.opencontainers.image.$label" '.[$l] | length > 0' <<<"$labels" >/dev/null || die "$op: label org.opencontainers.image.$label missing: $labels"
+  done
+
+  # What Kubernetes would give the pod: the ServiceAccount's token, the cluster CA and namespace.
+  pkg=$(package_dir "$op")
+  kubectl apply --server-side --field-manager kfop-test-images -f "$pkg/crd.yaml" -f "$pkg/rbac.yaml" >/dev/null
+  secrets=$dir/serviceaccount
+  mkdir -p "$secrets"
+  kubectl -n "$NAMESPACE" create token "$op" --duration 1h >"$secrets/token"
+  kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$secrets/ca.crt"
+  printf '%s' "$NAMESPACE" >"$secrets/namespace"
+  chmod 0644 "$secrets"/*
+
+  # The runtime configuration umoci derived from the image, adjusted as a kubelet would: the
+  # host's network (the API server listens on loopback), a read-only root as in deploy/, the
+  # mounts, the in-cluster environment; no cgroups (see runtime()).
+  jq --arg secrets "$secrets" --arg hosts "$WORK/hosts" --arg port "$port" --arg apiport "$APISERVER_PORT" \
+     --arg nats "nats://nats.test:$NATS_PORT" '
+    .process.terminal = false
+    | .process.args += ["--metrics-addr=127.0.0.1:\($port)"]
+    | .process.env += ["KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=\($apiport)", "NATS_URL=\($nats)", "RUST_LOG=info"]
+    | .root.readonly = true
+    | .linux.namespaces |= map(select(.type != "network"))
+    | del(.linux.resources, .linux.cgroupsPath)
+    | .mounts |= map(select(.type != "cgroup"))
+    | .mounts += [
+        {destination: "/var/run/secrets/kubernetes.io/serviceaccount", type: "bind", source: $secrets, options: ["rbind", "ro"]},
+        {destination: "/etc/hosts", type: "bind", source: $hosts, options: ["bind", "ro"]}
+      ]' "$config" >"$config.new" && mv "$config.new" "$config"
+
+  id=kfop-test-$op-$$
+  containers+=("$id")
+  runtime run --bundle "$dir/bundle" "$id" >"$dir/log" 2>&1 &
+  runner=$!
+  deadline=$((SECONDS + 90)) ready=0
+  until ((ready)); do
+    if curl -sf --max-time 2 "http://127.0.0.1:$port/readyz" >/dev/null; then ready=1; break; fi
+    kill -0 "$runner" 2>/dev/null || { tail -n 30 "$dir/log" >&2; die "$op exited before it was ready (log above)"; }
+    ((SECONDS < deadline)) || { tail -n 30 "$dir/log" >&2; die "$op not ready after 90 s (log above)"; }
+    sleep 0.2
+  done
+  # Ready: it listed its resources through the API server, which only the token allows. It also
+  # reached NATS by a host name (resolved by the static glibc from the image's nsswitch.conf and
+  # the mounted /etc/hosts, as a pod resolves the nats Service): nats-server lists it by name.
+  deadline=$((SECONDS + 60))
+  until curl -sf --max-time 2 "http://127.0.0.1:$NATS_MONITOR_PORT/connz?limit=1024" | jq -e --arg op "$op" 'any(.connections[]?; .name == $op)' >/dev/null; do
+    ((SECONDS < deadline)) || { tail -n 30 "$dir/log" >&2; die "$op did not connect to NATS at nats.test:$NATS_PORT within 60 s (log above)"; }
+    sleep 0.2
+  done
+  pid=$(runtime state "$id" | jq -r .pid)
+  uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status") gid=$(awk '/^Gid:/ {print $2}' "/proc/$pid/status")
+  [[ $uid == "$NONROOT" && $gid == "$NONROOT" ]] || die "$op runs as $uid:$gid, not $NONROOT:$NONROOT"
+  [[ $(readlink "/proc/$pid/exe") == */usr/local/bin/$op* || $(cat "/proc/$pid/comm") == "${op:0:15}" ]] || die "$op: pid $pid is not the image's binary"
+  runtime kill "$id" TERM
+  wait "$runner" || true
+  runtime delete --force "$id" >/dev/null 2>&1 || true
+  summary+=("$(awk -v op="$op" -v d="$digest" -v l="$layer_bytes" -v g="$gz_bytes" 'BEGIN {printf "%-20s %s  %5.1f MiB (%4.1f MiB compressed)", op, d, l / 1048576, g / 1048576}')")
+  log "ok: $op ran as $uid:$gid and became ready on /readyz with its ServiceAccount token"
+done <"$OUT/digests"
+
+log "image sizes (uncompressed, compressed):"
+printf '  %s\n' "${summary[@]}" >&2
