@@ -230,6 +230,9 @@ pub fn write_repo(dir: &Path) {
 pub fn pack_github_tarball(dir: &Path, top: &str) -> Vec<u8> {
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let mut b = tar::Builder::new(gz);
+    // Fixed mtimes and owners: two packings of the same tree are the same bytes (tests compare
+    // digests of separately packed archives).
+    b.mode(tar::HeaderMode::Deterministic);
     let mut pax = tar::Header::new_ustar();
     pax.set_entry_type(tar::EntryType::XGlobalHeader);
     let comment = b"52 comment=0123456789abcdef0123456789abcdef01234567\n";
