@@ -4,8 +4,8 @@
 
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
-use kubeflow_crds::ComponentKind;
-use kubeflow_crds::KfDef;
+use kubeflow_crds::component::ComponentPhase;
+use kubeflow_crds::{ComponentKind, Katib, KfDef};
 use kubeflow_e2e::*;
 use serde_json::json;
 
@@ -80,4 +80,41 @@ async fn undecodable_kfdefs_are_reported_and_skipped_while_the_others_converge()
     api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
     gone(&api, "kubeflow").await;
     drop(stack);
+}
+
+#[tokio::test]
+async fn an_undecodable_component_resource_is_reported_and_skipped_while_the_others_reconcile() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-malformed-katib").await;
+    let n = ns.name.as_str();
+    // `overrides.replicas` is a map to the types; this one is a string.
+    store_undecodable(&client, "katibs.components.kubeflow.org", Some(n), json!({
+        "kind": "Katib", "metadata": {"name": "broken", "namespace": n}, "spec": {"version": "v0.11.0", "overrides": {"replicas": "three"}},
+    }))
+    .await;
+    let operator = OperatorProcess::start("katib-operator", &["--namespace", n], &[]);
+    operator.wait_ready().await;
+    let note = warned(&client, n, "broken").await;
+    assert!(note.contains("three"), "{note}");
+
+    // A valid resource next to it is reconciled (Unmanaged: reported, nothing installed).
+    let api: Api<Katib> = Api::namespaced(client.clone(), n);
+    let katib: Katib = serde_json::from_value(json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib", "metadata": {"name": "katib"},
+        "spec": {"version": "v0.11.0", "managementState": "Unmanaged"},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &katib).await.unwrap();
+    eventually("Katib katib Unmanaged", || async {
+        let k = api.get("katib").await.map_err(|e| e.to_string())?;
+        let phase = k.status.as_ref().and_then(|s| s.phase);
+        if phase == Some(ComponentPhase::Unmanaged) { Ok(()) } else { Err(format!("{:?} (log: {})", k.status, operator.log.display())) }
+    })
+    .await;
+    let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), n, &kube::core::ApiResource::erase::<Katib>(&()));
+    let broken = raw.get("broken").await.unwrap();
+    assert!(broken.metadata.finalizers.is_none() && broken.data.get("status").is_none(), "{broken:?}");
+    api.delete("katib", &DeleteParams::default()).await.unwrap();
+    gone(&api, "katib").await;
 }
