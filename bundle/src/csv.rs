@@ -312,7 +312,12 @@ fn component_example(component: &RegisteredComponent) -> impl Fn(&OperatorReleas
     let component_releases = component.releases.clone();
     let fields = component.example_spec.as_object().cloned().unwrap_or_default();
     move |release| {
-        let version = releases::shipped_versions(&component_releases, release).pop().expect("each operator release ships every component");
+        // A component without built-in releases (rendered from packages) names one in its example.
+        let version = releases::shipped_versions(&component_releases, release)
+            .pop()
+            .map(Value::from)
+            .or_else(|| fields.get("version").cloned())
+            .expect("each operator release ships every component with releases");
         let mut spec = json!({"version": version, "managementState": "Managed"});
         spec.as_object_mut().expect("an object").extend(fields.clone());
         vec![json!({

@@ -127,6 +127,14 @@ component_kinds! {
         upgrade_position: 6,
         applications: ["profiles"],
     },
+    // Every other application: no fixed list, it installs what no other component covers.
+    KustomizeApplication {
+        name: "kustomize",
+        resource: KustomizeApplication,
+        kind: "KustomizeApplication",
+        upgrade_position: 7,
+        applications: [],
+    },
 }
 
 impl ComponentKind {
@@ -290,6 +298,10 @@ pub struct KustomizeSource {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub parameters: Vec<NameValue>,
+    /// SHA-256 (lowercase hex) the repository archive must have; checked before unpacking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
+    pub repo_sha256: Option<String>,
 }
 
 /// Lifecycle phase of a component.
@@ -759,6 +771,37 @@ pub fn default_trusted_principals() -> Vec<String> {
     ]
 }
 
+/// How the applications' kustomize packages are built (kfctl's two modes).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RenderMode {
+    /// kfctl v1.0.x: `base/` plus the listed `overlays/<name>/`, parameters written to `params.env`.
+    #[default]
+    PerApplication,
+    /// kfctl v1.1+ (`kubeflow-apps` stacks): each path is built as it is.
+    Stacks,
+}
+
+/// Any kfctl application, installed from its kustomize package: `spec.sources` name the
+/// repository archive (`repoUri`, optional `repoSha256`), the package `path`, `overlays` and
+/// `parameters`; the operator fetches and renders them with kfctl's semantics and installs the
+/// objects like any component's (apply order, readiness, heal, prune, cleanup).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "components.kubeflow.org", version = "v1alpha1", kind = "KustomizeApplication", plural = "kustomizeapplications",
+    category = "kubeflow", namespaced, status = "ComponentStatus",
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".spec.version"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeApplicationSpec {
+    #[serde(flatten)]
+    pub core: ComponentSpecCore,
+    #[serde(default)]
+    pub mode: RenderMode,
+}
+
 /// Access to the parts every component resource shares, so the framework can treat them alike.
 pub trait ComponentResource:
     kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
@@ -781,18 +824,26 @@ mod tests {
 
     #[test]
     fn the_declaration_gives_names_kinds_applications_and_order() {
-        assert_eq!(ComponentKind::ALL.map(ComponentKind::name), ["istio", "dex", "kfserving", "katib", "pipelines", "profiles"]);
+        assert_eq!(ComponentKind::ALL.map(ComponentKind::name), ["istio", "dex", "kfserving", "katib", "pipelines", "profiles", "kustomize"]);
         assert_eq!(ComponentKind::KFServing.kind(), "KFServing");
         assert_eq!(ComponentKind::from_application("katib-db-manager"), Some(ComponentKind::Katib));
         assert_eq!(ComponentKind::from_application("kfserving-gateway"), Some(ComponentKind::Istio));
         assert_eq!(ComponentKind::from_application("jupyter-web-app"), None);
         assert_eq!(
             ComponentKind::upgrade_order(),
-            [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines, ComponentKind::ProfileController]
+            [
+                ComponentKind::Istio,
+                ComponentKind::Dex,
+                ComponentKind::KFServing,
+                ComponentKind::Katib,
+                ComponentKind::Pipelines,
+                ComponentKind::ProfileController,
+                ComponentKind::KustomizeApplication
+            ]
         );
         assert_eq!(
             "seldon".parse::<ComponentKind>().unwrap_err().to_string(),
-            "unknown component \"seldon\"; allowed: istio, dex, kfserving, katib, pipelines, profiles"
+            "unknown component \"seldon\"; allowed: istio, dex, kfserving, katib, pipelines, profiles, kustomize"
         );
         assert_eq!(serde_json::to_value(ComponentKind::KFServing).unwrap(), "kfserving");
     }
@@ -801,7 +852,8 @@ mod tests {
     fn every_kind_names_its_resource_and_applications_belong_to_one_component() {
         for component in ComponentKind::ALL {
             assert_eq!(component.crd().spec.names.kind, component.kind());
-            assert!(!component.applications().is_empty(), "{component}");
+            // The generic component has no fixed applications: it takes what no other covers.
+            assert_eq!(component.applications().is_empty(), component == ComponentKind::KustomizeApplication, "{component}");
         }
         let mut applications: Vec<&str> = ComponentKind::ALL.iter().flat_map(|c| c.applications().iter().copied()).collect();
         let count = applications.len();

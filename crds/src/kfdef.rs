@@ -212,7 +212,9 @@ pub struct ApplicationStatus {
     /// Component the application belongs to; empty when it maps to none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub component: Option<String>,
-    /// `Mapped` or `Unmapped`.
+    /// `Ready`, the state of the component that installs it while it is not (`Pending`,
+    /// `Progressing`, `Degraded`, `WaitingForOperator`, …, with the reason in `message`), or
+    /// `Unmapped` when no component installs it.
     pub state: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,

@@ -22,7 +22,7 @@ pub mod validation;
 pub use common::{Condition, ConditionStatus, NameValue};
 pub use component::{
     ComponentKind, ComponentSpecCore, ComponentStatus, Dex, Istio, KFServing, Katib,
-    ManagementState, Pipelines, ProfileController,
+    ManagementState, Pipelines, ProfileController, KustomizeApplication,
 };
 pub use kfdef::KfDef;
 pub use kfupgrade::KfUpgrade;

@@ -32,7 +32,7 @@ async fn all_crds_install_and_become_established() {
     let client = client().await;
     let names = install_crds(&client).await;
     // KfDef, KfUpgrade and one per component.
-    assert_eq!(names.len(), 8, "{names:?}");
+    assert_eq!(names.len(), 9, "{names:?}");
     for expected in ["kfdefs.kfdef.apps.kubeflow.org", "kfupgrades.kfupgrade.apps.kubeflow.org", "katibs.components.kubeflow.org"] {
         assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
     }

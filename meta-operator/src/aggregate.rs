@@ -88,6 +88,15 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
             (component.name().to_string(), summary)
         }))
         .collect();
+    // Each application says where it stands: its component's state, and why when not Ready.
+    for application in &mut status.applications {
+        let Some(summary) = application.component.as_ref().and_then(|c| status.components.get(c)) else { continue };
+        (application.state, application.message) = if summary.ready {
+            ("Ready".into(), String::new())
+        } else {
+            (summary.phase.clone().unwrap_or_else(|| "Pending".into()), summary.message.clone())
+        };
+    }
 
     let unsupported: Vec<String> = plan
         .unresolved
@@ -135,7 +144,17 @@ mod tests {
 
     fn plan() -> Plan {
         let entry = |v: &str| ComponentPlan { spec: serde_json::json!({}), spec_hash: format!("h-{v}"), version: v.into(), pinned: false, release_version: Some(v.into()) };
-        Plan { components: [(ComponentKind::Katib, entry("v0.11.0")), (ComponentKind::Dex, entry("v2.24.0"))].into(), unresolved: BTreeMap::new(), applications: vec![] }
+        let app = |name: &str, component: Option<&str>| kubeflow_crds::kfdef::ApplicationStatus {
+            name: name.into(),
+            component: component.map(String::from),
+            state: if component.is_some() { "Mapped" } else { "Unmapped" }.into(),
+            message: String::new(),
+        };
+        Plan {
+            components: [(ComponentKind::Katib, entry("v0.11.0")), (ComponentKind::Dex, entry("v2.24.0"))].into(),
+            unresolved: BTreeMap::new(),
+            applications: vec![app("katib-controller", Some("katib")), app("dex", Some("dex")), app("jupyter-web-app", None)],
+        }
     }
 
     fn report(hash: &str, version: &str, ready: bool) -> StatusReport {
@@ -160,10 +179,15 @@ mod tests {
         assert_eq!(s.phase, Some(KfDefPhase::Progressing));
         assert_eq!(s.components["dex"].phase.as_deref(), Some("Pending"));
         assert_eq!(cond(&s, "Available").status, False);
+        let state = |s: &KfDefStatus, name: &str| s.applications.iter().find(|a| a.name == name).map(|a| (a.state.clone(), a.message.clone())).unwrap();
+        assert_eq!(state(&s, "katib-controller"), ("Ready".to_string(), String::new()));
+        assert_eq!(state(&s, "dex"), ("Pending".to_string(), "dex-operator has not reported on the current spec yet".to_string()));
+        assert_eq!(state(&s, "jupyter-web-app").0, "Unmapped");
         reports.insert(ComponentKind::Dex, report("h-v2.24.0", "v2.24.0", true));
         let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(Some(&s), Some(3), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.phase, Some(KfDefPhase::Available));
+        assert_eq!(state(&s, "dex").0, "Ready");
         assert_eq!(cond(&s, "Available").observed_generation, Some(3));
         assert_eq!(s.platform.as_deref(), Some("Kubernetes"));
     }

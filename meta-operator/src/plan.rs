@@ -113,6 +113,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             path: (!repo_ref.path.is_empty()).then_some(repo_ref.path),
             overlays: config.overlays,
             parameters: config.parameters,
+            repo_sha256: kfdef.spec.repos.iter().find(|r| r.name == repo_ref.name).and_then(|r| r.sha256.clone()),
         });
         applications.push(ApplicationStatus { name: app.name.clone(), component: Some(component.name().into()), state: "Mapped".into(), message: String::new() });
     }
@@ -256,7 +257,7 @@ mod tests {
         k.annotations_mut().insert(PINS_ANNOTATION.into(), r#"{"seldon": "v1"}"#.into());
         assert_eq!(
             plan(&k, Platform::Kubernetes, &catalog()).unwrap_err().to_string(),
-            "annotation kfdef.apps.kubeflow.org/component-versions: unknown component \"seldon\"; allowed: istio, dex, kfserving, katib, pipelines, profiles"
+            "annotation kfdef.apps.kubeflow.org/component-versions: unknown component \"seldon\"; allowed: istio, dex, kfserving, katib, pipelines, profiles, kustomize"
         );
     }
 }

@@ -33,6 +33,9 @@ pub fn init(service: &str) -> TelemetryGuard {
         registry.init();
         return TelemetryGuard(None);
     }
+    // The workspace builds reqwest (the OTLP client) with rustls but no default crypto provider;
+    // use ring, the provider kube already uses, unless the process chose one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let exporter = match opentelemetry_otlp::SpanExporter::builder().with_http().build() {
         Ok(exporter) => exporter,
         Err(e) => {

@@ -237,7 +237,7 @@ mod tests {
     const PASSWORDS: &str = "- email: admin@kubeflow.org\n  hash: $2y$12$ruoM7FqXrpVgaol44eRZW.4HWS8SAvg6KYVVSCIwKQPBmTpCm.EeO\n  username: admin\n  userID: 08a8684b-db88-4b73-90a9-3cd1661f5466\n";
 
     fn inputs(name: &str, key: &str, text: &str) -> Inputs {
-        Inputs { secrets: [((name.to_string(), key.to_string()), text.to_string())].into() }
+        Inputs { secrets: [((name.to_string(), key.to_string()), text.to_string())].into(), ..Default::default() }
     }
 
     fn names(objects: &[Value], kind: &str) -> Vec<String> {

@@ -40,6 +40,10 @@ pub fn made_by(live: &Value, info: &kinds::KindInfo, component: &str, owner: &st
 /// operator does not know, which can only be newer), so an install at `version` leaves it alone.
 pub fn crd_belongs_to_newer_release<C: Component>(live: &Value, version: &str) -> bool {
     let Some(applied) = live["metadata"]["labels"][VERSION_LABEL].as_str() else { return false };
+    // Components without built-in releases (rendered elsewhere) own their CRDs outright.
+    if C::releases().is_empty() {
+        return false;
+    }
     let position = |v: &str| C::releases().iter().position(|r| r.version == v);
     match (position(applied), position(version)) {
         (Some(applied), Some(ours)) => applied > ours,
@@ -56,23 +60,30 @@ pub fn target_namespace<C: Component>(resource: &C::Resource) -> String {
 /// The desired objects for `resource.spec.version`, in apply order.
 pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) -> Result<Vec<Value>, InvalidSpec> {
     let core = resource.core();
-    let release = release::<C>(&core.version)?;
     let namespace = target_namespace::<C>(resource);
-    let mut params = parameters::<C>(resource, inputs, &namespace)?;
-    params.extend(release.params.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-
-    let mut objects = manifest::render(release.manifest, &params)
-        .map_err(|e| InvalidSpec::new("spec.version", format!("built-in manifest of {} cannot be rendered: {e}", release.version)))?;
+    let (mut objects, version) = match &inputs.rendered {
+        Some(objects) => (objects.clone(), core.version.as_str()),
+        None => {
+            let release = release::<C>(&core.version)?;
+            let mut params = parameters::<C>(resource, inputs, &namespace)?;
+            params.extend(release.params.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            let objects = manifest::render(release.manifest, &params)
+                .map_err(|e| InvalidSpec::new("spec.version", format!("built-in manifest of {} cannot be rendered: {e}", release.version)))?;
+            (objects, release.version)
+        }
+    };
     let owner = owner_id(resource);
     for object in &mut objects {
-        let info = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default())
-            .ok_or_else(|| InvalidSpec::new("spec.version", format!("built-in manifest of {} has an unsupported kind {}", release.version, object["kind"])))?;
+        let info = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).ok_or_else(|| {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            InvalidSpec::new("spec.version", format!("manifest of {version} has {} {name} of an unsupported kind (apiVersion {})", object["kind"], object["apiVersion"]))
+        })?;
         if !info.cluster_scoped && object["metadata"]["namespace"].is_null() {
             object["metadata"]["namespace"] = json!(namespace);
         }
         if !info.is_shared() {
             object["metadata"]["labels"][PART_OF_LABEL] = json!(C::Resource::COMPONENT.name());
-            object["metadata"]["labels"][VERSION_LABEL] = json!(release.version);
+            object["metadata"]["labels"][VERSION_LABEL] = json!(version);
             // A CRD serves every install of the component in the cluster: naming one owner would
             // make installs in other namespaces re-apply it in turn.
             if !info.is_crd() {

@@ -70,6 +70,8 @@ impl InvalidSpec {
 pub struct Inputs {
     /// Values of referenced Secret keys, by (secret name, key).
     pub secrets: BTreeMap<(String, String), String>,
+    /// Objects rendered outside the built-in releases ([`Component::render_external`]).
+    pub rendered: Option<Vec<Value>>,
 }
 
 impl Inputs {
@@ -93,6 +95,11 @@ pub trait Component: Send + Sync + 'static {
 
     /// What the operator installs, completing "Installs and upgrades …" on its OLM package page.
     const INSTALLS: &'static str;
+
+    /// Whether the component installs objects of any kind (rendered from packages it does not
+    /// ship) rather than only the kinds of its releases: then every built-in kind is watched,
+    /// healed and granted to the operator.
+    const MANAGES_ANY_KIND: bool = false;
 
     /// Endpoints the operator serves besides health and metrics; deploy/ exposes each one.
     const ENDPOINTS: &'static [Endpoint] = &[];
@@ -124,6 +131,14 @@ pub trait Component: Send + Sync + 'static {
     /// controller of its own resources); most components need none.
     fn extra_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
         Vec::new()
+    }
+
+    /// Objects rendered outside the built-in releases, e.g. kustomize packages fetched from the
+    /// repositories the spec names. `Some` replaces the release template (`spec.version` is then
+    /// not looked up among [`Component::releases`]). Runs in the dereference step, so it may do
+    /// I/O; kinds the objects use must be known to [`crate::kinds::lookup`] when it returns.
+    fn render_external(_resource: &Self::Resource, _client: &kube::Client) -> impl std::future::Future<Output = Option<Result<Vec<Value>, InvalidSpec>>> + Send {
+        async { None }
     }
 
     /// Last adjustments to the rendered objects (pure); most components need none.

@@ -1,10 +1,20 @@
 //! The Kubernetes kinds components may ship, with what the framework needs to know about each:
 //! where it is served, whether it is cluster-scoped, when it is applied, and whether removal keeps it.
 
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service, ServiceAccount};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, PersistentVolumeClaim, ResourceQuota, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -55,10 +65,17 @@ const fn immutable(info: KindInfo, fields: &'static [&'static str]) -> KindInfo 
     KindInfo { immutable_fields: fields, ..info }
 }
 
-/// Every kind a component manifest may contain.
+/// Every built-in kind a component manifest may contain, in kfctl's install order by rank:
+/// namespaces and quotas, CRDs and cluster-wide settings, accounts and roles, bindings and
+/// configuration, services, workloads, then custom resources ([`CUSTOM_RESOURCE_RANK`]), and
+/// webhook configurations and API services last.
 pub const KINDS: &[KindInfo] = &[
     of::<Namespace>(0),
+    of::<ResourceQuota>(0),
+    of::<LimitRange>(0),
     of::<CustomResourceDefinition>(1),
+    of::<PriorityClass>(1),
+    of::<StorageClass>(1),
     of::<ServiceAccount>(2),
     of::<ClusterRole>(2),
     of::<Role>(2),
@@ -67,17 +84,55 @@ pub const KINDS: &[KindInfo] = &[
     of::<ConfigMap>(3),
     of::<Secret>(3),
     of::<PersistentVolumeClaim>(3),
+    of::<NetworkPolicy>(3),
     of::<Service>(4),
+    of::<Ingress>(4),
+    of::<PodDisruptionBudget>(4),
     immutable(of::<Deployment>(5), &["spec.selector"]),
     immutable(of::<StatefulSet>(5), &["spec.selector", "spec.serviceName", "spec.volumeClaimTemplates", "spec.podManagementPolicy"]),
-    of::<MutatingWebhookConfiguration>(6),
-    of::<ValidatingWebhookConfiguration>(6),
+    immutable(of::<DaemonSet>(5), &["spec.selector"]),
+    immutable(of::<Job>(5), &["spec.selector", "spec.template"]),
+    of::<CronJob>(5),
+    of::<HorizontalPodAutoscaler>(5),
+    of::<MutatingWebhookConfiguration>(7),
+    of::<ValidatingWebhookConfiguration>(7),
+    of::<APIService>(7),
 ];
 
-/// Looks up `apiVersion` + `kind`.
+/// Rank of custom resources: after the workloads that serve them, before webhooks.
+pub const CUSTOM_RESOURCE_RANK: u8 = 6;
+
+/// Kinds learned at run time (custom resources), leaked once each so they live as long as the
+/// built-in ones; bounded by the kinds a cluster serves.
+fn registered() -> &'static Mutex<BTreeMap<(String, String, String), &'static KindInfo>> {
+    static REGISTERED: OnceLock<Mutex<BTreeMap<(String, String, String), &'static KindInfo>>> = OnceLock::new();
+    REGISTERED.get_or_init(Default::default)
+}
+
+/// Makes a custom resource kind known to [`lookup`] (from its CRD or from discovery).
+pub fn register(group: &str, version: &str, kind: &str, plural: &str, cluster_scoped: bool) -> &'static KindInfo {
+    let key = (group.to_string(), version.to_string(), kind.to_string());
+    let mut kinds = registered().lock().expect("kind registry");
+    kinds.entry(key).or_insert_with(|| {
+        let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
+        Box::leak(Box::new(KindInfo {
+            group: leak(group),
+            version: leak(version),
+            kind: leak(kind),
+            plural: leak(plural),
+            cluster_scoped,
+            rank: CUSTOM_RESOURCE_RANK,
+            immutable_fields: &[],
+        }))
+    })
+}
+
+/// Looks up `apiVersion` + `kind` among the built-in and registered kinds.
 pub fn lookup(api_version: &str, kind: &str) -> Option<&'static KindInfo> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    KINDS.iter().find(|k| k.group == group && k.version == version && k.kind == kind)
+    KINDS.iter().find(|k| k.group == group && k.version == version && k.kind == kind).or_else(|| {
+        registered().lock().expect("kind registry").get(&(group.to_string(), version.to_string(), kind.to_string())).copied()
+    })
 }
 
 impl KindInfo {
@@ -127,7 +182,11 @@ mod tests {
     fn api_resources_are_those_of_the_k8s_openapi_types() {
         let erased = [
             ApiResource::erase::<Namespace>(&()),
+            ApiResource::erase::<ResourceQuota>(&()),
+            ApiResource::erase::<LimitRange>(&()),
             ApiResource::erase::<CustomResourceDefinition>(&()),
+            ApiResource::erase::<PriorityClass>(&()),
+            ApiResource::erase::<StorageClass>(&()),
             ApiResource::erase::<ServiceAccount>(&()),
             ApiResource::erase::<ClusterRole>(&()),
             ApiResource::erase::<Role>(&()),
@@ -136,11 +195,19 @@ mod tests {
             ApiResource::erase::<ConfigMap>(&()),
             ApiResource::erase::<Secret>(&()),
             ApiResource::erase::<PersistentVolumeClaim>(&()),
+            ApiResource::erase::<NetworkPolicy>(&()),
             ApiResource::erase::<Service>(&()),
+            ApiResource::erase::<Ingress>(&()),
+            ApiResource::erase::<PodDisruptionBudget>(&()),
             ApiResource::erase::<Deployment>(&()),
             ApiResource::erase::<StatefulSet>(&()),
+            ApiResource::erase::<DaemonSet>(&()),
+            ApiResource::erase::<Job>(&()),
+            ApiResource::erase::<CronJob>(&()),
+            ApiResource::erase::<HorizontalPodAutoscaler>(&()),
             ApiResource::erase::<MutatingWebhookConfiguration>(&()),
             ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+            ApiResource::erase::<APIService>(&()),
         ];
         assert_eq!(KINDS.iter().map(KindInfo::api_resource).collect::<Vec<_>>(), erased);
     }
@@ -152,5 +219,16 @@ mod tests {
         assert!(lookup("v1", "Namespace").is_some_and(|n| n.cluster_scoped && n.is_shared()));
         assert!(lookup("apiextensions.k8s.io/v1", "CustomResourceDefinition").is_some_and(KindInfo::is_crd));
         assert_eq!(lookup("apps/v1beta1", "Deployment"), None);
+    }
+
+    #[test]
+    fn registered_custom_kinds_are_found_once_and_ranked_before_webhooks() {
+        assert_eq!(lookup("example.kubeflow.org/v1", "Widget"), None);
+        let widget = register("example.kubeflow.org", "v1", "Widget", "widgets", false);
+        let again = register("example.kubeflow.org", "v1", "Widget", "ignored", true);
+        assert!(std::ptr::eq(widget, again), "registered twice");
+        assert_eq!(lookup("example.kubeflow.org/v1", "Widget").map(|k| (k.plural, k.cluster_scoped, k.rank)), Some(("widgets", false, CUSTOM_RESOURCE_RANK)));
+        assert!(lookup("apps/v1", "Deployment").unwrap().rank < CUSTOM_RESOURCE_RANK);
+        assert!(lookup("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration").unwrap().rank > CUSTOM_RESOURCE_RANK);
     }
 }

@@ -51,6 +51,8 @@ pub enum Error {
     Status { resource: String, source: kube::Error },
     #[error("writing the finalizer of {resource}: {source}")]
     Finalizer { resource: String, source: kube::Error },
+    #[error("CustomResourceDefinition {crd} is not Established, so its custom resources cannot be applied yet")]
+    NotEstablished { crd: String },
 }
 
 impl Error {
@@ -63,6 +65,7 @@ impl Error {
             Error::Prune { .. } => "prune",
             Error::Status { .. } => "status",
             Error::Finalizer { .. } => "finalizer",
+            Error::NotEstablished { .. } => "establish",
         }
     }
 }
@@ -107,7 +110,12 @@ impl<C: Component> Context<C> {
         if self.live.caches(info) {
             return Ok(self.live.get(info, entry.namespace.as_deref(), &entry.name));
         }
-        let object = self.dynamic_api(info, entry.namespace.as_deref()).get_opt(&entry.name).await?;
+        let object = match self.dynamic_api(info, entry.namespace.as_deref()).get_opt(&entry.name).await {
+            Ok(object) => object,
+            // The kind itself is not served yet (its CRD comes earlier in this very apply).
+            Err(kube::Error::Api(status)) if status.code == 404 => None,
+            Err(e) => return Err(e),
+        };
         Ok(object.map(|o| serde_json::to_value(o).expect("objects serialise")))
     }
 
@@ -254,6 +262,11 @@ async fn dereference<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> 
         let text = String::from_utf8_lossy(&value.0).into_owned();
         inputs.secrets.insert((reference.name.clone(), reference.key.clone()), text);
     }
+    match C::render_external(resource, &ctx.client).await {
+        Some(Ok(objects)) => inputs.rendered = Some(objects),
+        Some(Err(invalid)) => return Ok(Err(invalid)),
+        None => {}
+    }
     Ok(Ok(inputs))
 }
 
@@ -311,7 +324,14 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
             handed_over.insert(index, retired);
         }
     }
+    // Custom resources need their CRDs Established first (a CRD applied this round is not yet).
+    let crds: Vec<String> = targets.iter().filter(|(_, info, _)| info.is_crd()).map(|(_, _, e)| e.name.clone()).collect();
+    let mut crds_established = crds.is_empty();
     for (index, ((desired, info, entry), live)) in targets.into_iter().zip(lives).enumerate() {
+        if !crds_established && info.rank >= kinds::CUSTOM_RESOURCE_RANK {
+            wait_established(&ctx.client, &crds).await?;
+            crds_established = true;
+        }
         let api = ctx.dynamic_api(info, entry.namespace.as_deref());
         let what = describe(info, &entry);
         let live = match live {
@@ -398,6 +418,20 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
         ctx.event(resource, EventType::Normal, "Healed", note).await;
     }
     Ok(Outcome::Applied { version: version.clone(), inventory, not_ready })
+}
+
+/// Waits (bounded) until every CRD in `names` is Established.
+async fn wait_established(client: &Client, names: &[String]) -> Result<(), Error> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in names {
+        let established = kube::runtime::wait::await_condition(api.clone(), name, kube::runtime::conditions::is_crd_established());
+        match tokio::time::timeout(Duration::from_secs(60), established).await {
+            Ok(Ok(_)) => {}
+            _ => return Err(Error::NotEstablished { crd: name.clone() }),
+        }
+    }
+    Ok(())
 }
 
 fn up_to_date(desired: &Value, live: &Value, info: &KindInfo) -> bool {

@@ -31,8 +31,12 @@ pub enum RunError {
     Server(#[from] std::io::Error),
 }
 
-/// Kinds that appear in any built-in release of `C` and are watched (shared kinds are not).
+/// Kinds that appear in any built-in release of `C` (every built-in kind when it manages any
+/// kind) and are watched (shared kinds are not).
 pub fn watched_kinds<C: Component>() -> Vec<&'static KindInfo> {
+    if C::MANAGES_ANY_KIND {
+        return kinds::KINDS.iter().filter(|k| !k.is_shared()).collect();
+    }
     let seen: BTreeSet<&str> = crate::component::shipped_objects::<C>()
         .iter()
         .filter_map(|object| kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()))

@@ -213,17 +213,24 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Refusal> {
     serde_json::from_slice(body).map_err(|e| bad_request(format!("body: {e}")))
 }
 
+/// A binding request from a caller allowed to change who has access to its profile.
+async fn authorized_binding(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Result<(Arc<Context>, Arc<ProfileController>, Binding), Refusal> {
+    let (ctx, settings) = ready(shared)?;
+    let caller = caller(headers, &settings.spec)?;
+    let binding: Binding = parse(body)?;
+    validate(&binding)?;
+    let profile = profile(&ctx, &binding.referred_namespace).await?;
+    if !may_manage(&caller, &profile, &settings.spec) {
+        return Err(Refusal(StatusCode::FORBIDDEN, format!("{} is neither the owner of profile {} nor a cluster admin", caller.user, binding.referred_namespace)));
+    }
+    Ok((ctx, settings, binding))
+}
+
 async fn create_binding(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Reply {
     reply(
         async {
-            let (ctx, settings) = ready(&shared)?;
-            let caller = caller(&headers, &settings.spec)?;
-            let binding: Binding = parse(&body)?;
+            let (ctx, settings, binding) = authorized_binding(&shared, &headers, &body).await?;
             let (user, role, cluster_role) = validate(&binding)?;
-            let profile = profile(&ctx, &binding.referred_namespace).await?;
-            if !may_manage(&caller, &profile, &settings.spec) {
-                return Err(Refusal(StatusCode::FORBIDDEN, format!("{} is neither the owner of profile {} nor a cluster admin", caller.user, binding.referred_namespace)));
-            }
             let mesh = ctx.mesh(&settings.spec);
             for object in binding_objects(user, role, cluster_role, &binding.referred_namespace, &settings.spec, mesh) {
                 let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
@@ -238,14 +245,8 @@ async fn create_binding(State(shared): State<Shared>, headers: HeaderMap, body: 
 async fn delete_binding(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Reply {
     reply(
         async {
-            let (ctx, settings) = ready(&shared)?;
-            let caller = caller(&headers, &settings.spec)?;
-            let binding: Binding = parse(&body)?;
+            let (ctx, settings, binding) = authorized_binding(&shared, &headers, &body).await?;
             let (user, role, cluster_role) = validate(&binding)?;
-            let profile = profile(&ctx, &binding.referred_namespace).await?;
-            if !may_manage(&caller, &profile, &settings.spec) {
-                return Err(Refusal(StatusCode::FORBIDDEN, format!("{} is neither the owner of profile {} nor a cluster admin", caller.user, binding.referred_namespace)));
-            }
             let mut deleted = 0;
             // Whichever mesh the binding was made for: look for both kinds.
             let mut objects = binding_objects(user, role, cluster_role, &binding.referred_namespace, &settings.spec, Mesh::AuthorizationPolicy);

@@ -1,0 +1,179 @@
+//! The generic component operator, installed from deploy/kustomize and run on the host with that
+//! package's ServiceAccount, against the real control plane and the real kustomize: a
+//! kfctl-style manifests repository (bases, overlays, params.env + configMapGenerator, vars,
+//! commonLabels, a CRD with a custom resource, a webhook configuration, cluster-scoped RBAC) is
+//! served as a GitHub-style tarball over loopback HTTP, and two of its applications converge;
+//! a deleted object comes back; a parameter edit propagates; a bad URI, a missing path, a missing
+//! overlay and a kustomize error each get a clear per-application reason and touch nothing else;
+//! deleting the resource removes everything but CRDs and namespaces.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use kubeflow_crds::KustomizeApplication;
+use kubeflow_crds::component::{ComponentPhase, ComponentStatus};
+use kubeflow_e2e::*;
+use kubeflow_manifests::fixtures;
+use serde_json::{Value, json};
+
+/// A CRD the cluster serves before the applications (as an installed Istio would serve its own).
+async fn serve_kind(client: &Client, group: &str, kind: &str, plural: &str, version: &str) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = format!("{plural}.{group}");
+    // Groups under k8s.io are protected: the real app.k8s.io CRD says it is not approved, too.
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "annotations": {"api-approved.kubernetes.io": "unapproved, community CRD"}},
+        "spec": {"group": group, "scope": "Namespaced", "names": {"kind": kind, "plural": plural},
+                 "versions": [{"name": version, "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    }))
+    .unwrap();
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("create CRD {name}: {e}"),
+    }
+    within(&format!("{name} established"), kube::runtime::wait::await_condition(crds, &name, kube::runtime::conditions::is_crd_established())).await.unwrap();
+}
+
+fn resource(name: &str, target: &str, sources: Value) -> KustomizeApplication {
+    serde_json::from_value(json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "KustomizeApplication", "metadata": {"name": name},
+        "spec": {"version": "v1.0.2", "targetNamespace": target, "sources": sources},
+    }))
+    .unwrap()
+}
+
+async fn wait_status(api: &Api<KustomizeApplication>, name: &str, what: &str, check: impl Fn(&ComponentStatus) -> bool) -> ComponentStatus {
+    eventually(what, || async {
+        let r = api.get(name).await.map_err(|e| e.to_string())?;
+        let status = r.status.clone().unwrap_or_default();
+        if status.observed_generation == r.metadata.generation && check(&status) { Ok(status) } else { Err(format!("{status:?}")) }
+    })
+    .await
+}
+
+fn degraded_message(status: &ComponentStatus) -> Option<&str> {
+    status.conditions.iter().find(|c| c.type_ == "Degraded" && c.status == kubeflow_crds::ConditionStatus::True).map(|c| c.message.as_str())
+}
+
+#[tokio::test]
+async fn kfctl_applications_install_from_their_kustomize_packages() {
+    let client = client().await;
+    install_crds(&client).await;
+    // The web-app package's overlays make an app.k8s.io Application and an Istio VirtualService.
+    serve_kind(&client, "app.k8s.io", "Application", "applications", "v1beta1").await;
+    serve_kind(&client, "networking.istio.io", "VirtualService", "virtualservices", "v1alpha3").await;
+    // The fixture's cluster-scoped webhook intercepts every Tenant creation; one left by an earlier,
+    // failed run of this test would refuse this run's Tenant before its own webhook exists.
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    if webhooks.get_opt("tenant-defaulter").await.unwrap().is_some() {
+        webhooks.delete("tenant-defaulter", &DeleteParams::default()).await.unwrap();
+    }
+    let ns = TestNamespace::create(&client, "e2e-kustomize").await;
+    let kubeconfig = install_package(&client, "kustomize").await;
+    // The fixture's own API group is none of Kubeflow's: granted as the README says to.
+    let grant = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kustomize-operator-demo"},
+                       "rules": [{"apiGroups": ["demo.kubeflow.org"], "resources": ["tenants"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}]});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kustomize-operator-demo"},
+                         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kustomize-operator-demo"},
+                         "subjects": [{"kind": "ServiceAccount", "name": "kustomize-operator", "namespace": "kubeflow-operators"}]});
+    for (object, plural) in [(grant, "clusterroles"), (binding, "clusterrolebindings")] {
+        let kind = object["kind"].as_str().unwrap().to_string();
+        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind), plural);
+        Api::<DynamicObject>::all_with(client.clone(), &resource).patch("kustomize-operator-demo", &PatchParams::apply("e2e").force(), &Patch::Apply(&object)).await.unwrap();
+    }
+    let server = fixtures::Server::start(BTreeMap::from([("archive/v1.0.2.tar.gz".to_string(), fixtures::repo_tarball())])).await;
+    let uri = server.url("archive/v1.0.2.tar.gz");
+    let cache = std::env::temp_dir().join(unique_name("kustomize-cache"));
+    let operator = OperatorProcess::start("kustomize-operator", &["--namespace", &ns.name], &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap())]);
+    operator.wait_ready().await;
+
+    let target = TestNamespace::adopt(format!("{}-apps", ns.name));
+    let api: Api<KustomizeApplication> = Api::namespaced(client.clone(), &ns.name);
+    let sources = json!([
+        {"application": "webhook", "repoUri": uri, "path": "demo/webhook"},
+        {"application": "web-app", "repoUri": uri, "path": "demo/web-app", "overlays": ["application", "istio"],
+         "parameters": [{"name": "userid-header", "value": "kubeflow-userid"}, {"name": "gateway", "value": "istio-system/ingressgateway"}]},
+    ]);
+    api.create(&PostParams::default(), &resource("demo", &target.name, sources.clone())).await.unwrap();
+    let ready = wait_status(&api, "demo", &format!("demo Ready (log: {})", operator.log.display()), |s| s.phase == Some(ComponentPhase::Ready)).await;
+
+    // Every rendered object is installed, in the target namespace where namespaced.
+    let kinds: Vec<(String, String)> = ready.inventory.iter().map(|e| (e.kind.clone(), e.name.clone())).collect();
+    for expected in [
+        ("CustomResourceDefinition", "tenants.demo.kubeflow.org"), ("ClusterRole", "tenant-webhook"), ("Deployment", "tenant-webhook"),
+        ("MutatingWebhookConfiguration", "tenant-defaulter"), ("Tenant", "default-tenant"), ("ConfigMap", "web-app-parameters"),
+        ("ClusterRoleBinding", "web-app-binding"), ("Deployment", "web-app"), ("Application", "web-app"), ("VirtualService", "web-app"),
+    ] {
+        assert!(kinds.contains(&(expected.0.to_string(), expected.1.to_string())), "{expected:?} missing from {kinds:?}");
+    }
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &target.name);
+    let parameters = config_maps.get("web-app-parameters").await.unwrap();
+    assert_eq!(parameters.data.as_ref().unwrap()["userid-header"], "kubeflow-userid");
+    assert_eq!(parameters.annotations().get("components.kubeflow.org/application").map(String::as_str), Some("web-app"));
+    let tenants = Api::<DynamicObject>::namespaced_with(client.clone(), &target.name, &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("demo.kubeflow.org", "v1", "Tenant"), "tenants"));
+    assert_eq!(tenants.get("default-tenant").await.unwrap().data["spec"]["owner"], "admin@example.com");
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &target.name).get("web-app").await.unwrap();
+    assert_eq!(deployment.annotations().get("demo.kubeflow.org/served-from").map(String::as_str), Some(target.name.as_str()), "vars resolved to the target namespace");
+    Api::<MutatingWebhookConfiguration>::all(client.clone()).get("tenant-defaulter").await.unwrap();
+
+    // Heal: a deleted object comes back.
+    let old = parameters.uid();
+    config_maps.delete("web-app-parameters", &DeleteParams::default()).await.unwrap();
+    eventually("web-app-parameters recreated", || async {
+        match config_maps.get_opt("web-app-parameters").await {
+            Ok(Some(cm)) if cm.uid() != old => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // A parameter edit reaches params.env and so the ConfigMap.
+    let mut edited = sources.clone();
+    edited[1]["parameters"][0]["value"] = json!("x-forwarded-user");
+    api.patch("demo", &PatchParams::default(), &Patch::Merge(json!({"spec": {"sources": edited}}))).await.unwrap();
+    eventually("userid-header edited", || async {
+        let data = config_maps.get("web-app-parameters").await.map_err(|e| e.to_string())?.data.unwrap_or_default();
+        if data.get("userid-header").map(String::as_str) == Some("x-forwarded-user") { Ok(()) } else { Err(format!("{data:?}")) }
+    })
+    .await;
+    wait_status(&api, "demo", "demo Ready after the edit", |s| s.phase == Some(ComponentPhase::Ready)).await;
+
+    // Bad input, each in its own resource: a clear reason naming the application, nothing else touched.
+    let bad_cases = [
+        ("bad-uri", json!([{"application": "web", "repoUri": server.url("archive/missing.tar.gz"), "path": "demo/web-app"}]), "spec.sources[0].repoUri", "404"),
+        ("bad-path", json!([{"application": "web", "repoUri": uri, "path": "demo/missing"}]), "spec.sources[0]", "demo/missing"),
+        ("bad-overlay", json!([{"application": "web", "repoUri": uri, "path": "demo/web-app", "overlays": ["gcp"]}]), "spec.sources[0]", r#"overlay "gcp" does not exist (available: ["application", "istio"])"#),
+        ("bad-kustomize", json!([{"application": "broken", "repoUri": uri, "path": "demo/broken"}]), "spec.sources[0]", "does-not-exist.yaml"),
+    ];
+    for (name, sources, field, detail) in &bad_cases {
+        api.create(&PostParams::default(), &resource(name, &target.name, sources.clone())).await.unwrap();
+        let status = wait_status(&api, name, &format!("{name} Degraded"), |s| degraded_message(s).is_some()).await;
+        let message = degraded_message(&status).unwrap();
+        assert!(message.starts_with(&format!("{field}: ")) && message.contains(detail), "{name}: {message}");
+        assert!(status.inventory.is_empty(), "{name} installed something: {:?}", status.inventory);
+    }
+    let still = api.get("demo").await.unwrap().status.unwrap();
+    assert_eq!(still.phase, Some(ComponentPhase::Ready));
+    for (name, ..) in &bad_cases {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+        gone(&api, name).await;
+    }
+
+    // Deleting the resource removes everything it installed but CRDs and namespaces.
+    api.delete("demo", &DeleteParams::default()).await.unwrap();
+    gone(&api, "demo").await;
+    gone(&config_maps, "web-app-parameters").await;
+    gone(&Api::<ClusterRole>::all(client.clone()), "tenant-webhook").await;
+    gone(&Api::<MutatingWebhookConfiguration>::all(client.clone()), "tenant-defaulter").await;
+    assert!(Api::<CustomResourceDefinition>::all(client.clone()).get_opt("tenants.demo.kubeflow.org").await.unwrap().is_some(), "a CRD was deleted");
+    assert!(Api::<Namespace>::all(client.clone()).get_opt("demo-tenants").await.unwrap().is_some(), "a namespace was deleted");
+    let _ = std::fs::remove_dir_all(&cache);
+}
