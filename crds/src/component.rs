@@ -15,9 +15,8 @@ use crate::common::{Condition, NameValue};
 pub const GROUP: &str = "components.kubeflow.org";
 pub const VERSION: &str = "v1alpha1";
 
-/// Accepted shape of a component version (`v1.2.0`, `1.2`, `v0.15.0-rc.1`). Whether the operator
-/// ships that version is checked at reconcile time, where the answer can list what it supports.
-pub const VERSION_PATTERN: &str = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?(-[0-9A-Za-z.-]+)?$";
+/// Accepted shape of a component version; see [`crate::validation::VERSION`].
+pub const VERSION_PATTERN: &str = crate::validation::VERSION;
 
 /// Declares the component kinds, once: each one's enum variant, lower-case name, Kubernetes kind
 /// and resource type, the kfctl applications it covers and its default position in an upgrade.
@@ -206,13 +205,13 @@ pub enum CrdRemovalPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct ComponentSpecCore {
     /// Component version to install, e.g. `v1.2.0`; must be one the operator ships.
-    #[schemars(regex(pattern = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?(-[0-9A-Za-z.-]+)?$"))]
+    #[schemars(regex(pattern = crate::validation::VERSION), length(max = 64))]
     pub version: String,
     #[serde(default)]
     pub management_state: ManagementState,
     /// Namespace the component's namespaced objects go to; each component has a default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
+    #[schemars(regex(pattern = crate::validation::DNS_LABEL), length(max = 63))]
     pub target_namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Overrides::is_empty")]
     pub overrides: Overrides,
@@ -241,14 +240,39 @@ pub enum Platform {
 #[serde(rename_all = "camelCase")]
 pub struct Overrides {
     /// Container image per container name, e.g. `{"katib-controller": "registry.local/katib:v1"}`.
+    /// Every image names its registry host: its first segment contains a `.` or a `:port`, or is
+    /// `localhost`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = crate::validation::OVERRIDE_MAX_ENTRIES,
+        "additionalProperties" = {
+            "type": "string",
+            "maxLength": crate::validation::IMAGE_MAX_LENGTH,
+            "x-kubernetes-validations": [{
+                "rule": format!("self.matches('{}')", crate::validation::IMAGE_WITH_REGISTRY),
+                "message": "must be an image reference that names its registry host, e.g. registry.example.com/katib/katib-controller:v0.11.0 (the first segment contains a '.' or a ':port', or is localhost)",
+            }],
+        },
+        "x-kubernetes-validations" = [{
+            "rule": format!("self.all(k, k.size() <= 63 && k.matches('{}'))", crate::validation::DNS_LABEL),
+            "message": "keys must be container names (DNS labels: lower-case alphanumerics and '-', at most 63 characters)",
+        }],
+    ))]
     pub images: BTreeMap<String, String>,
     /// Replica count per Deployment or StatefulSet name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("additionalProperties" = {"type": "integer", "format": "int32", "minimum": 0}))]
+    #[schemars(extend(
+        "maxProperties" = crate::validation::OVERRIDE_MAX_ENTRIES,
+        "additionalProperties" = {"type": "integer", "format": "int32", "minimum": 0, "maximum": i32::MAX},
+        "x-kubernetes-validations" = [{
+            "rule": format!("self.all(k, k.size() <= 253 && k.matches('{}'))", crate::validation::DNS_SUBDOMAIN),
+            "message": "keys must be Deployment or StatefulSet names (DNS subdomains, at most 253 characters)",
+        }],
+    ))]
     pub replicas: BTreeMap<String, i32>,
-    /// Free parameters, as in kfctl `params.env`.
+    /// Free parameters, as in kfctl `params.env`; names are unique.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub parameters: Vec<NameValue>,
 }
 
@@ -263,7 +287,7 @@ impl Overrides {
 #[serde(rename_all = "camelCase")]
 pub struct KustomizeSource {
     /// KfDef application name, e.g. `katib-controller`.
-    #[schemars(length(min = 1))]
+    #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(min = 1, max = 253))]
     pub application: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo_uri: Option<String>,
@@ -272,6 +296,7 @@ pub struct KustomizeSource {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overlays: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub parameters: Vec<NameValue>,
     /// SHA-256 (lowercase hex) the repository archive must have; checked before unpacking.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -338,6 +363,12 @@ pub enum GatewayServiceType {
 /// The Istio ingress gateway Kubeflow is reached through.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    // Both are ports of one Service, which cannot expose a port twice.
+    "rule": "!has(self.httpPort) || !has(self.httpsPort) || self.httpPort != self.httpsPort",
+    "message": "httpPort and httpsPort must differ: both are ports of the gateway Service",
+    "fieldPath": ".httpsPort",
+}]))]
 pub struct IstioGateway {
     #[serde(default)]
     pub service_type: GatewayServiceType,
@@ -390,9 +421,11 @@ pub struct IstioSpec {
 /// Reference to one key of a Secret in the component resource's namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct SecretKeyRef {
-    #[schemars(length(min = 1))]
+    /// Secret name.
+    #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(min = 1, max = 253))]
     pub name: String,
-    #[schemars(length(min = 1))]
+    /// Key inside the Secret (alphanumerics, `-`, `_`, `.`).
+    #[schemars(regex(pattern = r"^[-._a-zA-Z0-9]+$"), length(min = 1, max = 253))]
     pub key: String,
 }
 
@@ -414,9 +447,10 @@ pub enum DexConnectorType {
 pub struct DexConnector {
     #[serde(rename = "type")]
     pub type_: DexConnectorType,
-    #[schemars(length(min = 1))]
+    /// Connector id, part of Dex's callback URLs (`/dex/callback/<id>`); unique among connectors.
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9][-_.a-zA-Z0-9]*$"), length(min = 1, max = 128))]
     pub id: String,
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 256))]
     pub name: String,
     /// Connector configuration, passed to Dex as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -513,11 +547,11 @@ pub struct KFServingSpec {
     pub core: ComponentSpecCore,
     /// Domain inference services get hostnames under, e.g. `models.example.com`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(max = 253))]
     pub ingress_domain: Option<String>,
     /// Istio gateway (`namespace/name`) inference services are exposed through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[a-z0-9-]+/[a-z0-9-]+$"))]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 317))]
     pub ingress_gateway: Option<String>,
 }
 
@@ -550,8 +584,9 @@ pub struct ObjectStore {
     /// External S3-compatible endpoint; when empty Pipelines runs its own MinIO.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// S3 bucket name: 3 to 63 lower-case alphanumerics, `.` and `-`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 3, max = 63))]
+    #[schemars(regex(pattern = r"^[a-z0-9][-.a-z0-9]{1,61}[a-z0-9]$"), length(min = 3, max = 63))]
     pub bucket: Option<String>,
     /// Secret with `accesskey` and `secretkey`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -599,12 +634,15 @@ pub enum MeshAuthorization {
 pub struct ProfileNetworkPolicies {
     /// Namespace of the ingress gateway users reach their notebooks and services through.
     #[serde(default = "default_istio_namespace")]
+    #[schemars(regex(pattern = crate::validation::DNS_LABEL), length(min = 1, max = 63))]
     pub ingress_gateway_namespace: String,
     /// Namespaces of serverless components (Knative activator, Kourier) that call into profiles.
     #[serde(default = "default_knative_namespaces")]
+    #[schemars(extend("x-kubernetes-list-type" = "set", "items" = {"type": "string", "pattern": crate::validation::DNS_LABEL, "maxLength": 63}))]
     pub serverless_namespaces: Vec<String>,
     /// Namespace of the Pipelines API server, which profile workloads may reach.
     #[serde(default = "default_kubeflow_namespace")]
+    #[schemars(regex(pattern = crate::validation::DNS_LABEL), length(min = 1, max = 63))]
     pub pipelines_namespace: String,
 }
 
@@ -635,9 +673,9 @@ pub struct ProfileTolerations {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceMeshControlPlane {
-    #[schemars(length(min = 1))]
+    #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(min = 1, max = 253))]
     pub name: String,
-    #[schemars(length(min = 1))]
+    #[schemars(regex(pattern = crate::validation::DNS_LABEL), length(min = 1, max = 63))]
     pub namespace: String,
 }
 
@@ -660,7 +698,7 @@ pub struct ProfileControllerSpec {
     pub core: ComponentSpecCore,
     /// Header the ingress gateway puts the authenticated user in.
     #[serde(default = "default_user_id_header")]
-    #[schemars(regex(pattern = r"^[A-Za-z0-9-]+$"))]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9-]+$"), length(max = 256))]
     pub user_id_header: String,
     /// Prefix of the user in that header (e.g. `accounts.google.com:`).
     #[serde(default)]
@@ -669,18 +707,29 @@ pub struct ProfileControllerSpec {
     /// `serving.kubeflow.org/inferenceservice`, `pipelines.kubeflow.org/enabled`,
     /// `app.kubernetes.io/part-of`); an empty value removes that label.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = crate::validation::OVERRIDE_MAX_ENTRIES,
+        "additionalProperties" = {"type": "string", "maxLength": 63, "pattern": r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"},
+        "x-kubernetes-validations" = [{
+            "rule": format!("self.all(k, k.size() <= 317 && k.matches('{}'))", LABEL_KEY),
+            "message": "keys must be label keys: an optional DNS-subdomain prefix and '/', then a name of at most 63 alphanumerics, '-', '_' or '.'",
+        }],
+    ))]
     pub namespace_labels: BTreeMap<String, String>,
     #[serde(default)]
     pub mesh_authorization: MeshAuthorization,
     /// Workload identities allowed to call into a profile on the owner's behalf (the ingress
     /// gateway, the Pipelines UI).
     #[serde(default = "default_trusted_principals")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub trusted_principals: Vec<String>,
     /// Users who may change any profile's contributors through the KFAM API.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub cluster_admins: Vec<String>,
     /// Header carrying the caller's groups (comma-separated), for owners that are Groups.
     #[serde(default = "default_groups_header")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9-]+$"), length(max = 256))]
     pub groups_header: String,
     /// JWT claim Istio matches group contributors against (`request.auth.claims[<claim>]`).
     #[serde(default = "default_groups_claim")]
@@ -701,6 +750,9 @@ pub struct ProfileControllerSpec {
     #[schemars(regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?$"))]
     pub quota_override_label_prefix: Option<String>,
 }
+
+/// A label key (`prefix/name` or `name`), without backslashes so it is also a CEL string literal.
+const LABEL_KEY: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
 
 fn default_user_id_header() -> String {
     "kubeflow-userid".into()

@@ -55,8 +55,9 @@ pub struct KfDefSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Application {
-    /// Application name, e.g. `istio-crds`, `katib-controller`, `pipelines-ui`.
-    #[schemars(length(min = 1, max = 253))]
+    /// Application name, e.g. `istio-crds`, `katib-controller`, `pipelines-ui` (a DNS subdomain,
+    /// as every kfctl application name is).
+    #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(min = 1, max = 253))]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kustomize_config: Option<KustomizeConfig>,
@@ -71,8 +72,10 @@ pub struct KustomizeConfig {
     /// Kustomize overlays to apply, in order (e.g. `istio`, `application`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overlays: Vec<String>,
-    /// Parameters substituted into the package (kfctl `params.env`).
+    /// Parameters substituted into the package (kfctl `params.env`); names are unique, as kfctl
+    /// itself keeps them (it replaces a parameter by name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub parameters: Vec<NameValue>,
 }
 
@@ -90,7 +93,8 @@ pub struct RepoRef {
 /// A manifest repository.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct Repo {
-    #[schemars(length(min = 1))]
+    /// Repository name `repoRef.name` refers to, e.g. `manifests` (a DNS subdomain).
+    #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(min = 1, max = 253))]
     pub name: String,
     /// Archive or repository URI, e.g. `https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz`.
     #[serde(default)]

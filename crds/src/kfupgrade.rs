@@ -30,10 +30,28 @@ use crate::component::ComponentKind;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "self == oldSelf",
-    "message": "spec is immutable once the upgrade exists; create a new KfUpgrade instead",
-}]))]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self == oldSelf",
+        "message": "spec is immutable once the upgrade exists; create a new KfUpgrade instead",
+    },
+    {
+        // Upgrades move one KfDef in place.
+        "rule": "self.newKfDef.name == self.currentKfDef.name",
+        "message": "newKfDef.name must equal currentKfDef.name: an upgrade moves that KfDef in place",
+        "fieldPath": ".newKfDef.name",
+    },
+    {
+        "rule": "!self.onlyListed || (has(self.components) && size(self.components) > 0)",
+        "message": "onlyListed needs at least one entry in components: otherwise nothing would move",
+        "fieldPath": ".onlyListed",
+    },
+    {
+        "rule": "!has(self.currentKfDef.version) || !has(self.newKfDef.version) || self.currentKfDef.version != self.newKfDef.version || (has(self.components) && size(self.components) > 0)",
+        "message": "newKfDef.version equals currentKfDef.version and no components are listed: nothing would move",
+        "fieldPath": ".newKfDef.version",
+    },
+]))]
 pub struct KfUpgradeSpec {
     /// The installed KfDef (same namespace) and the version it runs.
     pub current_kf_def: KfDefReference,
@@ -73,10 +91,10 @@ fn default_true() -> bool {
 /// A KfDef by name (in the KfUpgrade's namespace) and version.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct KfDefReference {
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(min = 1, max = 253))]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?(-[0-9A-Za-z.-]+)?$"))]
+    #[schemars(regex(pattern = crate::validation::VERSION), length(max = 64))]
     pub version: Option<String>,
 }
 
@@ -84,7 +102,7 @@ pub struct KfDefReference {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 pub struct ComponentTarget {
     pub component: ComponentKind,
-    #[schemars(regex(pattern = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?(-[0-9A-Za-z.-]+)?$"))]
+    #[schemars(regex(pattern = crate::validation::VERSION), length(max = 64))]
     pub version: String,
 }
 

@@ -17,6 +17,7 @@ pub mod crdgen;
 pub mod kfdef;
 pub mod kfupgrade;
 pub mod profile;
+pub mod validation;
 
 pub use common::{Condition, ConditionStatus, NameValue};
 pub use component::{

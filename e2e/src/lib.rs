@@ -489,3 +489,69 @@ impl OperatorStack {
         self.components.insert(component, process);
     }
 }
+
+/// Name of the CRD version [`store_undecodable`] serves for a moment.
+const LOOSE_VERSION: &str = "v0e2eloose";
+
+/// Stores `object` (which names `kind` and `metadata`, and whatever `spec` the test wants) in CRD
+/// `crd_name` without the stored version's validation, as an object written before a schema
+/// change or through a looser version would be: the CRD is served for a moment also as a version
+/// whose schema accepts anything, the object is created through it (the API server converts it
+/// to the storage version unchecked: the CRD has no conversion webhook) and the version is
+/// removed again. Reading it through the real version then yields what the types cannot decode.
+pub async fn store_undecodable(client: &Client, crd_name: &str, namespace: Option<&str>, mut object: serde_json::Value) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionVersion;
+    use kube::api::DynamicObject;
+    use kube::core::ApiResource;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let loose: CustomResourceDefinitionVersion = serde_json::from_value(serde_json::json!({
+        "name": LOOSE_VERSION, "served": true, "storage": false,
+        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+    }))
+    .unwrap();
+    let crd = crds.get(crd_name).await.unwrap();
+    let resource = ApiResource {
+        group: crd.spec.group.clone(),
+        version: LOOSE_VERSION.into(),
+        api_version: format!("{}/{LOOSE_VERSION}", crd.spec.group),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    };
+    object["apiVersion"] = resource.api_version.clone().into();
+    let object: DynamicObject = serde_json::from_value(object).unwrap();
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    // Retried as a whole: the new version is served once the API server has rebuilt the CRD's
+    // handler, and an operator that owns the CRD may put its versions back in between.
+    let created = eventually(&format!("create {:?} through version {LOOSE_VERSION} of {crd_name}", object.metadata.name), || async {
+        let mut crd = crds.get(crd_name).await.map_err(|e| e.to_string())?;
+        if !crd.spec.versions.iter().any(|v| v.name == LOOSE_VERSION) {
+            crd.spec.versions.push(loose.clone());
+            crds.replace(crd_name, &PostParams::default(), &crd).await.map_err(|e| e.to_string())?;
+        }
+        api.create(&PostParams::default(), &object).await.map_err(|e| e.to_string())
+    })
+    .await;
+    eventually(&format!("remove version {LOOSE_VERSION} of {crd_name}"), || async {
+        let mut crd = crds.get(crd_name).await.map_err(|e| e.to_string())?;
+        crd.spec.versions.retain(|v| v.name != LOOSE_VERSION);
+        crds.replace(crd_name, &PostParams::default(), &crd).await.map_err(|e| e.to_string())
+    })
+    .await;
+    assert!(created.metadata.uid.is_some());
+}
+
+/// The Warning Events with `reason` about object `name` in `namespace` (events.k8s.io).
+pub async fn warning_events(client: &Client, namespace: &str, name: &str, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), namespace);
+    events
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning") && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect()
+}

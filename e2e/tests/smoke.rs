@@ -185,6 +185,86 @@ async fn invalid_specs_are_rejected_with_the_offending_field_named() {
     assert!(msg.contains("spec.newKfDef") && msg.contains("Required value"), "{msg}");
 }
 
+/// What the schema and CEL rules decide (README "Admission"): each refusal names the field path
+/// and says what is allowed, and the valid variant of each object is accepted.
+#[tokio::test]
+async fn schema_and_cel_rules_reject_bad_names_images_duplicates_and_impossible_combinations() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-admission").await;
+    let n = &ns.name;
+    let katib = |name: &str, spec: Value| json!({"apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib", "metadata": {"name": name}, "spec": spec});
+
+    let msg = rejection::<Katib>(&client, n, katib("bad", json!({"version": "v0.11.0", "targetNamespace": "Kubeflow_NS"}))).await;
+    assert!(msg.contains("spec.targetNamespace") && msg.contains("should match"), "{msg}");
+
+    // An image override names its registry host; the path names the container.
+    let msg = rejection::<Katib>(&client, n, katib("bad", json!({"version": "v0.11.0", "overrides": {"images": {"katib-ui": "katib-ui:v1"}}}))).await;
+    assert!(msg.contains("spec.overrides.images[katib-ui]") && msg.contains("registry host"), "{msg}");
+    let msg = rejection::<Katib>(&client, n, katib("bad", json!({"version": "v0.11.0", "overrides": {"images": {"Katib_UI": "registry.local/katib-ui:v1"}}}))).await;
+    assert!(msg.contains("spec.overrides.images") && msg.contains("keys must be container names"), "{msg}");
+    // A replica count that does not fit the int32 the operators decode is refused, not stored.
+    let msg = rejection::<Katib>(&client, n, katib("bad", json!({"version": "v0.11.0", "overrides": {"replicas": {"katib-ui": 3_000_000_000u64}}}))).await;
+    assert!(msg.contains("spec.overrides.replicas.katib-ui") && msg.contains("less than or equal to 2147483647"), "{msg}");
+    let msg = rejection::<Katib>(&client, n, katib("bad", json!({"version": "v0.11.0", "overrides": {"parameters": [{"name": "a", "value": "1"}, {"name": "a", "value": "2"}]}}))).await;
+    assert!(msg.contains("spec.overrides.parameters[1]") && msg.contains("Duplicate value"), "{msg}");
+    let msg = rejection::<Katib>(&client, n, katib("bad", json!({"version": "v0.11.0", "database": {"host": "db.example.com", "secretRef": {"name": "Katib DB", "key": "password"}}}))).await;
+    assert!(msg.contains("spec.database.secretRef.name") && msg.contains("should match"), "{msg}");
+    // The valid variant of each: a qualified image (registry with a port, localhost, a digest), a DNS namespace.
+    let valid = katib("good", json!({
+        "version": "v0.11.0", "targetNamespace": "kubeflow",
+        "overrides": {
+            "images": {
+                "katib-ui": "registry.local/katib-ui:patched",
+                "katib-controller": "mirror:5000/katib/katib-controller:v0.11.0",
+                "katib-db-manager": "localhost/katib/katib-db-manager@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            },
+            "replicas": {"katib-ui": 2},
+            "parameters": [{"name": "a", "value": "1"}, {"name": "b", "value": "2"}],
+        },
+    }));
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), n, &ApiResource::erase::<Katib>(&()));
+    api.create(&PostParams::default(), &serde_json::from_value(valid).unwrap()).await.expect("a valid Katib is accepted");
+
+    // Istio: one Service cannot expose the same port twice.
+    let msg = rejection::<Istio>(&client, n, json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Istio", "metadata": {"name": "bad"},
+        "spec": {"version": "1.9.6", "gateway": {"httpPort": 8080, "httpsPort": 8080}},
+    })).await;
+    assert!(msg.contains("spec.gateway.httpsPort") && msg.contains("must differ"), "{msg}");
+
+    // Dex connectors are keyed by id.
+    let msg = rejection::<Dex>(&client, n, json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Dex", "metadata": {"name": "bad"},
+        "spec": {"version": "v2.24.0", "connectors": [{"type": "github", "id": "gh", "name": "GitHub"}, {"type": "ldap", "id": "gh", "name": "LDAP"}]},
+    })).await;
+    assert!(msg.contains("spec.connectors[1]") && msg.contains("Duplicate value"), "{msg}");
+
+    // KfDef: names are DNS subdomains, parameters and repos unique by name.
+    let kfdef = |spec: Value| json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "bad"}, "spec": spec});
+    let msg = rejection::<KfDef>(&client, n, kfdef(json!({"applications": [{"name": "katib-crds"}, {"name": "Katib CRDs"}]}))).await;
+    assert!(msg.contains("spec.applications[1].name") && msg.contains("should match"), "{msg}");
+    let msg = rejection::<KfDef>(&client, n, kfdef(json!({"repos": [{"name": "manifests", "uri": "https://a"}, {"name": "manifests", "uri": "https://b"}]}))).await;
+    assert!(msg.contains("spec.repos[1]") && msg.contains("Duplicate value"), "{msg}");
+    let msg = rejection::<KfDef>(&client, n, kfdef(json!({"applications": [{"name": "katib-crds", "kustomizeConfig": {"parameters": [{"name": "ns", "value": "a"}, {"name": "ns", "value": "b"}]}}]}))).await;
+    assert!(msg.contains("spec.applications[0].kustomizeConfig.parameters[1]") && msg.contains("Duplicate value"), "{msg}");
+
+    // KfUpgrade: combinations that could never move anything.
+    let upgrade = |spec: Value| json!({"apiVersion": "kfupgrade.apps.kubeflow.org/v1alpha1", "kind": "KfUpgrade", "metadata": {"name": "bad"}, "spec": spec});
+    let msg = rejection::<KfUpgrade>(&client, n, upgrade(json!({"currentKfDef": {"name": "kubeflow"}, "newKfDef": {"name": "other", "version": "v1.3.0"}}))).await;
+    assert!(msg.contains("spec.newKfDef.name") && msg.contains("in place"), "{msg}");
+    let msg = rejection::<KfUpgrade>(&client, n, upgrade(json!({"currentKfDef": {"name": "kubeflow"}, "newKfDef": {"name": "kubeflow", "version": "v1.3.0"}, "onlyListed": true}))).await;
+    assert!(msg.contains("spec.onlyListed") && msg.contains("at least one entry in components"), "{msg}");
+    let msg = rejection::<KfUpgrade>(&client, n, upgrade(json!({"currentKfDef": {"name": "kubeflow", "version": "v1.2.0"}, "newKfDef": {"name": "kubeflow", "version": "v1.2.0"}}))).await;
+    assert!(msg.contains("spec.newKfDef.version") && msg.contains("nothing would move"), "{msg}");
+    // The same versions with an explicit component target do move something.
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), n, &ApiResource::erase::<KfUpgrade>(&()));
+    let valid = upgrade(json!({"currentKfDef": {"name": "kubeflow", "version": "v1.2.0"}, "newKfDef": {"name": "kubeflow", "version": "v1.2.0"}, "components": [{"component": "katib", "version": "v0.11.0"}], "onlyListed": true}));
+    let mut valid: DynamicObject = serde_json::from_value(valid).unwrap();
+    valid.metadata.name = Some("good".into());
+    api.create(&PostParams::default(), &valid).await.expect("a valid KfUpgrade is accepted");
+}
+
 #[tokio::test]
 async fn deployment_becomes_available_on_kwok_nodes() {
     let client = client().await;

@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::core::DeserializeGuard;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_crds::bus::{self, DesiredComponent, Heartbeat, KfDefRef, StatusReport};
@@ -121,13 +122,26 @@ pub async fn detect_platform(client: &Client) -> Result<Platform, kube::Error> {
     Ok(if groups.groups.iter().any(|g| g.name == "security.openshift.io") { Platform::OpenShift } else { Platform::Kubernetes })
 }
 
-#[instrument(skip_all, fields(kfdef = %kfdef.name_any(), namespace = kfdef.namespace().unwrap_or_default()))]
-pub async fn reconcile(kfdef: Arc<KfDef>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// Entry point of the KfDef controller. A KfDef the types cannot decode is reported (log and
+/// Warning Event) and skipped until it changes; the watch and every other KfDef carry on.
+#[instrument(skip_all, fields(kfdef = %guard.name_any(), namespace = guard.namespace().unwrap_or_default()))]
+pub async fn reconcile(guard: Arc<DeserializeGuard<KfDef>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    match &guard.0 {
+        Ok(kfdef) => reconcile_kfdef(kfdef, ctx).await,
+        Err(invalid) => {
+            operator_runtime::invalid::report::<KfDef>(&ctx.recorder, invalid).await;
+            ctx.metrics.error("invalid_object");
+            Ok(Action::await_change())
+        }
+    }
+}
+
+async fn reconcile_kfdef(kfdef: &KfDef, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     ctx.metrics.reconcile_started();
-    let key = object_key(kfdef.as_ref());
+    let key = object_key(kfdef);
     let api: Api<KfDef> = Api::namespaced(ctx.client.clone(), &key.0);
-    let step = with_finalizer(&api, FINALIZER, FIELD_MANAGER, kfdef.as_ref().clone(), |step| async {
+    let step = with_finalizer(&api, FINALIZER, FIELD_MANAGER, kfdef.clone(), |step| async {
         match step {
             Step::Apply(kfdef) => apply(&kfdef, &ctx).await,
             Step::Cleanup(kfdef) => cleanup(&kfdef, &ctx).await,
@@ -287,7 +301,7 @@ async fn cleanup(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
 /// Connects to NATS and keeps `state` in step with the status and operators buckets, relisting
 /// after every reconnect. Sends the KfDef a report is about to `trigger`, and `()` to
 /// `trigger_all` when an operator appears or announces new releases.
-pub async fn watch_bus(url: String, state: Arc<BusState>, trigger: mpsc::UnboundedSender<ObjectRef<KfDef>>, trigger_all: mpsc::UnboundedSender<()>) {
+pub async fn watch_bus(url: String, state: Arc<BusState>, trigger: mpsc::UnboundedSender<ObjectRef<DeserializeGuard<KfDef>>>, trigger_all: mpsc::UnboundedSender<()>) {
     let (nats, mut connected) = match nats::connect(&url, "meta-operator").await {
         Ok(c) => c,
         Err(e) => return warn!(error = %e, %url, "invalid NATS options"),

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
 use kube::Api;
+use kube::core::DeserializeGuard;
 use kubeflow_crds::{KfDef, KfUpgrade};
 use tokio::sync::mpsc;
 
@@ -62,12 +63,14 @@ async fn main() -> std::process::ExitCode {
     let (all_tx, all_rx) = mpsc::unbounded_channel();
     tokio::spawn(controller::watch_bus(cli.nats_url.clone(), state.clone(), trigger_tx, all_tx));
 
-    let kfdefs: Api<KfDef> = match &cli.namespace {
+    // Decoded through `DeserializeGuard`: an object the types cannot read is reported and
+    // skipped by the reconcilers instead of failing the watch for every other object.
+    let kfdefs: Api<DeserializeGuard<KfDef>> = match &cli.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
     let recorder = Recorder::new(client.clone(), Reporter::from(controller::FIELD_MANAGER));
-    let upgrades: Api<KfUpgrade> = match &cli.namespace {
+    let upgrades: Api<DeserializeGuard<KfUpgrade>> = match &cli.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
@@ -80,7 +83,10 @@ async fn main() -> std::process::ExitCode {
     // Component health reaches a KfUpgrade through its KfDef's status.
     let mapper_store = upgrade_store.clone();
     let upgrade_controller = upgrade_controller
-        .watches(kfdefs.clone(), watcher::Config::default().any_semantic(), move |kfdef: KfDef| upgrade_controller::upgrades_of(&mapper_store, &kfdef))
+        .watches(kfdefs.clone(), watcher::Config::default().any_semantic(), move |kfdef: DeserializeGuard<KfDef>| match kfdef.0 {
+            Ok(kfdef) => upgrade_controller::upgrades_of(&mapper_store, &kfdef),
+            Err(_) => Vec::new(),
+        })
         .shutdown_on_signal()
         .run(upgrade_controller::reconcile, controller::error_policy, ctx.clone())
         .for_each(|result| async move {

@@ -16,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
+use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use kubeflow_crds::ConditionStatus::{False, True};
@@ -59,18 +60,34 @@ fn remaining(start: &Option<Time>, timeout_seconds: i64) -> Duration {
 
 /// The unfinished KfUpgrades in `store` that move `kfdef`: a change of the KfDef (its status
 /// carries the components' health) is a change for them.
-pub fn upgrades_of(store: &Store<KfUpgrade>, kfdef: &KfDef) -> Vec<ObjectRef<KfUpgrade>> {
+pub fn upgrades_of(store: &Store<DeserializeGuard<KfUpgrade>>, kfdef: &KfDef) -> Vec<ObjectRef<DeserializeGuard<KfUpgrade>>> {
     store
         .state()
         .iter()
-        .filter(|u| u.namespace() == kfdef.namespace() && u.spec.current_kf_def.name == kfdef.name_any())
-        .filter(|u| !u.status.as_ref().and_then(|s| s.phase).is_some_and(is_finished))
-        .map(|u| ObjectRef::from_obj(u.as_ref()))
+        .filter(|guard| {
+            guard.0.as_ref().is_ok_and(|u| {
+                u.namespace() == kfdef.namespace() && u.spec.current_kf_def.name == kfdef.name_any() && !u.status.as_ref().and_then(|s| s.phase).is_some_and(is_finished)
+            })
+        })
+        .map(|guard| ObjectRef::from_obj(guard.as_ref()))
         .collect()
 }
 
-#[instrument(skip_all, fields(kfupgrade = %up.name_any(), namespace = up.namespace().unwrap_or_default()))]
-pub async fn reconcile(up: Arc<KfUpgrade>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// Entry point of the KfUpgrade controller. A KfUpgrade the types cannot decode is reported (log
+/// and Warning Event) and skipped until it changes; the watch and every other KfUpgrade carry on.
+#[instrument(skip_all, fields(kfupgrade = %guard.name_any(), namespace = guard.namespace().unwrap_or_default()))]
+pub async fn reconcile(guard: Arc<DeserializeGuard<KfUpgrade>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    match &guard.0 {
+        Ok(up) => reconcile_upgrade(Arc::new(up.clone()), ctx).await,
+        Err(invalid) => {
+            operator_runtime::invalid::report::<KfUpgrade>(&ctx.recorder, invalid).await;
+            ctx.metrics.error("invalid_object");
+            Ok(Action::await_change())
+        }
+    }
+}
+
+async fn reconcile_upgrade(up: Arc<KfUpgrade>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = up.namespace().unwrap_or_default();
     let kfdefs: Api<KfDef> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut status = up.status.clone().unwrap_or_default();

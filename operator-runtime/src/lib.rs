@@ -7,6 +7,7 @@
 pub mod client;
 pub mod conditions;
 pub mod finalizer;
+pub mod invalid;
 pub mod metrics;
 pub mod nats;
 pub mod retry;

@@ -267,7 +267,8 @@ async fn remove_orphans<C: Component>(client: &Client, namespace: Option<&str>, 
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let Ok(list) = api.list(&ListParams::default().labels(KFDEF_LABEL)).await else { return };
+    // Metadata only: a resource the types cannot decode must not hide the others.
+    let Ok(list) = api.list_metadata(&ListParams::default().labels(KFDEF_LABEL)).await else { return };
     for resource in list.items {
         let ns = resource.namespace().unwrap_or_default();
         let kfdef = resource.labels().get(KFDEF_LABEL).cloned().unwrap_or_default();

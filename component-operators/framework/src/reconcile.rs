@@ -139,8 +139,9 @@ pub async fn reconcile<C: Component>(guard: Arc<DeserializeGuard<C::Resource>>, 
     let resource = match &guard.0 {
         Ok(resource) => resource.clone(),
         Err(invalid) => {
-            // Cannot happen for objects the schema admitted; never let it stop the watch.
-            warn!(error = %invalid.error, "component resource cannot be read; skipping it");
+            // Stored before a schema change or through a looser CRD version: reported and skipped
+            // until it changes; the watch and every other resource carry on.
+            operator_runtime::invalid::report::<C::Resource>(&ctx.recorder, invalid).await;
             ctx.metrics.error("invalid_object");
             return Ok(Action::await_change());
         }

@@ -28,6 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PartialObjectMeta, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -79,7 +80,9 @@ impl Error {
 
 pub struct Context {
     pub client: Client,
-    pub settings: Store<ProfileController>,
+    /// Every ProfileController; one that cannot be decoded is skipped (the component operator
+    /// reports it on the resource).
+    settings: Store<DeserializeGuard<ProfileController>>,
     crds: Store<PartialObjectMeta<CustomResourceDefinition>>,
     recorder: Recorder,
     cloud: Arc<dyn CloudIdentity>,
@@ -93,6 +96,14 @@ pub fn effective_settings(resources: &[Arc<ProfileController>]) -> Option<Arc<Pr
         .filter(|r| r.spec.core.management_state == ManagementState::Managed && r.meta().deletion_timestamp.is_none())
         .min_by_key(|r| (r.meta().creation_timestamp.clone().map(|t| t.0), r.namespace(), r.name_any()))
         .cloned()
+}
+
+impl Context {
+    /// The settings that apply now (see [`effective_settings`]).
+    pub fn settings(&self) -> Option<Arc<ProfileController>> {
+        let decoded: Vec<Arc<ProfileController>> = self.settings.state().iter().filter_map(|guard| guard.0.as_ref().ok().map(|r| Arc::new(r.clone()))).collect();
+        effective_settings(&decoded)
+    }
 }
 
 fn params() -> PatchParams {
@@ -250,8 +261,21 @@ impl Context {
     }
 }
 
-async fn reconcile(profile: Arc<Profile>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let Some(settings) = effective_settings(&ctx.settings.state()) else {
+/// Entry point of the Profile controller. A Profile the types cannot decode (a `v1beta1` write
+/// with a shape `v1` does not accept, or one stored before a schema change) is reported (log and
+/// Warning Event) and skipped until it changes; the watch and every other Profile carry on.
+async fn reconcile(guard: Arc<DeserializeGuard<Profile>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    match &guard.0 {
+        Ok(profile) => reconcile_profile(Arc::new(profile.clone()), ctx).await,
+        Err(invalid) => {
+            operator_runtime::invalid::report::<Profile>(&ctx.recorder, invalid).await;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+async fn reconcile_profile(profile: Arc<Profile>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let Some(settings) = ctx.settings() else {
         // No ProfileController: Profiles (and their namespaces) are left exactly as they are.
         return Ok(Action::await_change());
     };
@@ -269,7 +293,7 @@ async fn reconcile(profile: Arc<Profile>, ctx: Arc<Context>) -> Result<Action, E
     Ok(action)
 }
 
-fn error_policy(profile: Arc<Profile>, error: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(profile: Arc<DeserializeGuard<Profile>>, error: &Error, ctx: Arc<Context>) -> Action {
     warn!(profile = %profile.name_any(), category = error.category(), error = %error, "reconcile failed");
     Action::requeue(ctx.backoffs.next(&profile.name_any()))
 }
@@ -284,7 +308,7 @@ where
 }
 
 /// A mapper from any event to every Profile.
-fn all_profiles<T>(store: Store<Profile>) -> impl Fn(T) -> Vec<ObjectRef<Profile>> {
+fn all_profiles<T>(store: Store<DeserializeGuard<Profile>>) -> impl Fn(T) -> Vec<ObjectRef<DeserializeGuard<Profile>>> {
     move |_| store.state().iter().map(|p| ObjectRef::from_obj(p.as_ref())).collect()
 }
 
@@ -297,7 +321,8 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
         warn!(error = %e, "cannot watch the Profile CRD; Profiles are not reconciled");
         return;
     }
-    let settings_api: Api<ProfileController> = match &watch_namespace {
+    // Decoded through `DeserializeGuard` so one undecodable object cannot fail a whole watch.
+    let settings_api: Api<DeserializeGuard<ProfileController>> = match &watch_namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
@@ -314,7 +339,7 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
         backoffs: Backoffs::default(),
     });
     let _ = shared.set(ctx.clone());
-    let profiles: Api<Profile> = Api::all(client.clone());
+    let profiles: Api<DeserializeGuard<Profile>> = Api::all(client.clone());
     let controller = Controller::new(profiles, watcher::Config::default());
     let store = controller.store();
     let mesh_resource = |group: &str, version: &str, kind: &str, plural: &str| ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);

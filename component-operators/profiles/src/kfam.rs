@@ -23,7 +23,7 @@ use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::controller::{Context, effective_settings};
+use crate::controller::Context;
 use crate::tenant::{self, Mesh, ROLE_ANNOTATION, USER_ANNOTATION};
 
 pub const FIELD_MANAGER: &str = "kubeflow-profiles-kfam";
@@ -200,7 +200,7 @@ fn internal(e: impl std::fmt::Display) -> Refusal {
 /// Settings and context, or why the API cannot answer yet.
 fn ready(shared: &Shared) -> Result<(Arc<Context>, Arc<ProfileController>), Refusal> {
     let ctx = shared.get().ok_or_else(|| Refusal(StatusCode::SERVICE_UNAVAILABLE, "Profiles are not served yet: the Profile CRD is not established".into()))?;
-    let settings = effective_settings(&ctx.settings.state()).ok_or_else(|| Refusal(StatusCode::SERVICE_UNAVAILABLE, "no ProfileController resource is managed".into()))?;
+    let settings = ctx.settings().ok_or_else(|| Refusal(StatusCode::SERVICE_UNAVAILABLE, "no ProfileController resource is managed".into()))?;
     Ok((ctx.clone(), settings))
 }
 
@@ -285,7 +285,7 @@ async fn read_bindings(State(shared): State<Shared>, RawQuery(query): RawQuery) 
             let get = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
             let namespaces = match get("namespace") {
                 Some(ns) => vec![ns],
-                None => Api::<Profile>::all(ctx.client.clone()).list(&ListParams::default()).await.map_err(internal)?.items.iter().map(|p| p.name_any()).collect(),
+                None => Api::<Profile>::all(ctx.client.clone()).list_metadata(&ListParams::default()).await.map_err(internal)?.items.iter().map(|p| p.name_any()).collect(),
             };
             let (user, role) = (get("user"), get("role"));
             let mut bindings = Vec::new();
