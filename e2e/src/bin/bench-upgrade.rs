@@ -26,7 +26,8 @@ use serde_json::{Value, json};
 /// the operators render them for a KfDef in `namespace`, without the label the operators watch.
 fn release(kubeflow: &str, namespace: &str) -> Vec<Value> {
     let mut objects = Vec::new();
-    for component in kubeflow_component_registry::all() {
+    // Components with built-in releases (the generic one installs what a KfDef's packages render).
+    for component in kubeflow_component_registry::all().into_iter().filter(|c| !c.releases.is_empty()) {
         let version = component.version_for(kubeflow).unwrap_or_else(|| panic!("{} has no version for Kubeflow {kubeflow}", component.kind));
         objects.extend((component.render)(&json!({"version": version, "targetNamespace": namespace}), namespace).unwrap());
     }
