@@ -18,7 +18,7 @@ use std::time::Duration;
 use component_framework::api::ProfileController;
 use component_framework::api::common::ConditionStatus;
 use component_framework::api::component::ManagementState;
-use component_framework::api::profile::{self, Profile, ProfileStatus};
+use component_framework::api::profile::{self, Profile};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -110,8 +110,8 @@ fn params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
-/// Where `object` (from [`tenant::desired_objects`]) is served.
-fn api_for(client: &Client, object: &Value) -> Api<DynamicObject> {
+/// Where `object` (from [`tenant::desired_objects`] or a KFAM binding) is served.
+pub(crate) fn api_for(client: &Client, object: &Value) -> Api<DynamicObject> {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let kind = object["kind"].as_str().unwrap_or_default();
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -156,7 +156,7 @@ impl Context {
             return Ok(());
         }
         let api: Api<Profile> = Api::all(self.client.clone());
-        let patch = json!({"status": ProfileStatus { ..status }});
+        let patch = json!({"status": status});
         api.patch_status(&profile.name_any(), &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &Patch::Merge(&patch))
             .await
             .map(|_| ())

@@ -18,12 +18,12 @@ use component_framework::api::ProfileController;
 use component_framework::api::component::ProfileControllerSpec;
 use component_framework::api::profile::Profile;
 use http::{HeaderMap, StatusCode};
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::controller::Context;
+use crate::controller::{Context, api_for};
 use crate::tenant::{self, Mesh, ROLE_ANNOTATION, USER_ANNOTATION};
 
 pub const FIELD_MANAGER: &str = "kubeflow-profiles-kfam";
@@ -174,13 +174,6 @@ pub fn binding_objects(user: &Subject, role: &RoleRef, cluster_role: &str, names
     objects
 }
 
-fn dynamic_api(client: &kube::Client, object: &Value, namespace: &str) -> Api<DynamicObject> {
-    let (group, version) = object["apiVersion"].as_str().unwrap_or_default().split_once('/').unwrap_or_default();
-    let kind = object["kind"].as_str().unwrap_or_default();
-    let plural = tenant::PRUNABLE.iter().find(|(_, k, _)| *k == kind).map(|(_, _, p)| *p).unwrap_or_default();
-    Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural))
-}
-
 /// The controller's context, once the Profile CRD is established.
 pub type Shared = Arc<OnceLock<Arc<Context>>>;
 
@@ -234,7 +227,7 @@ async fn create_binding(State(shared): State<Shared>, headers: HeaderMap, body: 
             let mesh = ctx.mesh(&settings.spec);
             for object in binding_objects(user, role, cluster_role, &binding.referred_namespace, &settings.spec, mesh) {
                 let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-                dynamic_api(&ctx.client, &object, &binding.referred_namespace).patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await.map_err(internal)?;
+                api_for(&ctx.client, &object).patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await.map_err(internal)?;
             }
             Ok(String::new())
         }
@@ -253,7 +246,7 @@ async fn delete_binding(State(shared): State<Shared>, headers: HeaderMap, body: 
             objects.extend(binding_objects(user, role, cluster_role, &binding.referred_namespace, &settings.spec, Mesh::IstioRbac).into_iter().skip(1));
             for object in objects {
                 let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                let api = dynamic_api(&ctx.client, &object, &binding.referred_namespace);
+                let api = api_for(&ctx.client, &object);
                 let Ok(Some(live)) = api.get_opt(name).await else { continue };
                 let made_here = live.labels().get(tenant::MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY) && live.annotations().get(USER_ANNOTATION) == Some(&user.name);
                 if !made_here {
