@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The main job: bring up the local cluster with NATS, install the operators (deploy/all: CRDs,
-# RBAC, Deployments), run the six operators on this host with their ServiceAccounts' permissions
-# and NATS, and converge the sample kfctl KfDef, printing status as it goes. Everything keeps
-# running afterwards; `make env-down` stops it.
+# RBAC, Deployments), run the operators on this host with their ServiceAccounts' permissions
+# and NATS, and converge the sample kfctl KfDef with every application installed, printing status
+# as it goes. The applications no built-in release covers come from the KfDef's manifests
+# repository; this machine cannot download kubeflow/manifests, so a stand-in with a package at each
+# of their paths is served on loopback (KFOP_DEMO_REPO=<uri> uses a real archive instead).
+# Everything keeps running afterwards; `make env-down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source e2e/env/versions.sh
@@ -10,10 +13,15 @@ source e2e/env/versions.sh
 hack/prereqs.sh
 e2e/env/up.sh
 source "$ENV_FILE"
-OPERATORS=(meta istio dex kfserving katib pipelines)
+OPERATORS=(meta istio dex kfserving katib pipelines profiles kustomize)
+KFDEF=examples/kfdef-kfctl-istio-dex.yaml
 
 echo "--- building the operators" >&2
 cargo build -q --locked --workspace --bins
+cargo build -q --locked -p kubeflow-manifests --features fixtures --bin stand-in-manifests
+# The operators render with the cached kustomize (KFOP_KUSTOMIZE).
+e2e/env/build.sh kustomize
+export KFOP_KUSTOMIZE=$KUSTOMIZE_BIN/kustomize
 
 echo "--- installing CRDs, RBAC and operator Deployments (kubectl apply -k deploy/all)" >&2
 kubectl apply --server-side --force-conflicts -k deploy/all >/dev/null
@@ -36,28 +44,46 @@ for o in "${OPERATORS[@]}"; do
   echo "    $o-operator: pid $!, metrics http://127.0.0.1:$port/metrics, log $STATE_DIR/logs/$o-operator.log" >&2
 done
 
-echo "--- applying examples/kfdef-kfctl-istio-dex.yaml (a kfctl KfDef, unchanged)" >&2
+repo=${KFOP_DEMO_REPO:-}
+if [[ -z $repo ]]; then
+  pidfile=$STATE_DIR/pids/stand-in-manifests
+  if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
+    setsid target/debug/stand-in-manifests --kfdef "$KFDEF" >"$STATE_DIR/logs/stand-in-manifests.log" 2>&1 </dev/null &
+    echo $! >"$pidfile"
+  fi
+  for _ in $(seq 50); do repo=$(head -1 "$STATE_DIR/logs/stand-in-manifests.log" 2>/dev/null); [[ $repo == http* ]] && break; sleep 0.1; done
+  [[ $repo == http* ]] || { echo "the stand-in manifests server did not start; see $STATE_DIR/logs/stand-in-manifests.log" >&2; exit 1; }
+  echo "    stand-in manifests repository: $repo" >&2
+fi
+
+echo "--- applying $KFDEF (a kfctl KfDef; spec.repos[manifests] set to $repo)" >&2
 kubectl create namespace kubeflow --dry-run=client -o yaml | kubectl apply --server-side -f - >/dev/null
-kubectl apply --server-side -f examples/kfdef-kfctl-istio-dex.yaml >/dev/null
+sed "s|uri: https://github.com/kubeflow/manifests/archive/.*|uri: $repo|" "$KFDEF" | kubectl apply --server-side -f - >/dev/null
+kinds=istio,dex,kfserving,katib,pipelines,profilecontroller,kustomizeapplication
 for i in $(seq 150); do
   phase=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{.status.phase}')
   echo "--- $(date +%T) KfDef kubeflow: ${phase:-Pending}"
-  kubectl -n kubeflow get istio,dex,kfserving,katib,pipelines --no-headers 2>/dev/null | sed 's/^/    /' || true
+  kubectl -n kubeflow get "$kinds" --no-headers 2>/dev/null | sed 's/^/    /' || true
   [[ $phase == Available ]] && break
   ((i < 150)) || { echo "the KfDef did not become Available; see $STATE_DIR/logs/*-operator.log" >&2; exit 1; }
   sleep 2
 done
-kubectl -n kubeflow get kfdef,istio,dex,kfserving,katib,pipelines
-unmapped=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{range .status.applications[?(@.state=="Unmapped")]}{.name}{" "}{end}')
+kubectl -n kubeflow get "kfdef,$kinds"
+total=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{.spec.applications[*].name}' | wc -w)
+not_ready=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{range .status.applications[?(@.state!="Ready")]}{.name}{" "}{end}')
+[[ -z $not_ready ]] || { echo "applications not Ready: $not_ready" >&2; exit 1; }
+generic=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{range .status.applications[?(@.component=="kustomize")]}{.name}{" "}{end}' | wc -w)
 cat >&2 <<MSG
 
-The KfDef is Available. Applications outside the five components are listed in its status as
-Unmapped: $unmapped
+The KfDef is Available: all $total applications are Ready, $generic of them installed by the
+generic kustomize-operator from their packages, the rest by their components' operators
+(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{.status.applications}').
 
 Try:
   source $ENV_FILE
   kubectl -n kubeflow get kfdef kubeflow -o yaml                  # conditions, components, applications
   kubectl -n kubeflow delete deploy katib-ui                       # healed in milliseconds
+  kubectl -n kubeflow delete deploy jupyter-web-app                # a generic application heals too
   kubectl -n kubeflow patch kfdef kubeflow --type merge -p '{"spec":{"version":"v1.3.0"}}'
 Stop everything: make env-down
 MSG

@@ -24,7 +24,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::component::ComponentKind;
+use crate::component::{ApplicationState, ComponentKind};
+#[cfg(doc)]
+use crate::component::ComponentStatus;
 
 pub const DESIRED_BUCKET: &str = "kubeflow-desired";
 pub const STATUS_BUCKET: &str = "kubeflow-status";
@@ -72,6 +74,10 @@ pub struct StatusReport {
     /// `metadata.generation` of the component resource, and the one its status was computed for.
     pub generation: Option<i64>,
     pub observed_generation: Option<i64>,
+    /// Per-application state, from components that report one ([`ComponentStatus::applications`]);
+    /// absent in older operators' reports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applications: Vec<ApplicationState>,
 }
 
 /// One release a component operator ships, as it announces it.

@@ -138,6 +138,12 @@ component_kinds! {
 }
 
 impl ComponentKind {
+    /// The generic component: it installs every application no other component installs (or
+    /// whose component has no release for the KfDef's Kubeflow version) from the application's
+    /// own kustomize package. It has no built-in releases: what it installs is what the packages
+    /// render, so its version only follows the KfDef's.
+    pub const GENERIC: ComponentKind = ComponentKind::KustomizeApplication;
+
     /// The component that installs kfctl application `application`, if any.
     pub fn from_application(application: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.applications().contains(&application))
@@ -349,6 +355,24 @@ pub struct ComponentStatus {
     /// Every object applied for `installedVersion`; what leaves this set is pruned.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inventory: Vec<InventoryEntry>,
+    /// One entry per KfDef application, for components that install several applications from
+    /// their own packages (the generic component): each one's state, and why when not `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub applications: Vec<ApplicationState>,
+}
+
+/// Where one application of a component stands.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationState {
+    /// KfDef application name.
+    pub name: String,
+    /// `Ready`, `Progressing` (objects applied, some not ready yet) or `Degraded` (not rendered or
+    /// not applied; what it installed before stays as it was).
+    pub state: ComponentPhase,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 /// Service type of the Istio ingress gateway.

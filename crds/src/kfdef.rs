@@ -209,12 +209,13 @@ pub struct ComponentSummary {
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationStatus {
     pub name: String,
-    /// Component the application belongs to; empty when it maps to none.
+    /// Component whose operator installs the application (`kustomize`: the generic component,
+    /// from the application's own package).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub component: Option<String>,
-    /// `Ready`, the state of the component that installs it while it is not (`Pending`,
-    /// `Progressing`, `Degraded`, `WaitingForOperator`, …, with the reason in `message`), or
-    /// `Unmapped` when no component installs it.
+    /// `Ready`, or while it is not, its own state where its component reports one per
+    /// application, else its component's (`Pending`, `Progressing`, `Degraded`,
+    /// `WaitingForOperator`, …), with the reason in `message`.
     pub state: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,

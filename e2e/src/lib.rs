@@ -555,3 +555,50 @@ pub async fn warning_events(client: &Client, namespace: &str, name: &str, reason
         .filter(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning") && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
         .collect()
 }
+
+/// A CRD the cluster serves before an application uses its kind (as an installed Istio would
+/// serve its own): schemaless, namespaced.
+pub async fn serve_kind(client: &Client, group: &str, kind: &str, plural: &str, version: &str) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = format!("{plural}.{group}");
+    // Groups under k8s.io are protected: the real app.k8s.io CRD says it is not approved, too.
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "annotations": {"api-approved.kubernetes.io": "unapproved, community CRD"}},
+        "spec": {"group": group, "scope": "Namespaced", "names": {"kind": kind, "plural": plural},
+                 "versions": [{"name": version, "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    }))
+    .unwrap();
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("create CRD {name}: {e}"),
+    }
+    within(&format!("{name} established"), await_condition(crds, &name, conditions::is_crd_established())).await.unwrap();
+}
+
+/// Prepares the cluster for the manifests fixture (`kubeflow_manifests::fixtures`) installed by
+/// the generic component: the kinds its web-app overlays use (app.k8s.io Application, Istio
+/// VirtualService) are served, and the kustomize-operator ServiceAccount may manage the fixture's
+/// own API group (`demo.kubeflow.org`), granted as the README says to for groups outside
+/// Kubeflow's. Removes a webhook configuration an earlier failed run left, which would refuse
+/// this run's Tenant before its own webhook exists.
+pub async fn prepare_manifests_fixture(client: &Client) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    serve_kind(client, "app.k8s.io", "Application", "applications", "v1beta1").await;
+    serve_kind(client, "networking.istio.io", "VirtualService", "virtualservices", "v1alpha3").await;
+    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> = Api::all(client.clone());
+    if webhooks.get_opt("tenant-defaulter").await.unwrap().is_some() {
+        webhooks.delete("tenant-defaulter", &DeleteParams::default()).await.unwrap();
+    }
+    let grant = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kustomize-operator-demo"},
+                       "rules": [{"apiGroups": ["demo.kubeflow.org"], "resources": ["tenants"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}]});
+    let binding = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kustomize-operator-demo"},
+                         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kustomize-operator-demo"},
+                         "subjects": [{"kind": "ServiceAccount", "name": "kustomize-operator", "namespace": "kubeflow-operators"}]});
+    for (object, plural) in [(grant, "clusterroles"), (binding, "clusterrolebindings")] {
+        let kind = object["kind"].as_str().unwrap().to_string();
+        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind), plural);
+        Api::<DynamicObject>::all_with(client.clone(), &resource).patch("kustomize-operator-demo", &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await.unwrap();
+    }
+}

@@ -15,32 +15,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use kubeflow_crds::KustomizeApplication;
 use kubeflow_crds::component::{ComponentPhase, ComponentStatus};
 use kubeflow_e2e::*;
 use kubeflow_manifests::fixtures;
 use serde_json::{Value, json};
-
-/// A CRD the cluster serves before the applications (as an installed Istio would serve its own).
-async fn serve_kind(client: &Client, group: &str, kind: &str, plural: &str, version: &str) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let name = format!("{plural}.{group}");
-    // Groups under k8s.io are protected: the real app.k8s.io CRD says it is not approved, too.
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": name, "annotations": {"api-approved.kubernetes.io": "unapproved, community CRD"}},
-        "spec": {"group": group, "scope": "Namespaced", "names": {"kind": kind, "plural": plural},
-                 "versions": [{"name": version, "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
-    }))
-    .unwrap();
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => panic!("create CRD {name}: {e}"),
-    }
-    within(&format!("{name} established"), kube::runtime::wait::await_condition(crds, &name, kube::runtime::conditions::is_crd_established())).await.unwrap();
-}
 
 fn resource(name: &str, target: &str, sources: Value) -> KustomizeApplication {
     serde_json::from_value(json!({
@@ -67,28 +47,9 @@ fn degraded_message(status: &ComponentStatus) -> Option<&str> {
 async fn kfctl_applications_install_from_their_kustomize_packages() {
     let client = client().await;
     install_crds(&client).await;
-    // The web-app package's overlays make an app.k8s.io Application and an Istio VirtualService.
-    serve_kind(&client, "app.k8s.io", "Application", "applications", "v1beta1").await;
-    serve_kind(&client, "networking.istio.io", "VirtualService", "virtualservices", "v1alpha3").await;
-    // The fixture's cluster-scoped webhook intercepts every Tenant creation; one left by an earlier,
-    // failed run of this test would refuse this run's Tenant before its own webhook exists.
-    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    if webhooks.get_opt("tenant-defaulter").await.unwrap().is_some() {
-        webhooks.delete("tenant-defaulter", &DeleteParams::default()).await.unwrap();
-    }
+    prepare_manifests_fixture(&client).await;
     let ns = TestNamespace::create(&client, "e2e-kustomize").await;
     let kubeconfig = install_package(&client, "kustomize").await;
-    // The fixture's own API group is none of Kubeflow's: granted as the README says to.
-    let grant = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kustomize-operator-demo"},
-                       "rules": [{"apiGroups": ["demo.kubeflow.org"], "resources": ["tenants"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}]});
-    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kustomize-operator-demo"},
-                         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kustomize-operator-demo"},
-                         "subjects": [{"kind": "ServiceAccount", "name": "kustomize-operator", "namespace": "kubeflow-operators"}]});
-    for (object, plural) in [(grant, "clusterroles"), (binding, "clusterrolebindings")] {
-        let kind = object["kind"].as_str().unwrap().to_string();
-        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind), plural);
-        Api::<DynamicObject>::all_with(client.clone(), &resource).patch("kustomize-operator-demo", &PatchParams::apply("e2e").force(), &Patch::Apply(&object)).await.unwrap();
-    }
     let server = fixtures::Server::start(BTreeMap::from([("archive/v1.0.2.tar.gz".to_string(), fixtures::repo_tarball())])).await;
     let uri = server.url("archive/v1.0.2.tar.gz");
     let cache = std::env::temp_dir().join(unique_name("kustomize-cache"));

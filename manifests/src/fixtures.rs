@@ -251,6 +251,48 @@ pub fn repo_tarball() -> Vec<u8> {
     pack_github_tarball(tmp.path(), TOP_FOLDER)
 }
 
+/// A stand-in for a KfDef's manifests repository, where the real one cannot be downloaded (tests,
+/// `make demo` without network): one small package at each application's `repoRef.path` that
+/// renders a ConfigMap of its parameters and a Deployment, shaped for the KfDef's mode — kfctl
+/// v1.0's `base/` + `overlays/<name>/` + `params.env` declaring every parameter the KfDef gives,
+/// or a plain package for a stacks KfDef (one with an application named `kubeflow-apps`). Objects
+/// are named after the first application with that path. Returned as a GitHub-style tarball.
+pub fn stand_in_repo(kfdef: &KfDef) -> Vec<u8> {
+    let tmp = tempfile::tempdir().unwrap();
+    let stacks = kfdef.spec.applications.iter().any(|a| a.name == "kubeflow-apps");
+    let mut written = std::collections::BTreeSet::new();
+    for app in &kfdef.spec.applications {
+        let Some(config) = &app.kustomize_config else { continue };
+        let Some(path) = config.repo_ref.as_ref().map(|r| r.path.trim_matches('/')).filter(|p| !p.is_empty()) else { continue };
+        let name = &app.name;
+        let write = |rel: &str, content: String| {
+            let file = tmp.path().join(path).join(rel);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, content).unwrap();
+        };
+        let deployment = format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: {name}\n        image: registry.example.com/kubeflow-stand-in/{name}:v1\n"
+        );
+        let params: String = config.parameters.iter().map(|p| format!("{}={}\n", p.name, p.value)).collect();
+        let generator = format!("configMapGenerator:\n- name: {name}-parameters\n  env: params.env\ngeneratorOptions:\n  disableNameSuffixHash: true\n");
+        if !written.insert(path.to_string()) {
+            continue;
+        }
+        if stacks {
+            write("kustomization.yaml", format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- deployment.yaml\n{generator}"));
+            write("params.env", params);
+        } else {
+            write("base/kustomization.yaml", format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\ncommonLabels:\n  app.kubernetes.io/name: {name}\nresources:\n- deployment.yaml\n{generator}"));
+            write("base/params.env", params);
+            for overlay in &config.overlays {
+                write(&format!("overlays/{overlay}/kustomization.yaml"), format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nbases:\n- ../../base\ncommonLabels:\n  overlay.kubeflow.org/{overlay}: \"true\"\n"));
+            }
+        }
+        write(if stacks { "deployment.yaml" } else { "base/deployment.yaml" }, deployment);
+    }
+    pack_github_tarball(tmp.path(), TOP_FOLDER)
+}
+
 /// A hostile archive entry.
 #[derive(Clone, Copy, Debug)]
 pub enum Hostile {
@@ -359,6 +401,11 @@ pub struct Server {
 impl Server {
     /// Serves `files` on 127.0.0.1 (an ephemeral port).
     pub async fn start(files: BTreeMap<String, Vec<u8>>) -> Server {
+        Self::start_on("127.0.0.1:0".parse().unwrap(), files).await
+    }
+
+    /// Serves `files` on `addr`.
+    pub async fn start_on(addr: SocketAddr, files: BTreeMap<String, Vec<u8>>) -> Server {
         let files = Arc::new(files);
         let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
             let files = files.clone();
@@ -369,7 +416,7 @@ impl Server {
                 }
             }
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap_or_else(|e| panic!("listen on {addr}: {e}"));
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();

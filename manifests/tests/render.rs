@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kubeflow_crds::NameValue;
 use kubeflow_manifests::Kustomize;
@@ -566,4 +567,27 @@ async fn kustomizations_may_not_reach_files_outside_the_repository() {
         }
         other => panic!("expected a forbidden reference, got {other:?}"),
     }
+}
+
+/// The stand-in `make demo` and the meta-operator's end-to-end test serve for the sample kfctl
+/// KfDef: every application renders (overlays exist, every parameter is declared), each into its
+/// namespace, with its parameters in a ConfigMap and its overlays applied.
+#[tokio::test]
+async fn the_stand_in_repository_renders_every_application_of_the_sample_kfdef() {
+    let env = env(false).await;
+    let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
+    let mut kfdef: kubeflow_crds::KfDef = serde_yaml_ng::from_str(&yaml).unwrap();
+    let server = Server::start(BTreeMap::from([("archive/v1.2.0.tar.gz".to_string(), fixtures::stand_in_repo(&kfdef))])).await;
+    kfdef.spec.repos[0].uri = server.url("archive/v1.2.0.tar.gz");
+    let apps = env.renderer.render_kfdef(&env.cache, &kfdef).await.unwrap();
+    assert_eq!(apps.len(), kfdef.spec.applications.len());
+    let jupyter = apps.iter().find(|a| a.name == "jupyter-web-app").unwrap();
+    assert_eq!(
+        summary(&jupyter.objects),
+        owned(&[("ConfigMap", "jupyter-web-app-parameters", "kubeflow"), ("Deployment", "jupyter-web-app", "kubeflow")])
+    );
+    let parameters = find(&jupyter.objects, "ConfigMap", "jupyter-web-app-parameters");
+    assert_eq!(parameters.data["data"]["userid-header"], "kubeflow-userid");
+    let cert_manager = apps.iter().find(|a| a.name == "cert-manager").unwrap();
+    assert_eq!(find(&cert_manager.objects, "Deployment", "cert-manager").labels().get("overlay.kubeflow.org/application").map(String::as_str), Some("true"), "overlay applied");
 }

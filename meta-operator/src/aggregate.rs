@@ -6,7 +6,7 @@ use kubeflow_crds::bus::{HEARTBEAT_STALE, StatusReport};
 use operator_runtime::conditions::set_condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubeflow_crds::ConditionStatus::{False, True};
-use kubeflow_crds::component::ComponentKind;
+use kubeflow_crds::component::{ComponentKind, ComponentPhase};
 use kubeflow_crds::kfdef::{ComponentSummary, KfDefPhase, KfDefStatus};
 
 use crate::catalog::Unresolved;
@@ -88,13 +88,24 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
             (component.name().to_string(), summary)
         }))
         .collect();
-    // Each application says where it stands: its component's state, and why when not Ready.
+    // Each application says where it stands: its own state where its component reports one per
+    // application (the generic component), else its component's; and why when not Ready.
     for application in &mut status.applications {
-        let Some(summary) = application.component.as_ref().and_then(|c| status.components.get(c)) else { continue };
-        (application.state, application.message) = if summary.ready {
-            ("Ready".into(), String::new())
-        } else {
-            (summary.phase.clone().unwrap_or_else(|| "Pending".into()), summary.message.clone())
+        let Some(name) = application.component.clone() else { continue };
+        let Some(summary) = status.components.get(&name) else { continue };
+        // Only a report on the current spec, of the resource's current generation, by a live operator.
+        let own = name.parse::<ComponentKind>().ok().and_then(|component| {
+            let current = plan.components.get(&component)?;
+            let report = observed.reports.get(&component).filter(|r| {
+                r.spec_hash == current.spec_hash && r.observed_generation == r.generation && summary.phase.as_deref() != Some("WaitingForOperator")
+            })?;
+            report.applications.iter().find(|a| a.name == application.name)
+        });
+        (application.state, application.message) = match own {
+            Some(own) if own.state == ComponentPhase::Ready => ("Ready".into(), String::new()),
+            Some(own) if own.state != ComponentPhase::Ready => (format!("{:?}", own.state), own.message.clone()),
+            _ if summary.ready => ("Ready".into(), String::new()),
+            _ => (summary.phase.clone().unwrap_or_else(|| "Pending".into()), summary.message.clone()),
         };
     }
 
@@ -111,7 +122,7 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
         .map(|c| format!("{c}: {}", observed.reports[c].message));
     let degraded: Vec<String> = unsupported.iter().cloned().chain(reported_degraded).collect();
     let waiting: Vec<String> = status.components.iter().filter(|(_, s)| !s.ready).map(|(name, s)| format!("{name}: {}", s.message)).collect();
-    let all_ready = waiting.is_empty() && !status.components.is_empty();
+    let all_ready = waiting.is_empty() && !status.components.is_empty() && status.applications.iter().all(|a| a.state == "Ready");
     if let Some(error) = &observed.bus_error {
         set_condition(&mut status.conditions, "Progressing", True, "NatsUnavailable", error, generation, now);
     } else if all_ready {
@@ -125,7 +136,7 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
         let reason = if unsupported.is_empty() { "ComponentDegraded" } else { "UnsupportedVersion" };
         set_condition(&mut status.conditions, "Degraded", True, reason, &degraded.join("; "), generation, now);
     }
-    let available_message = if status.components.is_empty() { "the KfDef has no application of a managed component".to_string() } else { String::new() };
+    let available_message = if status.components.is_empty() { "the KfDef has no applications".to_string() } else { String::new() };
     set_condition(&mut status.conditions, "Available", if all_ready { True } else { False }, if all_ready { "AllComponentsReady" } else { "ComponentsNotReady" }, &available_message, generation, now);
     status.phase = Some(if all_ready {
         KfDefPhase::Available
@@ -153,7 +164,7 @@ mod tests {
         Plan {
             components: [(ComponentKind::Katib, entry("v0.11.0")), (ComponentKind::Dex, entry("v2.24.0"))].into(),
             unresolved: BTreeMap::new(),
-            applications: vec![app("katib-controller", Some("katib")), app("dex", Some("dex")), app("jupyter-web-app", None)],
+            applications: vec![app("katib-controller", Some("katib")), app("dex", Some("dex"))],
         }
     }
 
@@ -182,7 +193,6 @@ mod tests {
         let state = |s: &KfDefStatus, name: &str| s.applications.iter().find(|a| a.name == name).map(|a| (a.state.clone(), a.message.clone())).unwrap();
         assert_eq!(state(&s, "katib-controller"), ("Ready".to_string(), String::new()));
         assert_eq!(state(&s, "dex"), ("Pending".to_string(), "dex-operator has not reported on the current spec yet".to_string()));
-        assert_eq!(state(&s, "jupyter-web-app").0, "Unmapped");
         reports.insert(ComponentKind::Dex, report("h-v2.24.0", "v2.24.0", true));
         let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 105, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(Some(&s), Some(3), Ok(&p), &observed, "Kubernetes", &time());
@@ -259,5 +269,41 @@ mod tests {
         assert!(cond(&s, "Degraded").message.contains("katib: v0.11.0 → v0.10.0 is a downgrade"), "{}", cond(&s, "Degraded").message);
         assert_eq!(s.components, available.components);
         assert_eq!(cond(&s, "VersionPinned").status, False);
+    }
+
+    #[test]
+    fn applications_of_the_generic_component_each_say_where_they_stand() {
+        use kubeflow_crds::component::ApplicationState;
+        let mut p = plan();
+        p.components.insert(ComponentKind::GENERIC, ComponentPlan { spec: serde_json::json!({}), spec_hash: "h-generic".into(), version: "v1.2.0".into(), pinned: false, release_version: Some("v1.2.0".into()) });
+        for name in ["jupyter-web-app", "centraldashboard"] {
+            p.applications.push(kubeflow_crds::kfdef::ApplicationStatus { name: name.into(), component: Some("kustomize".into()), state: "Pending".into(), message: String::new() });
+        }
+        let beats = [(ComponentKind::Katib, 100), (ComponentKind::Dex, 100), (ComponentKind::GENERIC, 100)].into();
+        let application = |name: &str, state: ComponentPhase, message: &str| ApplicationState { name: name.into(), state, message: message.into() };
+        let mut generic = report("h-generic", "v1.2.0", false);
+        generic.degraded = true;
+        generic.phase = Some("Degraded".into());
+        generic.message = "spec.sources[0]: overlay \"gcp\" does not exist".into();
+        generic.applications = vec![application("jupyter-web-app", ComponentPhase::Degraded, "spec.sources[0]: overlay \"gcp\" does not exist"), application("centraldashboard", ComponentPhase::Ready, "")];
+        let mut reports: BTreeMap<_, _> =
+            [(ComponentKind::Katib, report("h-v0.11.0", "v0.11.0", true)), (ComponentKind::Dex, report("h-v2.24.0", "v2.24.0", true)), (ComponentKind::GENERIC, generic)].into();
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None, edit_refused: None, pinned_drift: None };
+        let s = kfdef_status(None, Some(1), Ok(&p), &observed, "Kubernetes", &time());
+        let state = |name: &str| s.applications.iter().find(|a| a.name == name).map(|a| (a.component.clone().unwrap(), a.state.clone(), a.message.clone())).unwrap();
+        assert_eq!(state("jupyter-web-app"), ("kustomize".to_string(), "Degraded".to_string(), "spec.sources[0]: overlay \"gcp\" does not exist".to_string()));
+        assert_eq!(state("centraldashboard"), ("kustomize".to_string(), "Ready".to_string(), String::new()));
+        assert_eq!(state("katib-controller").1, "Ready");
+        assert_eq!(s.phase, Some(KfDefPhase::Degraded));
+        assert_eq!(cond(&s, "Available").status, False, "an application is not Ready");
+        assert_eq!(cond(&s, "Degraded").message, "kustomize: spec.sources[0]: overlay \"gcp\" does not exist");
+        // Fixed: every application Ready, the KfDef Available.
+        let mut fixed = report("h-generic", "v1.2.0", true);
+        fixed.applications = vec![application("jupyter-web-app", ComponentPhase::Ready, ""), application("centraldashboard", ComponentPhase::Ready, "")];
+        reports.insert(ComponentKind::GENERIC, fixed);
+        let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None, edit_refused: None, pinned_drift: None };
+        let s = kfdef_status(Some(&s), Some(1), Ok(&p), &observed, "Kubernetes", &time());
+        assert_eq!(s.phase, Some(KfDefPhase::Available));
+        assert!(s.applications.iter().all(|a| a.state == "Ready"), "{:?}", s.applications);
     }
 }

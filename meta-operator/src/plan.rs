@@ -1,7 +1,9 @@
 //! Splitting a KfDef into one desired spec per component (pure).
 //!
-//! * Each application maps to at most one component ([`ComponentKind::from_application`]); its
-//!   kustomize overlays and parameters travel in the component spec's `sources`.
+//! * Each application goes to exactly one component ([`installer`]): the one that covers it by
+//!   name where that component has a release of the KfDef's Kubeflow version, else the generic
+//!   component, which renders it from its own kustomize package. Its repository, path, overlays
+//!   and parameters travel in the component spec's `sources` (references, never rendered YAML).
 //! * Component versions come from the KfDef's Kubeflow version, looked up in what the component
 //!   operators announced ([`Catalog`]), unless the KfDef pins them ([`PINS_ANNOTATION`]). A
 //!   component whose version cannot be resolved is left as it is published ([`Plan::unresolved`]).
@@ -12,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
-use kubeflow_crds::component::{ComponentKind, KustomizeSource, Platform, UnknownComponent};
+use kubeflow_crds::component::{ComponentKind, KustomizeSource, Platform, RenderMode, UnknownComponent};
 use kubeflow_crds::kfdef::{ApplicationStatus, KfDef};
 use serde_json::{Value, json};
 
@@ -85,6 +87,26 @@ pub fn pinned_drift(plan: &Plan, spec_version: &str, pinned_by: Option<&str>, ca
     Some(format!("spec.version is {spec_version:?}, but components run pinned versions ({running}) written by {by}; {follow}"))
 }
 
+/// KfDef application that marks a kfctl v1.1+ "stacks" KfDef: each application's path is then
+/// built as it is, without kfctl v1.0's generated base + overlays kustomization.
+pub const STACKS_APPLICATION: &str = "kubeflow-apps";
+
+/// The component that installs `application` of a KfDef at Kubeflow version `kubeflow`: the
+/// component that covers it by name when that component has a release of this Kubeflow version
+/// (or its operator has not said yet which releases it has), else the generic component.
+pub fn installer(application: &str, kubeflow: &str, catalog: &Catalog) -> ComponentKind {
+    match ComponentKind::from_application(application) {
+        Some(component) if !matches!(catalog.version_for(component, kubeflow), Err(Unresolved::UnsupportedKubeflow { .. })) => component,
+        _ => ComponentKind::GENERIC,
+    }
+}
+
+/// The generic component's version: the KfDef's `spec.version` when it has the shape versions
+/// have, `v0.0.0` otherwise (it only labels the objects; the packages decide what is installed).
+pub fn generic_version(kubeflow: &str) -> String {
+    if kubeflow_crds::validation::is_version(kubeflow) { kubeflow.to_string() } else { "v0.0.0".to_string() }
+}
+
 pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan, PlanError> {
     let kubeflow = kfdef.spec.version.clone().unwrap_or_default();
     let pins = pins(kfdef)?;
@@ -92,19 +114,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
     let mut sources: BTreeMap<ComponentKind, Vec<KustomizeSource>> = BTreeMap::new();
     let mut applications = Vec::new();
     for app in &kfdef.spec.applications {
-        let Some(component) = ComponentKind::from_application(&app.name) else {
-            applications.push(ApplicationStatus {
-                name: app.name.clone(),
-                component: None,
-                state: "Unmapped".into(),
-                message: format!(
-                    "application {:?} belongs to none of the managed components ({}); it is kept in the spec but not installed",
-                    app.name,
-                    ComponentKind::allowed_names()
-                ),
-            });
-            continue;
-        };
+        let component = installer(&app.name, &kubeflow, catalog);
         let config = app.kustomize_config.clone().unwrap_or_default();
         let repo_ref = config.repo_ref.unwrap_or_default();
         sources.entry(component).or_default().push(KustomizeSource {
@@ -115,12 +125,23 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             parameters: config.parameters,
             repo_sha256: kfdef.spec.repos.iter().find(|r| r.name == repo_ref.name).and_then(|r| r.sha256.clone()),
         });
-        applications.push(ApplicationStatus { name: app.name.clone(), component: Some(component.name().into()), state: "Mapped".into(), message: String::new() });
+        applications.push(ApplicationStatus { name: app.name.clone(), component: Some(component.name().into()), state: "Pending".into(), message: String::new() });
     }
     let namespace = kfdef.namespace().unwrap_or_default();
     let mut components = BTreeMap::new();
     let mut unresolved = BTreeMap::new();
     for (component, sources) in sources {
+        if component == ComponentKind::GENERIC {
+            // One resource renders every such application of the KfDef, in the KfDef's namespace
+            // unless an application's own `namespace` parameter says otherwise (kfctl's rule).
+            let version = generic_version(&kubeflow);
+            let stacks = kfdef.spec.applications.iter().any(|a| a.name == STACKS_APPLICATION);
+            let mode = if stacks { RenderMode::Stacks } else { RenderMode::PerApplication };
+            let spec = json!({"version": version, "targetNamespace": namespace, "platform": platform, "mode": mode, "sources": sources});
+            let spec_hash = operator_runtime::content_hash(&spec);
+            components.insert(component, ComponentPlan { spec, spec_hash, release_version: Some(version.clone()), version, pinned: false });
+            continue;
+        }
         let release_version = catalog.version_for(component, &kubeflow);
         let version = match (pins.get(&component), &release_version) {
             (_, Err(e @ Unresolved::NotAnnounced { .. })) => Err(e.clone()),
@@ -164,13 +185,20 @@ mod tests {
         let plan = plan(&kfdef, Platform::Kubernetes, &catalog()).unwrap();
         assert_eq!(
             plan.components.keys().copied().collect::<Vec<_>>(),
-            [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines, ComponentKind::ProfileController]
+            [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines, ComponentKind::ProfileController, ComponentKind::GENERIC]
         );
         assert_eq!(plan.components[&ComponentKind::ProfileController].version, "v1.2.0");
         assert_eq!(plan.applications.len(), kfdef.spec.applications.len(), "an application was dropped");
-        let unmapped: Vec<_> = plan.applications.iter().filter(|a| a.state == "Unmapped").map(|a| a.name.as_str()).collect();
-        assert!(unmapped.contains(&"jupyter-web-app") && unmapped.contains(&"cert-manager"), "{unmapped:?}");
-        assert!(plan.applications.iter().filter(|a| a.state == "Unmapped").all(|a| a.message.contains("not installed")));
+        // Every application goes somewhere: what no component covers, the generic one renders.
+        assert!(plan.applications.iter().all(|a| a.component.is_some()), "{:?}", plan.applications);
+        let generic = &plan.components[&ComponentKind::GENERIC];
+        let generic_apps: Vec<&str> = generic.spec["sources"].as_array().unwrap().iter().map(|s| s["application"].as_str().unwrap()).collect();
+        assert!(generic_apps.contains(&"jupyter-web-app") && generic_apps.contains(&"cert-manager") && generic_apps.contains(&"namespaces"), "{generic_apps:?}");
+        assert!(!generic_apps.contains(&"katib-controller"));
+        assert_eq!((generic.version.as_str(), &generic.spec["mode"], &generic.spec["targetNamespace"]), ("v1.2.0", &json!("PerApplication"), &json!("kubeflow")));
+        let web = generic.spec["sources"].as_array().unwrap().iter().find(|s| s["application"] == "jupyter-web-app").unwrap();
+        assert_eq!(web["path"], "jupyter/jupyter-web-app");
+        assert_eq!(web["repoUri"], "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz");
         let katib = &plan.components[&ComponentKind::Katib];
         assert_eq!(katib.version, "v0.10.0");
         assert_eq!(katib.spec["targetNamespace"], "kubeflow");
@@ -200,8 +228,11 @@ mod tests {
         let mut k = example();
         let before = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
         k.spec.applications.retain(|a| a.name != "spark-operator" && a.name != "jupyter-web-app");
-        let after = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
-        assert_eq!(before.components, after.components, "removing unmapped applications changed component specs");
+        let mut after = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
+        assert_ne!(after.components.remove(&ComponentKind::GENERIC).unwrap().spec_hash, before.components[&ComponentKind::GENERIC].spec_hash);
+        let mut before_named = before.components.clone();
+        before_named.remove(&ComponentKind::GENERIC);
+        assert_eq!(before_named, after.components, "removing generic applications changed other components' specs");
         k.spec.applications.iter_mut().find(|a| a.name == "katib-controller").unwrap().kustomize_config.as_mut().unwrap().overlays.push("extra".into());
         let edited = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
         assert_ne!(edited.components[&ComponentKind::Katib].spec_hash, before.components[&ComponentKind::Katib].spec_hash);
@@ -209,20 +240,34 @@ mod tests {
     }
 
     #[test]
-    fn an_unsupported_kubeflow_version_or_a_silent_operator_leaves_the_component_unresolved() {
+    fn a_kubeflow_version_without_built_in_releases_goes_to_the_generic_component_and_a_silent_operator_is_waited_for() {
         let mut k = example();
-        k.spec.version = Some("v0.7.0".into());
+        k.spec.version = Some("v1.0.2".into());
         let plan = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
-        assert!(plan.components.is_empty());
-        assert_eq!(
-            plan.unresolved[&ComponentKind::Dex].to_string(),
-            "Kubeflow version \"v0.7.0\" has no dex release; dex-operator ships v2.22.0 (Kubeflow 1.2), v2.24.0 (Kubeflow 1.3)"
-        );
+        assert_eq!(plan.components.keys().copied().collect::<Vec<_>>(), [ComponentKind::GENERIC], "v1.0 has no built-in release: all generic");
+        assert!(plan.unresolved.is_empty());
+        assert_eq!(plan.components[&ComponentKind::GENERIC].spec["sources"].as_array().unwrap().len(), k.spec.applications.len());
+        assert_eq!(plan.components[&ComponentKind::GENERIC].version, "v1.0.2");
+        assert!(plan.applications.iter().all(|a| a.component.as_deref() == Some("kustomize")));
+        k.spec.version = Some("master".into());
+        assert_eq!(super::plan(&k, Platform::Kubernetes, &catalog()).unwrap().components[&ComponentKind::GENERIC].version, "v0.0.0");
+        // An operator that has not announced its releases yet is waited for, not bypassed.
         let mut only_dex = crate::catalog::Catalog::default();
         only_dex.learn(ComponentKind::Dex, catalog().releases(ComponentKind::Dex).unwrap().to_vec());
         let plan = super::plan(&example(), Platform::Kubernetes, &only_dex).unwrap();
-        assert_eq!(plan.components.keys().copied().collect::<Vec<_>>(), [ComponentKind::Dex]);
+        assert_eq!(plan.components.keys().copied().collect::<Vec<_>>(), [ComponentKind::Dex, ComponentKind::GENERIC]);
         assert_eq!(plan.unresolved[&ComponentKind::Katib], Unresolved::NotAnnounced { component: ComponentKind::Katib });
+    }
+
+    #[test]
+    fn a_stacks_kfdef_renders_each_path_as_it_is() {
+        let k = kfdef("apiVersion: kfdef.apps.kubeflow.org/v1\nkind: KfDef\nmetadata: {name: kf, namespace: kubeflow}\nspec:\n  version: v1.2.0\n  repos: [{name: manifests, uri: 'https://example.com/m.tar.gz'}]\n  applications:\n  - name: istio\n    kustomizeConfig: {repoRef: {name: manifests, path: stacks/kubernetes/application/istio}}\n  - name: kubeflow-apps\n    kustomizeConfig: {repoRef: {name: manifests, path: stacks/kubernetes}}\n  - name: knative\n    kustomizeConfig: {repoRef: {name: manifests, path: knative/installs/generic}}\n");
+        let plan = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
+        assert_eq!(plan.components.keys().copied().collect::<Vec<_>>(), [ComponentKind::Istio, ComponentKind::GENERIC]);
+        let generic = &plan.components[&ComponentKind::GENERIC].spec;
+        assert_eq!(generic["mode"], "Stacks");
+        assert_eq!(generic["sources"].as_array().unwrap().iter().map(|s| s["path"].as_str().unwrap()).collect::<Vec<_>>(), ["stacks/kubernetes", "knative/installs/generic"]);
+        assert_eq!(generic["sources"][0]["repoUri"], "https://example.com/m.tar.gz");
     }
 
     #[test]

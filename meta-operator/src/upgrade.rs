@@ -74,7 +74,8 @@ pub fn check_move(component: ComponentKind, releases: &[ReleaseInfo], from: &str
 /// component that moves must reach a shipped, later version over a direct edge. Pinned versions
 /// are a KfUpgrade's, which validated them (and rolls back with them).
 pub fn check_edit(plan: &Plan, published: &BTreeMap<ComponentKind, String>, catalog: &Catalog) -> Result<(), EditRefused> {
-    for (component, wanted) in plan.components.iter().filter(|(_, p)| !p.pinned) {
+    // The generic component has no releases: it moves with the KfDef and its packages.
+    for (component, wanted) in plan.components.iter().filter(|(c, p)| !p.pinned && **c != ComponentKind::GENERIC) {
         let Some(from) = published.get(component).filter(|from| **from != wanted.version) else { continue };
         let releases = catalog.releases(*component).map_err(EditRefused::NotAnnounced)?;
         check_move(*component, releases, from, &wanted.version).map_err(EditRefused::Move)?;
@@ -104,6 +105,8 @@ pub enum Refusal {
     NotAnnounced(Unresolved),
     #[error("nothing to upgrade: every component already runs its target version")]
     NothingToDo,
+    #[error("spec.components: {component} has no releases to move between; its applications follow the KfDef's spec.repos and spec.version")]
+    NoReleases { component: ComponentKind },
 }
 
 /// The steps of `spec` for a KfDef whose components run `current` (component → version).
@@ -112,10 +115,13 @@ pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>, ca
     if let Some(component) = explicit.keys().find(|c| !current.contains_key(c)) {
         return Err(Refusal::NotInKfDef { component: *component, kfdef: spec.current_kf_def.name.clone() });
     }
+    if explicit.contains_key(&ComponentKind::GENERIC) {
+        return Err(Refusal::NoReleases { component: ComponentKind::GENERIC });
+    }
     let mut order: Vec<ComponentKind> = spec.order.clone();
     order.extend(ComponentKind::upgrade_order().into_iter().filter(|c| !spec.order.contains(c)));
     let mut steps = Vec::new();
-    for component in order.into_iter().filter(|c| current.contains_key(c)) {
+    for component in order.into_iter().filter(|c| current.contains_key(c) && *c != ComponentKind::GENERIC) {
         if spec.only_listed && !explicit.contains_key(&component) {
             continue;
         }

@@ -18,6 +18,9 @@ pub const VERSION_LABEL: &str = "components.kubeflow.org/version";
 /// Annotation naming the component resource (`namespace/name`) an object belongs to (all but CRDs,
 /// which every install of the component shares).
 pub const OWNER_ANNOTATION: &str = "components.kubeflow.org/owner";
+/// Annotation naming the KfDef application an object was rendered for (components that render
+/// several applications, see [`crate::component::Rendered`]).
+pub const APPLICATION_ANNOTATION: &str = "components.kubeflow.org/application";
 /// Annotation with the hash of the object as last applied.
 pub const HASH_ANNOTATION: &str = "components.kubeflow.org/applied-hash";
 
@@ -62,7 +65,7 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
     let core = resource.core();
     let namespace = target_namespace::<C>(resource);
     let (mut objects, version) = match &inputs.rendered {
-        Some(objects) => (objects.clone(), core.version.as_str()),
+        Some(rendered) => (rendered.objects.clone(), core.version.as_str()),
         None => {
             let release = release::<C>(&core.version)?;
             let mut params = parameters::<C>(resource, inputs, &namespace)?;

@@ -65,13 +65,33 @@ impl InvalidSpec {
     }
 }
 
+/// An application that could not be rendered. What it installed before is kept as it is (not
+/// applied, not pruned) while the component's other applications go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplicationFailure {
+    pub application: String,
+    pub error: InvalidSpec,
+}
+
+/// Objects rendered outside the built-in releases ([`Component::render_external`]), one group
+/// per KfDef application.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rendered {
+    /// Objects of the applications that rendered, each annotated with
+    /// [`crate::build::APPLICATION_ANNOTATION`].
+    pub objects: Vec<Value>,
+    /// Every application, in spec order (those that failed included).
+    pub applications: Vec<String>,
+    pub failed: Vec<ApplicationFailure>,
+}
+
 /// Data read from the cluster that the spec refers to (dereference step).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inputs {
     /// Values of referenced Secret keys, by (secret name, key).
     pub secrets: BTreeMap<(String, String), String>,
     /// Objects rendered outside the built-in releases ([`Component::render_external`]).
-    pub rendered: Option<Vec<Value>>,
+    pub rendered: Option<Rendered>,
 }
 
 impl Inputs {
@@ -137,7 +157,8 @@ pub trait Component: Send + Sync + 'static {
     /// repositories the spec names. `Some` replaces the release template (`spec.version` is then
     /// not looked up among [`Component::releases`]). Runs in the dereference step, so it may do
     /// I/O; kinds the objects use must be known to [`crate::kinds::lookup`] when it returns.
-    fn render_external(_resource: &Self::Resource, _client: &kube::Client) -> impl std::future::Future<Output = Option<Result<Vec<Value>, InvalidSpec>>> + Send {
+    /// `Err` refuses the whole spec; an application that fails alone goes to [`Rendered::failed`].
+    fn render_external(_resource: &Self::Resource, _client: &kube::Client) -> impl std::future::Future<Output = Option<Result<Rendered, InvalidSpec>>> + Send {
         async { None }
     }
 

@@ -53,6 +53,7 @@ pub fn report<K: ComponentResource>(resource: &K, status: &ComponentStatus) -> O
             message,
             generation: resource.meta().generation,
             observed_generation: status.observed_generation,
+            applications: status.applications.clone(),
         },
     ))
 }

@@ -8,6 +8,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::Resource;
 
 use crate::component::Component;
+use kubeflow_crds::component::ComponentKind;
 use crate::run::watched_kinds;
 
 pub fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
@@ -19,6 +20,11 @@ pub fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     }
 }
 
+/// The plural of component `kind`'s resource.
+pub fn component_plural(kind: ComponentKind) -> String {
+    kind.crd().spec.names.plural
+}
+
 /// ClusterRole rules for the operator of component `C`.
 pub fn cluster_role_rules<C: Component>() -> Vec<PolicyRule> {
     let group = C::Resource::group(&()).to_string();
@@ -28,6 +34,9 @@ pub fn cluster_role_rules<C: Component>() -> Vec<PolicyRule> {
         rule(&group, &[&plural], &["get", "list", "watch", "create", "patch", "update", "delete"]),
         rule(&group, &[&format!("{plural}/status"), &format!("{plural}/finalizers")], &["get", "patch", "update"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
+        // An object labelled for another component resource is left alone while that resource
+        // exists (an orphan is adopted): reading whether it does.
+        rule(&group, &ComponentKind::ALL.map(|c| component_plural(c)).iter().map(String::as_str).collect::<Vec<_>>(), &["get"]),
         // Namespaces are created when missing, never changed or deleted.
         rule("", &["namespaces"], &["get", "create"]),
     ];

@@ -15,14 +15,14 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
-use kubeflow_crds::component::{ComponentResource, CrdRemovalPolicy, InventoryEntry, ManagementState};
+use kubeflow_crds::component::{ComponentResource, ComponentStatus, CrdRemovalPolicy, InventoryEntry, ManagementState};
 use operator_runtime::finalizer::{Step, with_finalizer};
 use operator_runtime::retry::Backoffs;
 use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
 
-use crate::build::{self, HASH_ANNOTATION, OWNER_ANNOTATION, PART_OF_LABEL};
-use crate::component::{Component, InvalidSpec, Inputs};
+use crate::build::{self, APPLICATION_ANNOTATION, HASH_ANNOTATION, OWNER_ANNOTATION, PART_OF_LABEL};
+use crate::component::{ApplicationFailure, Component, InvalidSpec, Inputs};
 use crate::handover::{self, ReplaceError};
 use crate::heal::LastDesired;
 use crate::kinds::{self, KindInfo};
@@ -30,7 +30,7 @@ use crate::live::LiveObjects;
 use crate::manifest;
 use crate::metrics::Metrics;
 use crate::readiness;
-use crate::status::{self, Outcome};
+use crate::status::{self, Finding, Outcome};
 
 /// Finalizer that makes deletion of a component resource remove what it installed.
 pub const FINALIZER: &str = "components.kubeflow.org/cleanup";
@@ -119,6 +119,63 @@ impl<C: Component> Context<C> {
         Ok(object.map(|o| serde_json::to_value(o).expect("objects serialise")))
     }
 
+    /// Whether the live object at `entry` was rendered for one of `applications`.
+    async fn held_by(&self, entry: &InventoryEntry, applications: &BTreeSet<&str>) -> Result<bool, Error> {
+        let api_version = if entry.group.is_empty() { entry.version.clone() } else { format!("{}/{}", entry.group, entry.version) };
+        let Some(info) = kinds::lookup(&api_version, &entry.kind) else { return Ok(false) };
+        let live = self.live(info, entry).await.map_err(|source| Error::Prune { object: describe(info, entry), source })?;
+        Ok(live.is_some_and(|live| live["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_some_and(|a| applications.contains(a))))
+    }
+
+    /// The live object at `entry` when it is labelled for another component or annotated for
+    /// another resource: then it is not ours to apply. Read from the API server when the watch
+    /// cache (this component's objects only) cannot say, for objects new to the inventory.
+    async fn foreign(&self, info: &KindInfo, entry: &InventoryEntry, live: Option<&Value>, previous: &BTreeSet<InventoryEntry>, owner: &str) -> Result<Option<Value>, kube::Error> {
+        let component = C::Resource::COMPONENT.name();
+        let read;
+        let live = match live {
+            Some(live) => live,
+            None if info.is_shared() || previous.contains(entry) || !self.live.caches(info) => return Ok(None),
+            None => match self.dynamic_api(info, entry.namespace.as_deref()).get_opt(&entry.name).await {
+                Ok(Some(object)) => {
+                    read = serde_json::to_value(object).expect("objects serialise");
+                    &read
+                }
+                Ok(None) => return Ok(None),
+                Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+                Err(e) => return Err(e),
+            },
+        };
+        let labelled = live["metadata"]["labels"][PART_OF_LABEL].is_string();
+        if !labelled || info.is_shared() || build::made_by(live, info, component, owner) {
+            return Ok(None);
+        }
+        Ok((!self.orphan(live).await?).then(|| live.clone()))
+    }
+
+    /// Whether `live` names, in its labels and owner annotation, a component resource that no
+    /// longer exists (deleted while its operator could not clean up): nobody's, so it is adopted.
+    async fn orphan(&self, live: &Value) -> Result<bool, kube::Error> {
+        let component = live["metadata"]["labels"][PART_OF_LABEL].as_str().and_then(|c| c.parse::<kubeflow_crds::component::ComponentKind>().ok());
+        let owner = live["metadata"]["annotations"][OWNER_ANNOTATION].as_str().and_then(|o| o.split_once('/'));
+        let (Some(component), Some((namespace, name))) = (component, owner) else { return Ok(false) };
+        let crd = component.crd();
+        let version = crd.spec.versions.first().map(|v| v.name.clone()).unwrap_or_default();
+        let resource = kube::core::ApiResource {
+            api_version: format!("{}/{version}", crd.spec.group),
+            group: crd.spec.group.clone(),
+            version,
+            kind: crd.spec.names.kind.clone(),
+            plural: crd.spec.names.plural.clone(),
+        };
+        match Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource).get_opt(name).await {
+            Ok(found) => Ok(found.is_none()),
+            // Not allowed to look: not ours to take.
+            Err(kube::Error::Api(status)) if status.code == 403 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn event(&self, resource: &C::Resource, type_: EventType, reason: &str, note: String) {
         let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
         if let Err(e) = self.recorder.publish(&event, &resource.object_ref(&())).await {
@@ -184,6 +241,7 @@ fn refused(error: &kube::Error) -> bool {
 async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Action, Error> {
     let core = resource.core();
     let owner = build::owner_id(resource);
+    let mut retry_failed = false;
     let outcome = match core.management_state {
         ManagementState::Unmanaged => {
             ctx.desired.forget(&owner);
@@ -202,10 +260,10 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                 // A missing Secret may appear; a wrong spec needs an edit, which triggers us anyway.
                 return Ok(if retry { Action::requeue(Duration::from_secs(10)) } else { Action::await_change() });
             }
-            Ok(objects) => {
+            Ok(desired) => {
                 // Before anything that left the set is pruned: the heal fast path must not bring it back.
-                ctx.desired.remember(&owner, &objects);
-                let outcome = match apply_objects(resource, ctx, &objects).await {
+                ctx.desired.remember(&owner, &desired.objects);
+                let mut outcome = match apply_objects(resource, ctx, &desired).await {
                     Ok(outcome) => outcome,
                     Err(Error::Apply { object, source }) if refused(&source) => {
                         let message = match &source {
@@ -218,9 +276,20 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                     Err(e) => return Err(e),
                 };
                 let previous = resource.component_status().map(|s| s.inventory.clone()).unwrap_or_default();
-                let Outcome::Applied { inventory, .. } = &outcome else { unreachable!() };
-                let keep: BTreeSet<&InventoryEntry> = inventory.iter().collect();
-                let left: Vec<InventoryEntry> = previous.into_iter().filter(|e| !keep.contains(e)).collect();
+                let Outcome::Applied { inventory, failed, .. } = &mut outcome else { unreachable!() };
+                let keep: BTreeSet<InventoryEntry> = inventory.iter().cloned().collect();
+                // Objects of an application that did not render or apply stay as they are, and listed.
+                let held: BTreeSet<String> = failed.iter().filter_map(|f| f.application.clone()).collect();
+                let held: BTreeSet<&str> = held.iter().map(String::as_str).collect();
+                retry_failed = failed.iter().any(|f| f.retry);
+                let mut left = Vec::new();
+                for entry in previous.into_iter().filter(|e| !keep.contains(e)) {
+                    if !held.is_empty() && ctx.held_by(&entry, &held).await? {
+                        inventory.push(entry);
+                    } else {
+                        left.push(entry);
+                    }
+                }
                 delete_entries(resource, ctx, &left, core.crd_removal_policy).await?;
                 outcome
             }
@@ -228,19 +297,34 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
     };
     write_status(resource, ctx, &outcome, None).await?;
     Ok(match outcome {
+        // An application that failed for a passing reason (a download) is tried again.
+        _ if retry_failed => Action::requeue(Duration::from_secs(10)),
         // Owned objects' watches bring us back when workloads change; the requeue is a safety net.
         Outcome::Applied { not_ready, .. } if !not_ready.is_empty() => Action::requeue(Duration::from_secs(30)),
         _ => Action::requeue(Duration::from_secs(300)),
     })
 }
 
+/// The objects a resource wants, and the applications that could not be rendered.
+struct Desired {
+    objects: Vec<Value>,
+    /// Every application, when the component renders several ([`crate::component::Rendered`]).
+    applications: Vec<String>,
+    failed: Vec<ApplicationFailure>,
+}
+
 /// Dereference and build; the inner error is bad input (nothing touched), the outer an API failure.
-async fn desired<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Result<Vec<Value>, InvalidSpec>, Error> {
+async fn desired<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Result<Desired, InvalidSpec>, Error> {
     let inputs = match dereference::<C>(resource, ctx).await? {
         Ok(inputs) => inputs,
         Err(invalid) => return Ok(Err(invalid)),
     };
-    Ok(build::desired_objects::<C>(resource, &inputs))
+    let objects = match build::desired_objects::<C>(resource, &inputs) {
+        Ok(objects) => objects,
+        Err(invalid) => return Ok(Err(invalid)),
+    };
+    let (applications, failed) = inputs.rendered.map(|r| (r.applications, r.failed)).unwrap_or_default();
+    Ok(Ok(Desired { objects, applications, failed }))
 }
 
 async fn dereference<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Result<Inputs, InvalidSpec>, Error> {
@@ -288,8 +372,22 @@ fn describe(info: &KindInfo, entry: &InventoryEntry) -> String {
     }
 }
 
-/// Applies `objects` in order, skipping those already as desired, and reports readiness.
-async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, objects: &[Value]) -> Result<Outcome, Error> {
+/// The application `object` was rendered for, if it names one.
+fn application_of(object: &Value) -> Option<&str> {
+    object["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str()
+}
+
+/// Why `live` is not applied over: who it belongs to.
+fn foreign_note(what: &str, live: &Value) -> String {
+    let (part_of, owner) = (&live["metadata"]["labels"][PART_OF_LABEL], &live["metadata"]["annotations"][OWNER_ANNOTATION]);
+    let owner = owner.as_str().map(|o| format!(" {o}")).unwrap_or_default();
+    format!("{what} belongs to {}{owner} (label {PART_OF_LABEL}); left as it is: an object has one owner", part_of.as_str().unwrap_or_default())
+}
+
+/// Applies the desired objects in order, skipping those already as desired and those another
+/// resource owns, and reports readiness.
+async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, desired: &Desired) -> Result<Outcome, Error> {
+    let objects = &desired.objects;
     let component = C::Resource::COMPONENT.name();
     let owner = build::owner_id(resource);
     let version = &resource.core().version;
@@ -306,15 +404,26 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
             (desired, info, entry_of(desired, info))
         })
         .collect();
+    let mut failed: Vec<Finding> = desired.failed.iter().map(|f| Finding { retry: f.error.retry, ..Finding::new(Some(&f.application), f.error.to_string()) }).collect();
     let mut lives = Vec::with_capacity(targets.len());
-    for (_, info, entry) in &targets {
-        lives.push(ctx.live(info, entry).await.map_err(|source| Error::Apply { object: describe(info, entry), source })?);
+    let mut foreign = BTreeSet::new();
+    for (index, (desired, info, entry)) in targets.iter().enumerate() {
+        let live = ctx.live(info, entry).await.map_err(|source| Error::Apply { object: describe(info, entry), source })?;
+        if let Some(other) = ctx.foreign(info, entry, live.as_ref(), &previous, &owner).await.map_err(|source| Error::Apply { object: describe(info, entry), source })? {
+            // Retried: the other owner may let it go.
+            failed.push(Finding::new(application_of(desired), foreign_note(&describe(info, entry), &other)).retryable());
+            foreign.insert(index);
+        }
+        lives.push(live);
     }
     // Deployments whose selector changed hand their pods over before anything is written, so the
     // old pods carry the new selector's labels before a Service moves to it. Only our own.
     let mut handed_over: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     for (index, ((desired, info, entry), live)) in targets.iter().zip(lives.iter_mut()).enumerate() {
         let Some(current) = live.as_ref() else { continue };
+        if foreign.contains(&index) {
+            continue;
+        }
         if info.kind == "Deployment" && immutable_field_changed(desired, current, info).is_some() && build::made_by(current, info, component, &owner) {
             ctx.desired.deleting(current["metadata"]["uid"].as_str().unwrap_or_default());
             let retired = handover::retire(&ctx.client, current, desired, component, &owner, &ctx.field_manager)
@@ -328,6 +437,9 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
     let crds: Vec<String> = targets.iter().filter(|(_, info, _)| info.is_crd()).map(|(_, _, e)| e.name.clone()).collect();
     let mut crds_established = crds.is_empty();
     for (index, ((desired, info, entry), live)) in targets.into_iter().zip(lives).enumerate() {
+        if foreign.contains(&index) {
+            continue;
+        }
         if !crds_established && info.rank >= kinds::CUSTOM_RESOURCE_RANK {
             wait_established(&ctx.client, &crds).await?;
             crds_established = true;
@@ -389,7 +501,20 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
                     let object = handover::with_retiring(desired, &retiring);
                     async move { api.patch(name, params, &Patch::Apply(&object)).await.map_err(|source| Error::Apply { object: what.clone(), source }) }
                 };
-                let mut applied = apply(retiring).await?;
+                let mut applied = match apply(retiring).await {
+                    Ok(applied) => applied,
+                    // One application's object the API server refuses (or cannot take now: a
+                    // webhook without a backend) stops that application, not the others.
+                    Err(Error::Apply { object, source }) if application_of(desired).is_some() => {
+                        let detail = match &source {
+                            kube::Error::Api(status) => status.message.clone(),
+                            other => other.to_string(),
+                        };
+                        failed.push(Finding::new(application_of(desired), format!("applying {object}: {detail}")).retryable());
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 if look_for_retired {
                     let namespace = entry.namespace.as_deref().unwrap_or_default();
                     let retired = handover::retired_replica_sets(&ctx.client, namespace, &entry.name, &owner)
@@ -403,7 +528,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
             }
         };
         match readiness::not_ready_reason(&live) {
-            Some(reason) => not_ready.push(reason),
+            Some(reason) => not_ready.push(Finding::new(application_of(desired), reason)),
             None if !handover::retiring(&live).is_empty() => {
                 handover::finish(&ctx.client, &live, &owner, &ctx.field_manager).await.map_err(|source| Error::Apply { object: describe(info, &entry), source })?;
             }
@@ -417,7 +542,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, o
         let note = changed.join("; ");
         ctx.event(resource, EventType::Normal, "Healed", note).await;
     }
-    Ok(Outcome::Applied { version: version.clone(), inventory, not_ready })
+    Ok(Outcome::Applied { version: version.clone(), inventory, not_ready, failed, applications: desired.applications.clone() })
 }
 
 /// Waits (bounded) until every CRD in `names` is Established.
@@ -521,8 +646,8 @@ async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
     let mut entries: BTreeSet<InventoryEntry> = resource.component_status().map(|s| s.inventory.iter().cloned().collect()).unwrap_or_default();
     if core.management_state != ManagementState::Unmanaged {
         // Objects applied by a reconcile whose status write never landed are not in the inventory.
-        if let Ok(Ok(objects)) = desired::<C>(resource, ctx).await {
-            for object in &objects {
+        if let Ok(Ok(desired)) = desired::<C>(resource, ctx).await {
+            for object in &desired.objects {
                 let info = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default());
                 if let Some(info) = info {
                     entries.insert(entry_of(object, info));
@@ -564,8 +689,11 @@ async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, ou
     });
     api.patch_status(&resource.name_any(), &PatchParams::apply(&ctx.field_manager).force(), &Patch::Apply(&patch)).await.map_err(status_error)?;
     let was_degraded = current.and_then(|s| s.phase) == Some(kubeflow_crds::component::ComponentPhase::Degraded);
+    let degraded = |s: Option<&ComponentStatus>| s.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded" && c.reason == "NotApplied").map(|c| c.message.clone()));
+    let not_applied = degraded(Some(&next)).filter(|now| degraded(current).as_ref() != Some(now));
     match (invalid, next.phase) {
         (Some(invalid), _) => ctx.event(resource, EventType::Warning, "InvalidSpec", invalid.to_string()).await,
+        (None, _) if not_applied.is_some() => ctx.event(resource, EventType::Warning, "NotApplied", not_applied.unwrap_or_default()).await,
         (None, Some(kubeflow_crds::component::ComponentPhase::Ready)) if current.and_then(|s| s.installed_version.as_ref()) != next.installed_version.as_ref() || was_degraded => {
             ctx.event(resource, EventType::Normal, "Installed", format!("version {} is ready", resource.core().version)).await
         }

@@ -4,13 +4,36 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubeflow_crds::common::ConditionStatus;
 pub use operator_runtime::conditions::set_condition;
-use kubeflow_crds::component::{ComponentPhase, ComponentStatus, InventoryEntry};
+use kubeflow_crds::component::{ApplicationState, ComponentPhase, ComponentStatus, InventoryEntry};
+
+/// Something that keeps a component from being Ready, and the KfDef application it concerns (for
+/// components that render several, see [`crate::component::Rendered`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub application: Option<String>,
+    pub message: String,
+    /// Whether waiting may fix it (a download, an object another owner may let go).
+    pub retry: bool,
+}
+
+impl Finding {
+    pub fn new(application: Option<&str>, message: impl Into<String>) -> Self {
+        Self { application: application.map(String::from), message: message.into(), retry: false }
+    }
+
+    pub fn retryable(mut self) -> Self {
+        self.retry = true;
+        self
+    }
+}
 
 /// What one reconcile found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// Every object is applied; `not_ready` lists what is still coming up.
-    Applied { version: String, inventory: Vec<InventoryEntry>, not_ready: Vec<String> },
+    /// The objects that could be applied are; `not_ready` lists what is still coming up, `failed`
+    /// what was not applied (an application that did not render, an object another owner
+    /// manages). `applications` names every application when the component renders several.
+    Applied { version: String, inventory: Vec<InventoryEntry>, not_ready: Vec<Finding>, failed: Vec<Finding>, applications: Vec<String> },
     /// The spec cannot be built; nothing was touched.
     Invalid { field: String, message: String },
     /// `managementState: Removed` and everything is gone.
@@ -26,8 +49,23 @@ pub fn next_status(previous: Option<&ComponentStatus>, generation: Option<i64>, 
     status.observed_generation = generation;
     let conditions = &mut status.conditions;
     match outcome {
-        Outcome::Applied { version, inventory, not_ready } => {
+        Outcome::Applied { version, inventory, not_ready, failed, applications } => {
             status.inventory = inventory.clone();
+            status.applications = applications.iter().map(|name| application_state(name, not_ready, failed)).collect();
+            let messages = |findings: &[Finding]| findings.iter().map(|f| f.message.as_str()).collect::<Vec<_>>().join("; ");
+            if !failed.is_empty() {
+                // What was applied before stays; installedVersion says what last fully converged.
+                status.phase = Some(ComponentPhase::Degraded);
+                let msg = messages(failed);
+                set_condition(conditions, "Degraded", True, "NotApplied", &msg, generation, now);
+                set_condition(conditions, "Ready", False, "NotApplied", &msg, generation, now);
+                if not_ready.is_empty() {
+                    set_condition(conditions, "Progressing", False, "NotApplied", &msg, generation, now);
+                } else {
+                    set_condition(conditions, "Progressing", True, "Applying", &format!("waiting for version {version}: {}", messages(not_ready)), generation, now);
+                }
+                return status;
+            }
             if not_ready.is_empty() {
                 status.phase = Some(ComponentPhase::Ready);
                 status.installed_version = Some(version.clone());
@@ -36,7 +74,7 @@ pub fn next_status(previous: Option<&ComponentStatus>, generation: Option<i64>, 
                 set_condition(conditions, "Progressing", False, "Installed", "", generation, now);
             } else {
                 status.phase = Some(ComponentPhase::Progressing);
-                let msg = format!("waiting for version {version}: {}", not_ready.join("; "));
+                let msg = format!("waiting for version {version}: {}", messages(not_ready));
                 set_condition(conditions, "Ready", False, "WorkloadsNotReady", &msg, generation, now);
                 set_condition(conditions, "Progressing", True, "Applying", &msg, generation, now);
             }
@@ -66,6 +104,20 @@ pub fn next_status(previous: Option<&ComponentStatus>, generation: Option<i64>, 
     status
 }
 
+/// `name`'s state: Degraded with what failed, Progressing with what it waits for, or Ready.
+fn application_state(name: &str, not_ready: &[Finding], failed: &[Finding]) -> ApplicationState {
+    let of = |findings: &[Finding]| findings.iter().filter(|f| f.application.as_deref() == Some(name)).map(|f| f.message.as_str()).collect::<Vec<_>>().join("; ");
+    let (failed, waiting) = (of(failed), of(not_ready));
+    let (state, message) = if !failed.is_empty() {
+        (ComponentPhase::Degraded, failed)
+    } else if !waiting.is_empty() {
+        (ComponentPhase::Progressing, format!("waiting for {waiting}"))
+    } else {
+        (ComponentPhase::Ready, String::new())
+    };
+    ApplicationState { name: name.to_string(), state, message }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,7 +128,7 @@ mod tests {
     }
 
     fn applied(not_ready: &[&str]) -> Outcome {
-        Outcome::Applied { version: "v1".into(), inventory: vec![], not_ready: not_ready.iter().map(|s| s.to_string()).collect() }
+        Outcome::Applied { version: "v1".into(), inventory: vec![], not_ready: not_ready.iter().map(|s| Finding::new(None, *s)).collect(), failed: vec![], applications: vec![] }
     }
 
     #[test]
@@ -104,7 +156,7 @@ mod tests {
     fn invalid_spec_keeps_installed_version_and_inventory() {
         let t = time("2026-01-01T00:00:00Z");
         let entry = InventoryEntry { version: "v1".into(), kind: "ConfigMap".into(), name: "x".into(), ..Default::default() };
-        let ok = next_status(None, Some(1), &Outcome::Applied { version: "v1".into(), inventory: vec![entry.clone()], not_ready: vec![] }, &t);
+        let ok = next_status(None, Some(1), &Outcome::Applied { version: "v1".into(), inventory: vec![entry.clone()], not_ready: vec![], failed: vec![], applications: vec![] }, &t);
         let bad = next_status(Some(&ok), Some(2), &Outcome::Invalid { field: "spec.version".into(), message: "nope".into() }, &t);
         assert_eq!(bad.phase, Some(ComponentPhase::Degraded));
         assert_eq!(bad.installed_version.as_deref(), Some("v1"));
@@ -112,5 +164,35 @@ mod tests {
         let degraded = bad.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
         assert_eq!(degraded.message, "spec.version: nope");
         assert_eq!(degraded.observed_generation, Some(2));
+    }
+
+    #[test]
+    fn a_failed_application_degrades_the_component_and_each_application_says_where_it_stands() {
+        let t = time("2026-01-01T00:00:00Z");
+        let entry = InventoryEntry { version: "v1".into(), kind: "ConfigMap".into(), name: "x".into(), ..Default::default() };
+        let ready = next_status(None, Some(1), &Outcome::Applied { version: "v1".into(), inventory: vec![entry.clone()], not_ready: vec![], failed: vec![], applications: vec!["a".into()] }, &t);
+        let outcome = Outcome::Applied {
+            version: "v1".into(),
+            inventory: vec![entry.clone()],
+            not_ready: vec![Finding::new(Some("web"), "Deployment kubeflow/web: not Available")],
+            failed: vec![Finding::new(Some("broken"), "spec.sources[2]: overlay \"gcp\" does not exist")],
+            applications: vec!["a".into(), "web".into(), "broken".into()],
+        };
+        let s = next_status(Some(&ready), Some(2), &outcome, &t);
+        assert_eq!(s.phase, Some(ComponentPhase::Degraded));
+        assert_eq!(s.installed_version.as_deref(), Some("v1"), "installedVersion is what last converged");
+        let degraded = s.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
+        assert_eq!((degraded.status, degraded.message.as_str()), (ConditionStatus::True, "spec.sources[2]: overlay \"gcp\" does not exist"));
+        assert!(!Condition::is_true(&s.conditions, "Ready"));
+        assert!(Condition::is_true(&s.conditions, "Progressing"), "web is still coming up");
+        let states: Vec<(&str, ComponentPhase, &str)> = s.applications.iter().map(|a| (a.name.as_str(), a.state, a.message.as_str())).collect();
+        assert_eq!(
+            states,
+            [
+                ("a", ComponentPhase::Ready, ""),
+                ("web", ComponentPhase::Progressing, "waiting for Deployment kubeflow/web: not Available"),
+                ("broken", ComponentPhase::Degraded, "spec.sources[2]: overlay \"gcp\" does not exist"),
+            ]
+        );
     }
 }

@@ -13,12 +13,13 @@
 //! applications both render, is refused naming the application. Renders are memoised by spec, so
 //! reconciles triggered by owned objects do not run kustomize again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use component_framework::api::component::{KustomizeSource, RenderMode};
 use component_framework::api::{KustomizeApplication, NameValue};
-use component_framework::build::target_namespace;
+use component_framework::build::{APPLICATION_ANNOTATION, target_namespace};
+use component_framework::component::{ApplicationFailure, Rendered};
 use component_framework::k8s_openapi::api::rbac::v1::PolicyRule;
 use component_framework::kinds;
 use component_framework::rbac::rule;
@@ -30,9 +31,6 @@ use serde_json::{Value, json};
 
 pub struct KustomizeComponent;
 
-/// Annotation naming the KfDef application an object was rendered for.
-pub const APPLICATION_ANNOTATION: &str = "components.kubeflow.org/application";
-
 /// Where fetched repositories and render work directories live (`KFOP_MANIFESTS_CACHE`, default
 /// `$TMPDIR/kubeflow-operator-manifests`).
 fn cache_dir() -> std::path::PathBuf {
@@ -40,8 +38,8 @@ fn cache_dir() -> std::path::PathBuf {
 }
 
 /// Renders by spec, so reconciles caused by owned-object events do not rebuild (bounded).
-fn memo() -> &'static Mutex<HashMap<String, Arc<Vec<Value>>>> {
-    static MEMO: OnceLock<Mutex<HashMap<String, Arc<Vec<Value>>>>> = OnceLock::new();
+fn memo() -> &'static Mutex<HashMap<String, Arc<Rendered>>> {
+    static MEMO: OnceLock<Mutex<HashMap<String, Arc<Rendered>>>> = OnceLock::new();
     MEMO.get_or_init(Default::default)
 }
 const MEMO_ENTRIES: usize = 64;
@@ -67,26 +65,29 @@ fn identity(object: &Value) -> (String, String, String, String) {
     (group, text(&object["kind"]), text(&object["metadata"]["namespace"]), text(&object["metadata"]["name"]))
 }
 
-/// Joins the applications' objects, refusing an object two applications render.
-pub fn merge_applications(rendered: Vec<(usize, String, Vec<Value>)>) -> Result<Vec<Value>, InvalidSpec> {
+/// One application's rendered objects: `(index in spec.sources, application, objects)`.
+pub type ApplicationObjects = (usize, String, Vec<Value>);
+
+/// Joins the applications' objects, each annotated with its application. An application that
+/// renders an object an earlier one renders too is left out whole, naming both.
+pub fn merge_applications(rendered: Vec<ApplicationObjects>) -> (Vec<Value>, Vec<ApplicationFailure>) {
     let mut owners: BTreeMap<(String, String, String, String), String> = BTreeMap::new();
-    let mut out = Vec::new();
+    let (mut out, mut failed) = (Vec::new(), Vec::new());
     for (index, application, objects) in rendered {
+        let shared = objects.iter().find_map(|o| owners.get(&identity(o)).map(|other| (o, other)));
+        if let Some((object, other)) = shared {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let message = format!("application {application:?} renders {} {name}, which application {other:?} renders too; an object belongs to one application", object["kind"].as_str().unwrap_or_default());
+            failed.push(ApplicationFailure { application, error: InvalidSpec::new(format!("spec.sources[{index}]"), message) });
+            continue;
+        }
         for mut object in objects {
-            let key = identity(&object);
-            if let Some(other) = owners.get(&key) {
-                let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                return Err(InvalidSpec::new(
-                    format!("spec.sources[{index}]"),
-                    format!("application {application:?} renders {} {name}, which application {other:?} renders too; an object belongs to one application", object["kind"].as_str().unwrap_or_default()),
-                ));
-            }
-            owners.insert(key, application.clone());
+            owners.insert(identity(&object), application.clone());
             object["metadata"]["annotations"][APPLICATION_ANNOTATION] = json!(application);
             out.push(object);
         }
     }
-    Ok(out)
+    (out, failed)
 }
 
 /// `objects` preceded by a Namespace for each namespace they use that they do not create
@@ -107,8 +108,8 @@ pub fn with_namespaces(objects: Vec<Value>, target: &str) -> Vec<Value> {
 }
 
 /// Makes every kind in `objects` known to the framework: from CRDs rendered alongside, else from
-/// the API server's discovery. `Err` names the first kind the cluster does not serve.
-async fn learn_kinds(client: &Client, objects: &[Value]) -> Result<(), (String, String)> {
+/// the API server's discovery. Returns the `(apiVersion, kind)`s the cluster does not serve.
+async fn learn_kinds(client: &Client, objects: &[Value]) -> BTreeSet<(String, String)> {
     for crd in objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition" && o["apiVersion"].as_str().is_some_and(|v| v.starts_with("apiextensions.k8s.io/"))) {
         let spec = &crd["spec"];
         let (group, kind, plural) = (spec["group"].as_str().unwrap_or_default(), spec["names"]["kind"].as_str().unwrap_or_default(), spec["names"]["plural"].as_str().unwrap_or_default());
@@ -121,9 +122,10 @@ async fn learn_kinds(client: &Client, objects: &[Value]) -> Result<(), (String, 
             kinds::register(group, version, kind, plural, cluster);
         }
     }
+    let mut unserved = BTreeSet::new();
     for object in objects {
         let (api_version, kind) = (object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default());
-        if kinds::lookup(api_version, kind).is_some() {
+        if kinds::lookup(api_version, kind).is_some() || unserved.contains(&(api_version.to_string(), kind.to_string())) {
             continue;
         }
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -131,22 +133,34 @@ async fn learn_kinds(client: &Client, objects: &[Value]) -> Result<(), (String, 
             Ok((resource, capabilities)) => {
                 kinds::register(group, version, kind, &resource.plural, capabilities.scope == kube::discovery::Scope::Cluster);
             }
-            Err(_) => return Err((api_version.to_string(), kind.to_string())),
+            Err(_) => {
+                unserved.insert((api_version.to_string(), kind.to_string()));
+            }
         }
     }
-    Ok(())
+    unserved
 }
 
-/// Fetches, renders and merges every application of `resource`.
-pub async fn render(resource: &KustomizeApplication, client: &Client) -> Result<Vec<Value>, InvalidSpec> {
+/// Renders one application: its repository fetched (or taken from the cache), its package built.
+async fn render_source(index: usize, source: &KustomizeSource, repos: &RepoCache, renderer: &Renderer, context: &RenderContext) -> Result<Vec<Value>, InvalidSpec> {
+    let (repo, app) = app_spec(index, source)?;
+    // A download may fail for a while (network, server); the spec may be right: retry.
+    let fetched = repos.fetch(&repo).await.map_err(|e| InvalidSpec::new(field(index, "repoUri"), e.to_string()).retryable())?;
+    let rendered = renderer.render_application(&fetched, &app, context).await.map_err(|e| InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string()))?;
+    Ok(rendered.objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect())
+}
+
+/// Fetches and renders every application of `resource`, each on its own: one that fails is
+/// reported in [`Rendered::failed`] and the others go on.
+pub async fn render(resource: &KustomizeApplication, client: &Client) -> Result<Rendered, InvalidSpec> {
     let spec = &resource.spec;
     if spec.core.sources.is_empty() {
         return Err(InvalidSpec::new("spec.sources", "at least one application is required"));
     }
     let namespace = target_namespace::<KustomizeComponent>(resource);
     let key = serde_json::to_string(&json!({"sources": spec.core.sources, "mode": spec.mode, "namespace": namespace, "name": resource.name_any()})).expect("specs serialise");
-    if let Some(objects) = memo().lock().expect("render memo").get(&key).cloned() {
-        return Ok(objects.as_ref().clone());
+    if let Some(rendered) = memo().lock().expect("render memo").get(&key).cloned() {
+        return Ok(rendered.as_ref().clone());
     }
     let dir = cache_dir();
     let repos = RepoCache::new(dir.join("repos"), FetchOptions::default()).map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot use its repository cache: {e}")).retryable())?;
@@ -157,37 +171,42 @@ pub async fn render(resource: &KustomizeApplication, client: &Client) -> Result<
         RenderMode::Stacks => Mode::Stacks,
     };
     let context = RenderContext { namespace: namespace.clone(), kfdef_name: resource.name_any(), mode };
-    let mut rendered = Vec::new();
+    let (mut rendered, mut failed) = (Vec::new(), Vec::new());
     for (index, source) in spec.core.sources.iter().enumerate() {
-        let (repo, app) = app_spec(index, source)?;
-        // A download may fail for a while (network, server); the spec may be right: retry.
-        let fetched = repos.fetch(&repo).await.map_err(|e| InvalidSpec::new(field(index, "repoUri"), e.to_string()).retryable())?;
-        let app_rendered = renderer.render_application(&fetched, &app, &context).await.map_err(|e| InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string()))?;
-        let objects = app_rendered.objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect();
-        rendered.push((index, source.application.clone(), objects));
+        match render_source(index, source, &repos, &renderer, &context).await {
+            Ok(objects) => rendered.push((index, source.application.clone(), objects)),
+            Err(error) => failed.push(ApplicationFailure { application: source.application.clone(), error }),
+        }
     }
-    let applications: Vec<(usize, String)> = rendered.iter().map(|(i, a, _)| (*i, a.clone())).collect();
-    let objects = merge_applications(rendered)?;
-    if let Err((api_version, kind)) = learn_kinds(client, &objects).await {
-        let (index, application) = objects
-            .iter()
-            .find(|o| o["apiVersion"] == api_version.as_str() && o["kind"] == kind.as_str())
-            .and_then(|o| o["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str())
-            .and_then(|name| applications.iter().find(|(_, a)| a == name).cloned())
-            .unwrap_or((0, String::new()));
-        return Err(InvalidSpec::new(
-            format!("spec.sources[{index}]"),
-            format!("application {application:?} renders {kind} ({api_version}), which the cluster does not serve: install the CRD (or the component) that provides it first"),
-        )
-        .retryable());
+    let indexes: BTreeMap<String, usize> = spec.core.sources.iter().enumerate().map(|(i, s)| (s.application.clone(), i)).collect();
+    let (objects, shared) = merge_applications(rendered);
+    failed.extend(shared);
+    // An application with a kind the cluster does not serve waits for it, alone.
+    let unserved = learn_kinds(client, &objects).await;
+    let mut waiting: BTreeMap<String, (String, String)> = BTreeMap::new();
+    for object in &objects {
+        let kind = (object["apiVersion"].as_str().unwrap_or_default().to_string(), object["kind"].as_str().unwrap_or_default().to_string());
+        if unserved.contains(&kind) {
+            let application = object["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().unwrap_or_default().to_string();
+            waiting.entry(application).or_insert(kind);
+        }
     }
-    let objects = with_namespaces(objects, &namespace);
-    let mut memo = memo().lock().expect("render memo");
-    if memo.len() >= MEMO_ENTRIES {
-        memo.clear();
+    for (application, (api_version, kind)) in &waiting {
+        let message = format!("application {application:?} renders {kind} ({api_version}), which the cluster does not serve: install the CRD (or the component) that provides it first");
+        failed.push(ApplicationFailure { application: application.clone(), error: InvalidSpec::new(format!("spec.sources[{}]", indexes[application]), message).retryable() });
     }
-    memo.insert(key, Arc::new(objects.clone()));
-    Ok(objects)
+    let objects = objects.into_iter().filter(|o| o["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_none_or(|a| !waiting.contains_key(a))).collect();
+    failed.sort_by_key(|f| indexes[&f.application]);
+    let rendered = Rendered { objects: with_namespaces(objects, &namespace), applications: spec.core.sources.iter().map(|s| s.application.clone()).collect(), failed };
+    // Failures are not remembered: a download or a missing kind may come right.
+    if rendered.failed.is_empty() {
+        let mut memo = memo().lock().expect("render memo");
+        if memo.len() >= MEMO_ENTRIES {
+            memo.clear();
+        }
+        memo.insert(key, Arc::new(rendered.clone()));
+    }
+    Ok(rendered)
 }
 
 impl Component for KustomizeComponent {
@@ -214,7 +233,7 @@ impl Component for KustomizeComponent {
         Ok(Params::new())
     }
 
-    fn render_external(resource: &KustomizeApplication, client: &Client) -> impl std::future::Future<Output = Option<Result<Vec<Value>, InvalidSpec>>> + Send {
+    fn render_external(resource: &KustomizeApplication, client: &Client) -> impl std::future::Future<Output = Option<Result<Rendered, InvalidSpec>>> + Send {
         let (resource, client) = (resource.clone(), client.clone());
         async move { Some(render(&resource, &client).await) }
     }
@@ -274,14 +293,19 @@ mod tests {
     }
 
     #[test]
-    fn an_object_two_applications_render_is_refused_naming_both() {
+    fn an_application_that_renders_an_object_another_renders_is_left_out_naming_both() {
         let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "kubeflow"}});
-        let merged = merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![cm("two")])]).unwrap();
+        let (merged, failed) = merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![cm("two")])]);
+        assert!(failed.is_empty());
         assert_eq!(merged[1]["metadata"]["annotations"][APPLICATION_ANNOTATION], "b");
-        let err = merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![cm("two"), cm("one")])]).unwrap_err();
-        assert_eq!(err.to_string(), "spec.sources[1]: application \"b\" renders ConfigMap one, which application \"a\" renders too; an object belongs to one application");
+        let (merged, failed) = merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![cm("two"), cm("one")]), (2, "c".into(), vec![cm("three")])]);
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].application, "b");
+        assert_eq!(failed[0].error.to_string(), "spec.sources[1]: application \"b\" renders ConfigMap one, which application \"a\" renders too; an object belongs to one application");
+        let names: Vec<&str> = merged.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["one", "three"], "b is left out whole, c goes on");
         // Same name, other kind or namespace: two objects.
         let other_ns = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "one", "namespace": "team"}});
-        assert_eq!(merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![other_ns])]).unwrap().len(), 2);
+        assert_eq!(merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![other_ns])]).0.len(), 2);
     }
 }

@@ -1,0 +1,213 @@
+//! KfDefs whose applications no built-in release covers, through the whole chain: the
+//! meta-operator routes every application to an operator (the generic component for these), the
+//! kustomize-operator fetches the manifests repository the tests generate (served as a GitHub-style
+//! tarball on loopback HTTP) and renders it with the real kustomize, and the KfDef reports each
+//! application. A v1.0-shaped per-application KfDef and a v1.2-shaped stacks KfDef both converge
+//! with every application Ready; a generic application heals and reverts drift; a parameter edit
+//! propagates; a bad URI, a missing path, a missing overlay and a kustomize error each name their
+//! application and touch nothing else (an installed application that stops rendering keeps its
+//! objects); a second KfDef rendering the same objects is told whose they are, never fought over;
+//! deleting the KfDef removes everything but CRDs and namespaces. Tests in this file run one at a time (their operators watch every namespace and
+//! the fixture has cluster-scoped objects).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use kubeflow_crds::KfDef;
+use kubeflow_crds::kfdef::{ApplicationStatus, KfDefPhase};
+use kubeflow_e2e::*;
+use kubeflow_manifests::fixtures;
+use serde_json::{Value, json};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const ARCHIVE: &str = "archive/v1.0.2.tar.gz";
+
+async fn wait_kfdef(api: &Api<KfDef>, name: &str, what: &str, check: impl Fn(&KfDef) -> bool) -> KfDef {
+    eventually(what, || async {
+        let k = api.get(name).await.map_err(|e| e.to_string())?;
+        let current = k.status.as_ref().is_some_and(|s| s.observed_generation == k.metadata.generation);
+        if current && check(&k) { Ok(k) } else { Err(serde_json::to_string(&k.status).unwrap()) }
+    })
+    .await
+}
+
+fn api_in(client: &Client, namespace: &str) -> Api<KfDef> {
+    Api::namespaced(client.clone(), namespace)
+}
+
+fn phase(k: &KfDef) -> Option<KfDefPhase> {
+    k.status.as_ref().and_then(|s| s.phase)
+}
+
+fn application<'a>(k: &'a KfDef, name: &str) -> &'a ApplicationStatus {
+    k.status.as_ref().unwrap().applications.iter().find(|a| a.name == name).unwrap_or_else(|| panic!("application {name} missing from status"))
+}
+
+fn every_application_ready_from(k: &KfDef, component: &str) {
+    let status = k.status.as_ref().unwrap();
+    assert_eq!(status.applications.len(), k.spec.applications.len(), "an application is missing from status");
+    for a in &status.applications {
+        assert_eq!((a.component.as_deref(), a.state.as_str()), (Some(component), "Ready"), "{a:?}");
+    }
+}
+
+/// What deleting a KfDef over the fixture must leave behind: nothing of its own but the CRD and
+/// namespaces.
+async fn removed_but_crds_and_namespaces(client: &Client, namespace: &str, config_map: &str) {
+    gone(&Api::<ConfigMap>::namespaced(client.clone(), namespace), config_map).await;
+    gone(&Api::<ClusterRole>::all(client.clone()), "tenant-webhook").await;
+    gone(&Api::<ClusterRole>::all(client.clone()), "web-app-cluster-role").await;
+    gone(&Api::<MutatingWebhookConfiguration>::all(client.clone()), "tenant-defaulter").await;
+    assert!(Api::<CustomResourceDefinition>::all(client.clone()).get_opt("tenants.demo.kubeflow.org").await.unwrap().is_some(), "a CRD was deleted");
+    assert!(Api::<Namespace>::all(client.clone()).get_opt("demo-tenants").await.unwrap().is_some(), "a namespace was deleted");
+}
+
+#[tokio::test]
+async fn per_application_kfdef_installs_every_application_heals_follows_edits_isolates_bad_ones_and_deletes_cleanly() {
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    prepare_manifests_fixture(&client).await;
+    let server = fixtures::Server::start(BTreeMap::from([(ARCHIVE.to_string(), fixtures::repo_tarball())])).await;
+    let uri = server.url(ARCHIVE);
+    let stack = OperatorStack::start(&client, &[]).await;
+    let ns = TestNamespace::create(&client, "e2e-kfdef-generic").await;
+    let kfdef = fixtures::per_application_kfdef(&uri, &ns.name);
+    let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &kfdef).await.unwrap();
+
+    // Kubeflow v1.0.2 has no built-in release: both applications go to the generic component.
+    let log = stack.components[&kubeflow_crds::ComponentKind::GENERIC].log.display().to_string();
+    let done = wait_kfdef(&api, "demo", &format!("the v1.0 KfDef Available (log: {log})"), |k| phase(k) == Some(KfDefPhase::Available)).await;
+    every_application_ready_from(&done, "kustomize");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let parameters = config_maps.get("web-app-parameters").await.unwrap();
+    assert_eq!(parameters.data.as_ref().unwrap()["userid-header"], "kubeflow-userid", "the parameter reached params.env");
+    assert_eq!(parameters.annotations().get("components.kubeflow.org/application").map(String::as_str), Some("web-app"));
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let deployment = deployments.get("web-app").await.unwrap();
+    assert_eq!(deployment.annotations().get("demo.kubeflow.org/served-from").map(String::as_str), Some(ns.name.as_str()), "vars resolved to the KfDef's namespace");
+    Api::<MutatingWebhookConfiguration>::all(client.clone()).get("tenant-defaulter").await.unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone()).get("tenants.demo.kubeflow.org").await.unwrap();
+
+    // Heal: a deleted object comes back; drift in a managed field is reverted.
+    let old = parameters.uid();
+    config_maps.delete("web-app-parameters", &DeleteParams::default()).await.unwrap();
+    eventually("web-app-parameters recreated", || async {
+        match config_maps.get_opt("web-app-parameters").await {
+            Ok(Some(cm)) if cm.uid() != old => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    config_maps.patch("web-app-parameters", &PatchParams::default(), &Patch::Merge(json!({"data": {"userid-header": "drifted"}}))).await.unwrap();
+    eventually("drift reverted", || async {
+        let data = config_maps.get("web-app-parameters").await.map_err(|e| e.to_string())?.data.unwrap_or_default();
+        if data.get("userid-header").map(String::as_str) == Some("kubeflow-userid") { Ok(()) } else { Err(format!("{data:?}")) }
+    })
+    .await;
+
+    // A parameter edit in the KfDef reaches the ConfigMap.
+    let mut applications: Vec<Value> = done.spec.applications.iter().map(|a| serde_json::to_value(a).unwrap()).collect();
+    applications[1]["kustomizeConfig"]["parameters"][0]["value"] = json!("x-forwarded-user");
+    api.patch("demo", &PatchParams::default(), &Patch::Merge(json!({"spec": {"applications": applications}}))).await.unwrap();
+    eventually("userid-header edited", || async {
+        let data = config_maps.get("web-app-parameters").await.map_err(|e| e.to_string())?.data.unwrap_or_default();
+        if data.get("userid-header").map(String::as_str) == Some("x-forwarded-user") { Ok(()) } else { Err(format!("{data:?}")) }
+    })
+    .await;
+    let edited = wait_kfdef(&api, "demo", "Available after the edit", |k| phase(k) == Some(KfDefPhase::Available)).await;
+    every_application_ready_from(&edited, "kustomize");
+
+    // Three bad applications join and the installed web-app gets an overlay that does not exist:
+    // each says what is wrong with it; web-app's objects stay as they are (not applied, not
+    // pruned) and webhook stays Ready.
+    let web_app = deployments.get("web-app").await.unwrap();
+    let parameters = config_maps.get("web-app-parameters").await.unwrap();
+    let mut with_bad = applications.clone();
+    with_bad[1]["kustomizeConfig"]["overlays"] = json!(["application", "istio", "gcp"]);
+    with_bad.extend([
+        json!({"name": "bad-uri", "kustomizeConfig": {"repoRef": {"name": "missing", "path": "demo/web-app"}}}),
+        json!({"name": "bad-path", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "demo/missing"}}}),
+        json!({"name": "bad-kustomize", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "demo/broken"}}}),
+    ]);
+    let repos = json!([{"name": "manifests", "uri": uri}, {"name": "missing", "uri": server.url("archive/missing.tar.gz")}]);
+    api.patch("demo", &PatchParams::default(), &Patch::Merge(json!({"spec": {"applications": with_bad, "repos": repos}}))).await.unwrap();
+    let bad = wait_kfdef(&api, "demo", "Degraded with four bad applications", |k| {
+        phase(k) == Some(KfDefPhase::Degraded) && ["web-app", "bad-uri", "bad-path", "bad-kustomize"].iter().all(|a| application(k, a).state == "Degraded")
+    })
+    .await;
+    for (name, expected) in [
+        ("web-app", vec!["spec.sources[1]: ", r#"overlay "gcp" does not exist (available: ["application", "istio"])"#]),
+        ("bad-uri", vec!["spec.sources[2].repoUri: ", "404"]),
+        ("bad-path", vec!["spec.sources[3]: ", "demo/missing"]),
+        ("bad-kustomize", vec!["spec.sources[4]: ", "does-not-exist.yaml"]),
+    ] {
+        let message = &application(&bad, name).message;
+        assert!(message.starts_with(expected[0]) && message.contains(expected[1]), "{name}: {message}");
+    }
+    assert_eq!(application(&bad, "webhook").state, "Ready", "webhook was affected by the bad applications");
+    let available = bad.status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Available").unwrap();
+    assert_eq!(available.status, kubeflow_crds::ConditionStatus::False, "Available while applications are not installed");
+    let untouched = deployments.get("web-app").await.unwrap();
+    assert_eq!((untouched.uid(), untouched.metadata.generation), (web_app.uid(), web_app.metadata.generation), "web-app's Deployment was changed");
+    assert_eq!(config_maps.get("web-app-parameters").await.unwrap().resource_version(), parameters.resource_version(), "web-app's ConfigMap was changed");
+    Api::<ClusterRole>::all(client.clone()).get("web-app-cluster-role").await.expect("web-app's ClusterRole was pruned");
+
+    // A second KfDef rendering the same cluster-scoped objects is told whose they are; nothing is
+    // fought over: the first KfDef's objects keep their owner.
+    let other_ns = TestNamespace::create(&client, "e2e-kfdef-other").await;
+    api_in(&client, &other_ns.name).create(&PostParams::default(), &fixtures::per_application_kfdef(&uri, &other_ns.name)).await.unwrap();
+    let other = wait_kfdef(&api_in(&client, &other_ns.name), "demo", "the second KfDef Degraded", |k| phase(k) == Some(KfDefPhase::Degraded)).await;
+    let message = &application(&other, "webhook").message;
+    assert!(message.contains(&format!("ClusterRole tenant-webhook belongs to kustomize {}/demo", ns.name)), "{message}");
+    let role = Api::<ClusterRole>::all(client.clone()).get("tenant-webhook").await.unwrap();
+    assert_eq!(role.annotations().get("components.kubeflow.org/owner"), Some(&format!("{}/demo", ns.name)), "the second KfDef took the object over");
+    api_in(&client, &other_ns.name).delete("demo", &DeleteParams::default()).await.unwrap();
+    gone(&api_in(&client, &other_ns.name), "demo").await;
+    Api::<ClusterRole>::all(client.clone()).get("tenant-webhook").await.expect("deleting the second KfDef removed the first one's object");
+
+    // Removing them brings the KfDef back to Available.
+    api.patch("demo", &PatchParams::default(), &Patch::Merge(json!({"spec": {"applications": applications}}))).await.unwrap();
+    wait_kfdef(&api, "demo", "Available without the bad applications", |k| phase(k) == Some(KfDefPhase::Available)).await;
+
+    // Deleting the KfDef removes every object but the CRD and the namespaces.
+    api.delete("demo", &DeleteParams::default()).await.unwrap();
+    gone(&api, "demo").await;
+    removed_but_crds_and_namespaces(&client, &ns.name, "web-app-parameters").await;
+    gone(&deployments, "web-app").await;
+}
+
+#[tokio::test]
+async fn stacks_kfdef_installs_each_path_as_it_is() {
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    prepare_manifests_fixture(&client).await;
+    let server = fixtures::Server::start(BTreeMap::from([(ARCHIVE.to_string(), fixtures::repo_tarball())])).await;
+    let _stack = OperatorStack::start(&client, &[]).await;
+    let ns = TestNamespace::create(&client, "e2e-kfdef-stacks").await;
+    let mut kfdef = fixtures::stacks_kfdef(&server.url(ARCHIVE));
+    kfdef.metadata.namespace = Some(ns.name.clone());
+    let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &kfdef).await.unwrap();
+
+    let done = wait_kfdef(&api, "demo", "the stacks KfDef Available", |k| phase(k) == Some(KfDefPhase::Available)).await;
+    every_application_ready_from(&done, "kustomize");
+    // The stack's own kustomization sets the namespace (built as it is, no kfctl-generated one),
+    // and its application folder merges its params.env into the base's generator.
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "kubeflow");
+    let parameters = config_maps.get("web-app-parameters").await.unwrap();
+    assert_eq!(parameters.data.as_ref().unwrap()["userid-header"], "kubeflow-userid");
+    assert_eq!(parameters.labels().get("app.kubernetes.io/part-of").map(String::as_str), Some("kubeflow"));
+    Api::<Namespace>::all(client.clone()).get("kubeflow").await.unwrap();
+
+    api.delete("demo", &DeleteParams::default()).await.unwrap();
+    gone(&api, "demo").await;
+    removed_but_crds_and_namespaces(&client, "kubeflow", "web-app-parameters").await;
+}
