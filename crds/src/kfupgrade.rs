@@ -96,6 +96,13 @@ pub struct KfDefReference {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = crate::validation::VERSION), length(max = 64))]
     pub version: Option<String>,
+    /// In `newKfDef`: the manifests repositories of the new version (by the names `spec.repos`
+    /// uses, e.g. `manifests` → `…/archive/v1.3.0.tar.gz`). The applications of the generic
+    /// component are rendered again from them, as one step of the upgrade; the others keep
+    /// `spec.repos`. Without it the generic component is not part of the upgrade.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]), length(max = 32))]
+    pub repos: Vec<crate::kfdef::Repo>,
 }
 
 /// Target version of one component.
@@ -156,6 +163,12 @@ pub struct UpgradeStep {
     /// Set on the step that failed (kept when it is rolled back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<StepFailure>,
+    /// The generic component's step moves repositories too: those pinned before it (empty:
+    /// `spec.repos`, no pin), restored by a rollback, and those it pins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from_repos: Vec<crate::kfdef::Repo>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub to_repos: Vec<crate::kfdef::Repo>,
 }
 
 /// Observed state of an upgrade.

@@ -602,3 +602,41 @@ pub async fn prepare_manifests_fixture(client: &Client) {
         Api::<DynamicObject>::all_with(client.clone(), &resource).patch("kustomize-operator-demo", &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await.unwrap();
     }
 }
+
+/// Whether every Deployment, StatefulSet and CRD among `objects` is ready in the cluster.
+pub async fn all_workloads_ready(client: &Client, objects: &[serde_json::Value]) -> bool {
+    for o in objects.iter().filter(|o| o["kind"] == "Deployment" || o["kind"] == "StatefulSet" || o["kind"] == "CustomResourceDefinition") {
+        let info = component_framework::kinds::lookup(o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap()).unwrap();
+        let api: Api<kube::api::DynamicObject> = match o["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &info.api_resource()),
+            None => Api::all_with(client.clone(), &info.api_resource()),
+        };
+        let Ok(Some(live)) = api.get_opt(o["metadata"]["name"].as_str().unwrap()).await else { return false };
+        if component_framework::readiness::not_ready_reason(&serde_json::to_value(live).unwrap()).is_some() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Resident memory (VmRSS) of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()).unwrap_or(0)
+}
+
+/// Deletes `name` and waits until the operator has made it again (another uid).
+pub async fn delete_and_await_recreation<K>(api: &Api<K>, name: &str) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + Debug,
+{
+    let old = api.get(name).await.unwrap_or_else(|e| panic!("read {name}: {e}")).meta().uid.clone();
+    api.delete(name, &DeleteParams::default()).await.unwrap_or_else(|e| panic!("delete {name}: {e}"));
+    eventually(&format!("{name} recreated"), || async {
+        match api.get_opt(name).await {
+            Ok(Some(object)) if object.meta().uid != old => Ok(object),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}

@@ -97,15 +97,7 @@ async fn per_application_kfdef_installs_every_application_heals_follows_edits_is
     Api::<CustomResourceDefinition>::all(client.clone()).get("tenants.demo.kubeflow.org").await.unwrap();
 
     // Heal: a deleted object comes back; drift in a managed field is reverted.
-    let old = parameters.uid();
-    config_maps.delete("web-app-parameters", &DeleteParams::default()).await.unwrap();
-    eventually("web-app-parameters recreated", || async {
-        match config_maps.get_opt("web-app-parameters").await {
-            Ok(Some(cm)) if cm.uid() != old => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    delete_and_await_recreation(&config_maps, "web-app-parameters").await;
     config_maps.patch("web-app-parameters", &PatchParams::default(), &Patch::Merge(json!({"data": {"userid-header": "drifted"}}))).await.unwrap();
     eventually("drift reverted", || async {
         let data = config_maps.get("web-app-parameters").await.map_err(|e| e.to_string())?.data.unwrap_or_default();
@@ -210,4 +202,83 @@ async fn stacks_kfdef_installs_each_path_as_it_is() {
     api.delete("demo", &DeleteParams::default()).await.unwrap();
     gone(&api, "demo").await;
     removed_but_crds_and_namespaces(&client, "kubeflow", "web-app-parameters").await;
+}
+
+#[tokio::test]
+async fn generic_applications_upgrade_to_new_repositories_and_roll_back_a_release_that_never_becomes_healthy() {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use kubeflow_crds::kfupgrade::{KfUpgrade, UpgradePhase};
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    prepare_manifests_fixture(&client).await;
+    // v1.0.3: a new image and one object fewer; v1.0.4: a web-app whose pods can never be scheduled.
+    let v103 = [("demo/web-app/base/deployment.yaml", "web-app:v1.0.0", "web-app:v1.0.1"), ("demo/web-app/base/kustomization.yaml", "- cluster-role-binding.yaml\n", "")];
+    let never = ("demo/web-app/base/deployment.yaml", "      serviceAccountName: web-app\n", "      serviceAccountName: web-app\n      nodeSelector: {demo.kubeflow.org/no-such-node: \"true\"}\n");
+    let server = fixtures::Server::start(BTreeMap::from([
+        (ARCHIVE.to_string(), fixtures::repo_tarball()),
+        ("archive/v1.0.3.tar.gz".to_string(), fixtures::edited_repo_tarball(&v103)),
+        ("archive/v1.0.4.tar.gz".to_string(), fixtures::edited_repo_tarball(&[v103[0], v103[1], never])),
+    ]))
+    .await;
+    let _stack = OperatorStack::start(&client, &[]).await;
+    let ns = TestNamespace::create(&client, "e2e-kfdef-upgrade").await;
+    let api = api_in(&client, &ns.name);
+    api.create(&PostParams::default(), &fixtures::per_application_kfdef(&server.url(ARCHIVE), &ns.name)).await.unwrap();
+    wait_kfdef(&api, "demo", "v1.0.2 Available", |k| phase(k) == Some(KfDefPhase::Available)).await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let image = |d: &Deployment| d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].image.clone().unwrap();
+    assert_eq!(image(&deployments.get("web-app").await.unwrap()), "gcr.io/kubeflow-images-public/web-app:v1.0.0");
+    Api::<ClusterRoleBinding>::all(client.clone()).get("web-app-binding").await.unwrap();
+
+    let upgrades: Api<KfUpgrade> = Api::namespaced(client.clone(), &ns.name);
+    let upgrade = |name: &str, version: &str, timeout: i64| -> KfUpgrade {
+        serde_json::from_value(json!({
+            "apiVersion": "kfupgrade.apps.kubeflow.org/v1alpha1", "kind": "KfUpgrade", "metadata": {"name": name},
+            "spec": {"currentKfDef": {"name": "demo", "version": "v1.0.2"},
+                     "newKfDef": {"name": "demo", "version": version, "repos": [{"name": "manifests", "uri": server.url(&format!("archive/{version}.tar.gz"))}]},
+                     "healthTimeoutSeconds": timeout},
+        }))
+        .unwrap()
+    };
+    let finished = |name: &'static str| {
+        let upgrades = upgrades.clone();
+        async move {
+            eventually(&format!("KfUpgrade {name} finished"), || async {
+                let u = upgrades.get(name).await.map_err(|e| e.to_string())?;
+                match u.status.as_ref().and_then(|s| s.phase) {
+                    Some(UpgradePhase::Succeeded | UpgradePhase::Failed | UpgradePhase::RolledBack) => Ok(u),
+                    _ => Err(serde_json::to_string(&u.status).unwrap()),
+                }
+            })
+            .await
+        }
+    };
+
+    // To v1.0.3's repository: re-rendered, applied, what left the packages pruned.
+    upgrades.create(&PostParams::default(), &upgrade("to-v103", "v1.0.3", 60)).await.unwrap();
+    let done = finished("to-v103").await;
+    assert_eq!(done.status.as_ref().unwrap().phase, Some(UpgradePhase::Succeeded), "{:?}", done.status);
+    let step = &done.status.as_ref().unwrap().steps[0];
+    assert_eq!((step.component, step.from_version.as_str(), step.to_version.as_str()), (kubeflow_crds::ComponentKind::GENERIC, "v1.0.2", "v1.0.3"));
+    assert_eq!(image(&deployments.get("web-app").await.unwrap()), "gcr.io/kubeflow-images-public/web-app:v1.0.1");
+    gone(&Api::<ClusterRoleBinding>::all(client.clone()), "web-app-binding").await;
+    let upgraded = wait_kfdef(&api, "demo", "Available at v1.0.3", |k| phase(k) == Some(KfDefPhase::Available)).await;
+    assert_eq!(upgraded.status.as_ref().unwrap().components["kustomize"].version.as_deref(), Some("v1.0.3"));
+    assert_eq!(upgraded.spec.version.as_deref(), Some("v1.0.2"), "the KfDef's spec stays the user's");
+
+    // To v1.0.4, which never becomes healthy: rolled back to v1.0.3's render.
+    upgrades.create(&PostParams::default(), &upgrade("to-v104", "v1.0.4", 10)).await.unwrap();
+    let rolled = finished("to-v104").await;
+    assert_eq!(rolled.status.as_ref().unwrap().phase, Some(UpgradePhase::RolledBack), "{:?}", rolled.status);
+    assert!(rolled.status.as_ref().unwrap().steps[0].message.contains("did not become Ready at v1.0.4"), "{:?}", rolled.status);
+    let back = wait_kfdef(&api, "demo", "Available at v1.0.3 again", |k| phase(k) == Some(KfDefPhase::Available)).await;
+    assert_eq!(back.status.as_ref().unwrap().components["kustomize"].version.as_deref(), Some("v1.0.3"));
+    let web_app = deployments.get("web-app").await.unwrap();
+    assert_eq!(image(&web_app), "gcr.io/kubeflow-images-public/web-app:v1.0.1");
+    assert!(web_app.spec.unwrap().template.spec.unwrap().node_selector.is_none(), "v1.0.4's render is still applied");
+    assert!(back.annotations()["kfdef.apps.kubeflow.org/repos"].contains("v1.0.3.tar.gz"));
+
+    api.delete("demo", &DeleteParams::default()).await.unwrap();
+    gone(&api, "demo").await;
+    removed_but_crds_and_namespaces(&client, &ns.name, "web-app-parameters").await;
 }

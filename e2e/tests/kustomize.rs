@@ -86,15 +86,7 @@ async fn kfctl_applications_install_from_their_kustomize_packages() {
     Api::<MutatingWebhookConfiguration>::all(client.clone()).get("tenant-defaulter").await.unwrap();
 
     // Heal: a deleted object comes back.
-    let old = parameters.uid();
-    config_maps.delete("web-app-parameters", &DeleteParams::default()).await.unwrap();
-    eventually("web-app-parameters recreated", || async {
-        match config_maps.get_opt("web-app-parameters").await {
-            Ok(Some(cm)) if cm.uid() != old => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    delete_and_await_recreation(&config_maps, "web-app-parameters").await;
 
     // A parameter edit reaches params.env and so the ConfigMap.
     let mut edited = sources.clone();

@@ -125,15 +125,7 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
     assert_eq!(quotas.get("kf-resource-quota").await.unwrap().spec.unwrap().hard.unwrap()["cpu"].0, "2");
 
     // Heal: a deleted owned object comes back.
-    let old = role_bindings.get("namespaceAdmin").await.unwrap().uid();
-    role_bindings.delete("namespaceAdmin", &DeleteParams::default()).await.unwrap();
-    eventually("namespaceAdmin recreated", || async {
-        match role_bindings.get_opt("namespaceAdmin").await {
-            Ok(Some(rb)) if rb.uid() != old => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    delete_and_await_recreation(&role_bindings, "namespaceAdmin").await;
 
     // Quota edited → applied; quota removed → ResourceQuota gone.
     profiles.patch(&alice, &PatchParams::default(), &Patch::Merge(json!({"spec": {"resourceQuotaSpec": {"hard": {"cpu": "4"}}}}))).await.unwrap();

@@ -20,5 +20,5 @@ static CURRENT: LazyLock<BTreeMap<ComponentKind, String>> =
 
 fuzz_target!(|data: &[u8]| {
     let Some(upgrade) = fixtures::decode::<KfUpgrade>(data) else { return };
-    let _ = meta_operator::upgrade::steps(&upgrade.spec, &CURRENT, &CATALOG);
+    let _ = meta_operator::upgrade::steps(&upgrade.spec, &CURRENT, &[], &CATALOG);
 });

@@ -246,8 +246,21 @@ pub fn pack_github_tarball(dir: &Path, top: &str) -> Vec<u8> {
 
 /// The fixture repository as a GitHub-style tarball.
 pub fn repo_tarball() -> Vec<u8> {
+    edited_repo_tarball(&[])
+}
+
+/// The fixture repository with `edits` (path → text replacing the first occurrence of a text;
+/// an empty replacement of a whole line removes it), as a GitHub-style tarball: a later
+/// version of the same repository.
+pub fn edited_repo_tarball(edits: &[(&str, &str, &str)]) -> Vec<u8> {
     let tmp = tempfile::tempdir().unwrap();
     write_repo(tmp.path());
+    for (path, from, to) in edits {
+        let file = tmp.path().join(path);
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(text.contains(from), "{path} has no {from:?}");
+        std::fs::write(&file, text.replacen(from, to, 1)).unwrap();
+    }
     pack_github_tarball(tmp.path(), TOP_FOLDER)
 }
 

@@ -46,7 +46,7 @@ pub use fetch::{FetchOptions, FetchedRepo, RepoCache, RepoSource};
 pub use kustomize::{KUSTOMIZE_ENV, KUSTOMIZE_VERSION, Kustomize};
 pub use order::{INSTALL_ORDER, sort_install_order};
 pub use render::{
-    AppSpec, Mode, RenderContext, RenderedApp, Renderer, objects_to_yaml, parse_objects,
+    AppSpec, Mode, RenderContext, RenderedApp, Renderer, objects_to_yaml, parse_objects, yaml_stream,
 };
 
 /// reqwest is built without a default rustls provider; this installs ring, the provider the rest of

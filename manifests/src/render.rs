@@ -119,11 +119,14 @@ impl RenderedApp {
 
 /// Objects as a multi-document YAML stream.
 pub fn objects_to_yaml(objects: &[DynamicObject]) -> String {
-    objects
-        .iter()
-        .map(|o| serde_yaml_ng::to_string(o).expect("a DynamicObject serialises"))
-        .collect::<Vec<_>>()
-        .join("---\n")
+    yaml_stream(objects.iter().map(|o| serde_json::to_value(o).expect("a DynamicObject serialises")))
+}
+
+/// Objects as a multi-document YAML stream that every YAML parser reads back the same: each
+/// document is written as JSON (which is YAML). A YAML 1.2 writer leaves strings such as `ON`,
+/// `yes` or `off` unquoted, and kubectl and kustomize, which read YAML 1.1, take them for booleans.
+pub fn yaml_stream(objects: impl IntoIterator<Item = serde_json::Value>) -> String {
+    objects.into_iter().map(|o| format!("---\n{}\n", serde_json::to_string_pretty(&o).expect("values serialise"))).collect()
 }
 
 /// Parses `kustomize build` output into objects (empty documents skipped) in install order.
@@ -535,4 +538,16 @@ fn per_application(pkg: &Path, app: &AppSpec, ctx: &RenderContext) -> Result<(),
 fn write_mapping(app: &str, file: &Path, m: &Mapping) -> Result<(), RenderError> {
     let text = serde_yaml_ng::to_string(m).expect("a mapping serialises");
     std::fs::write(file, text).map_err(io(app, format!("writing {}", file.display())))
+}
+
+#[cfg(test)]
+mod yaml_tests {
+    #[test]
+    fn strings_yaml_1_1_reads_as_booleans_stay_strings() {
+        let config = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p"}, "data": {"clusterRbacConfig": "ON", "enabled": "yes", "off": "off"}});
+        let text = super::yaml_stream([config.clone()]);
+        assert!(text.contains(r#""clusterRbacConfig": "ON""#) && text.contains(r#""enabled": "yes""#), "{text}");
+        let back: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+        assert_eq!(back, [config]);
+    }
 }

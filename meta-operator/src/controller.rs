@@ -235,7 +235,12 @@ async fn remove_redundant_pins(kfdef: &KfDef, plan: &plan::Plan, ctx: &Context) 
         return Ok(());
     }
     let (namespace, name) = object_key(kfdef);
-    let patch = json!({"metadata": {"annotations": {PINS_ANNOTATION: null, PINNED_BY_ANNOTATION: null}}});
+    let mut annotations = json!({PINS_ANNOTATION: null, PINNED_BY_ANNOTATION: null});
+    // Pinned repositories go too once spec.repos names the same ones.
+    if plan::pinned_repos(kfdef).is_ok_and(|pinned| !pinned.is_empty() && plan::with_pinned(&kfdef.spec.repos, &pinned) == kfdef.spec.repos) {
+        annotations[plan::REPOS_ANNOTATION] = json!(null);
+    }
+    let patch = json!({"metadata": {"annotations": annotations}});
     Api::<KfDef>::namespaced(ctx.client.clone(), &namespace)
         .patch(&name, &merge_params(), &Patch::Merge(&patch))
         .await

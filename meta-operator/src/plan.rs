@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use kubeflow_crds::component::{ComponentKind, KustomizeSource, Platform, RenderMode, UnknownComponent};
-use kubeflow_crds::kfdef::{ApplicationStatus, KfDef};
+use kubeflow_crds::kfdef::{ApplicationStatus, KfDef, Repo};
 use serde_json::{Value, json};
 
 use crate::catalog::{Catalog, Unresolved};
@@ -47,11 +47,17 @@ pub const PINS_ANNOTATION: &str = "kfdef.apps.kubeflow.org/component-versions";
 /// Annotation naming the KfUpgrade that last wrote [`PINS_ANNOTATION`].
 pub const PINNED_BY_ANNOTATION: &str = "kfdef.apps.kubeflow.org/pinned-by";
 
+/// Annotation (JSON list of `spec.repos` entries) pinning the repositories the generic
+/// component renders from, over `spec.repos` by name; written by a KfUpgrade that moves it.
+pub const REPOS_ANNOTATION: &str = "kfdef.apps.kubeflow.org/repos";
+
 /// A KfDef the plan cannot be made for.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     #[error("annotation {PINS_ANNOTATION} is not a JSON map of component to version: {source}")]
     MalformedPins { source: serde_json::Error },
+    #[error("annotation {REPOS_ANNOTATION} is not a JSON list of repositories ({{name, uri, sha256}}): {source}")]
+    MalformedRepos { source: serde_json::Error },
     #[error("annotation {PINS_ANNOTATION}: {source}")]
     UnknownPinnedComponent { source: UnknownComponent },
 }
@@ -61,6 +67,19 @@ pub fn pins(kfdef: &KfDef) -> Result<BTreeMap<ComponentKind, String>, PlanError>
     let Some(text) = kfdef.annotations().get(PINS_ANNOTATION) else { return Ok(BTreeMap::new()) };
     let by_name: BTreeMap<String, String> = serde_json::from_str(text).map_err(|source| PlanError::MalformedPins { source })?;
     by_name.into_iter().map(|(name, version)| Ok((name.parse().map_err(|source| PlanError::UnknownPinnedComponent { source })?, version))).collect()
+}
+
+/// Repositories pinned on `kfdef` for the generic component (empty: none).
+pub fn pinned_repos(kfdef: &KfDef) -> Result<Vec<Repo>, PlanError> {
+    let Some(text) = kfdef.annotations().get(REPOS_ANNOTATION) else { return Ok(Vec::new()) };
+    serde_json::from_str(text).map_err(|source| PlanError::MalformedRepos { source })
+}
+
+/// `repos` with `pinned` in place of the entries of the same name.
+pub fn with_pinned(repos: &[Repo], pinned: &[Repo]) -> Vec<Repo> {
+    let mut out: Vec<Repo> = repos.iter().map(|r| pinned.iter().find(|p| p.name == r.name).unwrap_or(r).clone()).collect();
+    out.extend(pinned.iter().filter(|p| !repos.iter().any(|r| r.name == p.name)).cloned());
+    out
 }
 
 /// Whether `kfdef`'s pins only repeat what `spec.version` names, so they can go: every pinned
@@ -110,20 +129,23 @@ pub fn generic_version(kubeflow: &str) -> String {
 pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan, PlanError> {
     let kubeflow = kfdef.spec.version.clone().unwrap_or_default();
     let pins = pins(kfdef)?;
-    let repos: BTreeMap<&str, &str> = kfdef.spec.repos.iter().map(|r| (r.name.as_str(), r.uri.as_str())).collect();
+    // The generic component renders from the repositories a KfUpgrade pinned, if any.
+    let generic_repos = with_pinned(&kfdef.spec.repos, &pinned_repos(kfdef)?);
     let mut sources: BTreeMap<ComponentKind, Vec<KustomizeSource>> = BTreeMap::new();
     let mut applications = Vec::new();
     for app in &kfdef.spec.applications {
         let component = installer(&app.name, &kubeflow, catalog);
         let config = app.kustomize_config.clone().unwrap_or_default();
         let repo_ref = config.repo_ref.unwrap_or_default();
+        let repos = if component == ComponentKind::GENERIC { generic_repos.as_slice() } else { kfdef.spec.repos.as_slice() };
+        let repo = repos.iter().find(|r| r.name == repo_ref.name);
         sources.entry(component).or_default().push(KustomizeSource {
             application: app.name.clone(),
-            repo_uri: repos.get(repo_ref.name.as_str()).map(|u| u.to_string()),
+            repo_uri: repo.map(|r| r.uri.clone()),
             path: (!repo_ref.path.is_empty()).then_some(repo_ref.path),
             overlays: config.overlays,
             parameters: config.parameters,
-            repo_sha256: kfdef.spec.repos.iter().find(|r| r.name == repo_ref.name).and_then(|r| r.sha256.clone()),
+            repo_sha256: repo.and_then(|r| r.sha256.clone()),
         });
         applications.push(ApplicationStatus { name: app.name.clone(), component: Some(component.name().into()), state: "Pending".into(), message: String::new() });
     }
@@ -134,12 +156,13 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
         if component == ComponentKind::GENERIC {
             // One resource renders every such application of the KfDef, in the KfDef's namespace
             // unless an application's own `namespace` parameter says otherwise (kfctl's rule).
-            let version = generic_version(&kubeflow);
+            let release_version = generic_version(&kubeflow);
+            let version = pins.get(&component).cloned().unwrap_or_else(|| release_version.clone());
             let stacks = kfdef.spec.applications.iter().any(|a| a.name == STACKS_APPLICATION);
             let mode = if stacks { RenderMode::Stacks } else { RenderMode::PerApplication };
             let spec = json!({"version": version, "targetNamespace": namespace, "platform": platform, "mode": mode, "sources": sources});
             let spec_hash = operator_runtime::content_hash(&spec);
-            components.insert(component, ComponentPlan { spec, spec_hash, release_version: Some(version.clone()), version, pinned: false });
+            components.insert(component, ComponentPlan { spec, spec_hash, release_version: Some(release_version), version, pinned: pins.contains_key(&component) });
             continue;
         }
         let release_version = catalog.version_for(component, &kubeflow);
@@ -304,5 +327,19 @@ mod tests {
             plan(&k, Platform::Kubernetes, &catalog()).unwrap_err().to_string(),
             "annotation kfdef.apps.kubeflow.org/component-versions: unknown component \"seldon\"; allowed: istio, dex, kfserving, katib, pipelines, profiles, kustomize"
         );
+    }
+
+    #[test]
+    fn repositories_pinned_by_an_upgrade_move_the_generic_component_only() {
+        let mut k = example();
+        k.annotations_mut().insert(REPOS_ANNOTATION.into(), r#"[{"name": "manifests", "uri": "https://x/v1.3.0.tar.gz"}]"#.into());
+        k.annotations_mut().insert(PINS_ANNOTATION.into(), r#"{"kustomize": "v1.3.0"}"#.into());
+        let p = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
+        let generic = &p.components[&ComponentKind::GENERIC];
+        assert_eq!((generic.version.as_str(), generic.pinned, generic.release_version.as_deref()), ("v1.3.0", true, Some("v1.2.0")));
+        assert!(generic.spec["sources"].as_array().unwrap().iter().all(|s| s["repoUri"] == "https://x/v1.3.0.tar.gz"));
+        assert_eq!(p.components[&ComponentKind::Katib].spec["sources"][0]["repoUri"], "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz");
+        k.annotations_mut().insert(REPOS_ANNOTATION.into(), "manifests=x".into());
+        assert!(matches!(plan(&k, Platform::Kubernetes, &catalog()), Err(PlanError::MalformedRepos { .. })));
     }
 }

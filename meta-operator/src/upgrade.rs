@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, VecDeque};
 
 use kubeflow_crds::bus::ReleaseInfo;
 use kubeflow_crds::component::ComponentKind;
+use kubeflow_crds::kfdef::Repo;
 use kubeflow_crds::kfupgrade::{KfUpgradeSpec, StepPhase, UpgradeStep};
 
 use crate::catalog::{Catalog, Unresolved};
-use crate::plan::Plan;
+use crate::plan::{Plan, generic_version, with_pinned};
 
 /// Shortest chain of direct upgrades from `from` to `to` among `releases`.
 pub fn path(releases: &[ReleaseInfo], from: &str, to: &str) -> Option<Vec<String>> {
@@ -83,6 +84,21 @@ pub fn check_edit(plan: &Plan, published: &BTreeMap<ComponentKind, String>, cata
     Ok(())
 }
 
+fn step(component: ComponentKind, from_version: String, to_version: String) -> UpgradeStep {
+    UpgradeStep {
+        component,
+        from_version,
+        to_version,
+        phase: StepPhase::Pending,
+        start_time: None,
+        end_time: None,
+        message: String::new(),
+        failure: None,
+        from_repos: Vec::new(),
+        to_repos: Vec::new(),
+    }
+}
+
 /// Why a version change made outside a KfUpgrade is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EditRefused {
@@ -109,8 +125,11 @@ pub enum Refusal {
     NoReleases { component: ComponentKind },
 }
 
-/// The steps of `spec` for a KfDef whose components run `current` (component → version).
-pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>, catalog: &Catalog) -> Result<Vec<UpgradeStep>, Refusal> {
+/// The steps of `spec` for a KfDef whose components run `current` (component → version) and
+/// whose generic component renders from `pinned_repos` over `spec.repos`. The generic component
+/// moves, last unless `order` says otherwise, when `newKfDef.repos` is given: to
+/// `newKfDef.version` and those repositories, with no release edges to check.
+pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>, pinned_repos: &[Repo], catalog: &Catalog) -> Result<Vec<UpgradeStep>, Refusal> {
     let explicit: BTreeMap<ComponentKind, &str> = spec.components.iter().map(|c| (c.component, c.version.as_str())).collect();
     if let Some(component) = explicit.keys().find(|c| !current.contains_key(c)) {
         return Err(Refusal::NotInKfDef { component: *component, kfdef: spec.current_kf_def.name.clone() });
@@ -121,7 +140,16 @@ pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>, ca
     let mut order: Vec<ComponentKind> = spec.order.clone();
     order.extend(ComponentKind::upgrade_order().into_iter().filter(|c| !spec.order.contains(c)));
     let mut steps = Vec::new();
-    for component in order.into_iter().filter(|c| current.contains_key(c) && *c != ComponentKind::GENERIC) {
+    for component in order.into_iter().filter(|c| current.contains_key(c)) {
+        if component == ComponentKind::GENERIC {
+            if !spec.new_kf_def.repos.is_empty() && !spec.only_listed {
+                let to = spec.new_kf_def.version.as_deref().map_or_else(|| current[&component].clone(), generic_version);
+                let to_repos = with_pinned(pinned_repos, &spec.new_kf_def.repos);
+                let step = UpgradeStep { from_repos: pinned_repos.to_vec(), to_repos, ..step(component, current[&component].clone(), to) };
+                steps.push(step);
+            }
+            continue;
+        }
         if spec.only_listed && !explicit.contains_key(&component) {
             continue;
         }
@@ -135,7 +163,7 @@ pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>, ca
             continue;
         }
         check_move(component, catalog.releases(component).map_err(Refusal::NotAnnounced)?, &from, &to)?;
-        steps.push(UpgradeStep { component, from_version: from, to_version: to, phase: StepPhase::Pending, start_time: None, end_time: None, message: String::new(), failure: None });
+        steps.push(step(component, from, to));
     }
     if steps.is_empty() {
         return Err(Refusal::NothingToDo);
@@ -146,6 +174,7 @@ pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>, ca
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubeflow_crds::kfdef::Repo;
     use crate::catalog::fixtures::catalog;
     use kubeflow_crds::kfupgrade::KfUpgrade;
 
@@ -161,7 +190,7 @@ mod tests {
     }
 
     fn steps_of(s: &KfUpgradeSpec) -> Vec<(ComponentKind, String, String)> {
-        steps(s, &v12(), &catalog()).unwrap().into_iter().map(|s| (s.component, s.from_version, s.to_version)).collect()
+        steps(s, &v12(), &[], &catalog()).unwrap().into_iter().map(|s| (s.component, s.from_version, s.to_version)).collect()
     }
 
     #[test]
@@ -191,7 +220,7 @@ mod tests {
     fn downgrades_unknown_versions_skips_and_unsupported_releases_are_refused_with_the_reason() {
         let mut current = v12();
         current.insert(ComponentKind::Katib, "v0.11.0".into());
-        let refuse = |yaml: &str, current: &BTreeMap<ComponentKind, String>| steps(&spec(yaml), current, &catalog()).unwrap_err().to_string();
+        let refuse = |yaml: &str, current: &BTreeMap<ComponentKind, String>| steps(&spec(yaml), current, &[], &catalog()).unwrap_err().to_string();
         assert_eq!(
             refuse("  currentKfDef: {name: kf}\n  newKfDef: {name: kf}\n  components: [{component: katib, version: v0.10.0}]\n", &current),
             "katib: v0.11.0 → v0.10.0 is a downgrade, which KfUpgrade does not do; versions after v0.11.0: v0.12.0"
@@ -212,7 +241,7 @@ mod tests {
 
     #[test]
     fn a_component_whose_operator_never_announced_cannot_be_upgraded() {
-        let err = steps(&spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v1.3.0}\n"), &v12(), &Catalog::default()).unwrap_err();
+        let err = steps(&spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v1.3.0}\n"), &v12(), &[], &Catalog::default()).unwrap_err();
         assert_eq!(err, Refusal::Target(Unresolved::NotAnnounced { component: ComponentKind::Istio }));
     }
 
@@ -240,5 +269,25 @@ mod tests {
         let releases = katib.releases(ComponentKind::Katib).unwrap();
         assert_eq!(path(releases, "v0.10.0", "v0.12.0").unwrap(), ["v0.10.0", "v0.11.0", "v0.12.0"]);
         assert_eq!(path(releases, "v0.11.0", "v0.10.0"), None);
+    }
+
+    #[test]
+    fn the_generic_component_moves_to_new_repositories_last_and_only_when_given_them() {
+        let repo = |uri: &str| Repo { name: "manifests".into(), uri: uri.into(), sha256: None };
+        let mut current = v12();
+        current.insert(ComponentKind::GENERIC, "v1.2.0".into());
+        let without = spec("  currentKfDef: {name: kf, version: v1.2.0}\n  newKfDef: {name: kf, version: v1.3.0}\n");
+        assert!(steps(&without, &current, &[], &catalog()).unwrap().iter().all(|s| s.component != ComponentKind::GENERIC), "no repositories, no generic step");
+        let with = spec("  currentKfDef: {name: kf, version: v1.2.0}\n  newKfDef: {name: kf, version: v1.3.0, repos: [{name: manifests, uri: 'https://x/v1.3.0.tar.gz'}]}\n");
+        let all = steps(&with, &current, &[repo("https://x/v1.2.1.tar.gz")], &catalog()).unwrap();
+        let generic = all.last().unwrap();
+        assert_eq!((generic.component, generic.from_version.as_str(), generic.to_version.as_str()), (ComponentKind::GENERIC, "v1.2.0", "v1.3.0"));
+        assert_eq!(generic.from_repos, [repo("https://x/v1.2.1.tar.gz")], "a rollback restores the repositories pinned before");
+        assert_eq!(generic.to_repos, [repo("https://x/v1.3.0.tar.gz")]);
+        // A KfDef of generic applications only (a release without built-in manifests).
+        let only: BTreeMap<ComponentKind, String> = [(ComponentKind::GENERIC, "v1.0.2".to_string())].into();
+        let v103 = spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v1.0.3, repos: [{name: manifests, uri: 'https://x/v1.0.3.tar.gz'}]}\n");
+        let steps = steps(&v103, &only, &[], &catalog()).unwrap();
+        assert_eq!(steps.iter().map(|s| (s.component, s.to_version.as_str(), s.from_repos.len())).collect::<Vec<_>>(), [(ComponentKind::GENERIC, "v1.0.3", 0)]);
     }
 }

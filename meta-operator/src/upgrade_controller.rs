@@ -21,13 +21,13 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use kubeflow_crds::ConditionStatus::{False, True};
 use kubeflow_crds::component::ComponentKind;
-use kubeflow_crds::kfdef::{KfDef, KfDefPhase};
+use kubeflow_crds::kfdef::{KfDef, KfDefPhase, Repo};
 use kubeflow_crds::kfupgrade::{KfUpgrade, KfUpgradeStatus, StepFailure, StepPhase, UpgradePhase, UpgradeStep};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
 use crate::controller::{Context, Error, FIELD_MANAGER, merge_params};
-use crate::plan::{self, PINNED_BY_ANNOTATION, PINS_ANNOTATION, PlanError};
+use crate::plan::{self, PINNED_BY_ANNOTATION, PINS_ANNOTATION, PlanError, REPOS_ANNOTATION};
 use crate::upgrade;
 
 /// Annotation on a KfDef naming the KfUpgrade that is moving it; at most one at a time.
@@ -176,7 +176,11 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
         Ok(p) => p.components.into_iter().map(|(c, p)| (c, p.version)).collect(),
         Err(e) => return Ok(refuse(up, status, ctx, e.to_string()).await),
     };
-    let steps = match upgrade::steps(spec, &current, &catalog) {
+    let pinned_repos = match plan::pinned_repos(&kfdef) {
+        Ok(repos) => repos,
+        Err(e) => return Ok(refuse(up, status, ctx, e.to_string()).await),
+    };
+    let steps = match upgrade::steps(spec, &current, &pinned_repos, &catalog) {
         Ok(steps) => steps,
         Err(refusal) => return Ok(refuse(up, status, ctx, refusal.to_string()).await),
     };
@@ -215,16 +219,22 @@ async fn unlock(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade) -> Result<()
     patch_kfdef(kfdefs, kfdef, "release", json!({"metadata": {"annotations": {LOCK_ANNOTATION: null}}})).await
 }
 
-/// Pins `component` to `version` on the KfDef (only when it differs), naming this upgrade.
-async fn pin(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade, component: ComponentKind, version: &str) -> Result<(), UpgradeError> {
-    let mut pins = plan::pins(kfdef).map_err(|source| UpgradeError::Pins { kfdef: kfdef_name(kfdefs, &kfdef.name_any()), source })?;
-    if pins.get(&component).map(String::as_str) == Some(version) {
+/// Pins `component` to `version` on the KfDef, and the generic component also to `repos` (empty:
+/// `spec.repos`), only when that differs, naming this upgrade.
+async fn pin(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade, component: ComponentKind, version: &str, repos: &[Repo]) -> Result<(), UpgradeError> {
+    let pins_error = |source| UpgradeError::Pins { kfdef: kfdef_name(kfdefs, &kfdef.name_any()), source };
+    let mut pins = plan::pins(kfdef).map_err(pins_error)?;
+    let repos_move = component == ComponentKind::GENERIC && plan::pinned_repos(kfdef).map_err(pins_error)? != repos;
+    if pins.get(&component).map(String::as_str) == Some(version) && !repos_move {
         return Ok(());
     }
     pins.insert(component, version.to_string());
     let pins: BTreeMap<&str, &String> = pins.iter().map(|(c, v)| (c.name(), v)).collect();
-    let patch = json!({"metadata": {"annotations": {PINS_ANNOTATION: serde_json::to_string(&pins).expect("a map of strings"), PINNED_BY_ANNOTATION: up.name_any()}}});
-    patch_kfdef(kfdefs, kfdef, "pin a component version on", patch).await
+    let mut annotations = json!({PINS_ANNOTATION: serde_json::to_string(&pins).expect("a map of strings"), PINNED_BY_ANNOTATION: up.name_any()});
+    if repos_move {
+        annotations[REPOS_ANNOTATION] = if repos.is_empty() { json!(null) } else { json!(serde_json::to_string(repos).expect("repositories serialise")) };
+    }
+    patch_kfdef(kfdefs, kfdef, "pin a component version on", json!({"metadata": {"annotations": annotations}})).await
 }
 
 /// Whether the KfDef reports `component` Ready at `version`, and its message.
@@ -246,7 +256,7 @@ async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDe
     let step = status.steps[index].clone();
     let timeout = up.spec.health_timeout_seconds;
     if step.phase == StepPhase::Pending {
-        pin(&kfdef, kfdefs, up, step.component, &step.to_version).await?;
+        pin(&kfdef, kfdefs, up, step.component, &step.to_version, &step.to_repos).await?;
         let s = &mut status.steps[index];
         s.phase = StepPhase::Upgrading;
         s.start_time = Some(now());
@@ -318,7 +328,7 @@ async fn roll_back(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<Kf
     // A rollback may take as long as the upgrade and its failure together.
     let timeout = 2 * up.spec.health_timeout_seconds;
     if step.phase != StepPhase::RollingBack {
-        pin(&kfdef, kfdefs, up, step.component, &step.from_version).await?;
+        pin(&kfdef, kfdefs, up, step.component, &step.from_version, &step.from_repos).await?;
         let s = &mut status.steps[index];
         s.phase = StepPhase::RollingBack;
         s.start_time = Some(now());

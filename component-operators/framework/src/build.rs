@@ -21,6 +21,11 @@ pub const OWNER_ANNOTATION: &str = "components.kubeflow.org/owner";
 /// Annotation naming the KfDef application an object was rendered for (components that render
 /// several applications, see [`crate::component::Rendered`]).
 pub const APPLICATION_ANNOTATION: &str = "components.kubeflow.org/application";
+/// Annotation (`"true"`) marking, in a component's manifest, a cluster-wide object every install
+/// of the component shares, as it shares its CRDs (e.g. Kubeflow's aggregated `kubeflow-admin`
+/// roles, which keep their upstream names): it names no owner, any install applies it, and it is
+/// retained when an install goes (removed with the CRDs by `crdRemovalPolicy: Delete`).
+pub const SHARED_ANNOTATION: &str = "components.kubeflow.org/shared";
 /// Annotation with the hash of the object as last applied.
 pub const HASH_ANNOTATION: &str = "components.kubeflow.org/applied-hash";
 
@@ -35,7 +40,13 @@ pub fn owner_id<R: ComponentResource>(resource: &R) -> String {
 /// can be written by others, so a name listed there is no proof.
 pub fn made_by(live: &Value, info: &kinds::KindInfo, component: &str, owner: &str) -> bool {
     let metadata = &live["metadata"];
-    metadata["labels"][PART_OF_LABEL] == component && (info.is_crd() || metadata["annotations"][OWNER_ANNOTATION] == owner)
+    metadata["labels"][PART_OF_LABEL] == component && (shared_by_installs(info, live) || metadata["annotations"][OWNER_ANNOTATION] == owner)
+}
+
+/// Whether `object` is shared by every install of its component: a CRD, or marked
+/// [`SHARED_ANNOTATION`].
+pub fn shared_by_installs(info: &kinds::KindInfo, object: &Value) -> bool {
+    info.is_crd() || object["metadata"]["annotations"][SHARED_ANNOTATION] == "true"
 }
 
 /// Shared CRDs: the newest release any install in the cluster uses wins, and a CRD is never moved
@@ -87,9 +98,9 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
         if !info.is_shared() {
             object["metadata"]["labels"][PART_OF_LABEL] = json!(C::Resource::COMPONENT.name());
             object["metadata"]["labels"][VERSION_LABEL] = json!(version);
-            // A CRD serves every install of the component in the cluster: naming one owner would
-            // make installs in other namespaces re-apply it in turn.
-            if !info.is_crd() {
+            // A CRD (or an object marked shared) serves every install of the component in the
+            // cluster: naming one owner would make installs in other namespaces re-apply it in turn.
+            if !shared_by_installs(info, object) {
                 object["metadata"]["annotations"][OWNER_ANNOTATION] = json!(owner);
             }
         }
@@ -232,5 +243,10 @@ mod tests {
         let crd = kinds::lookup("apiextensions.k8s.io/v1", "CustomResourceDefinition").unwrap();
         assert!(made_by(&object(json!({PART_OF_LABEL: "katib"}), json!({})), crd, "katib", "team/katib"));
         assert!(!made_by(&object(json!({}), json!({})), crd, "katib", "team/katib"));
+        // So do objects the component's manifest marks shared by every install.
+        let role = kinds::lookup("rbac.authorization.k8s.io/v1", "ClusterRole").unwrap();
+        assert!(made_by(&object(json!({PART_OF_LABEL: "profiles"}), json!({SHARED_ANNOTATION: "true"})), role, "profiles", "team/profiles"));
+        assert!(!made_by(&object(json!({PART_OF_LABEL: "profiles"}), json!({SHARED_ANNOTATION: "true"})), role, "katib", "team/katib"), "another component's");
+        assert!(!made_by(&object(json!({PART_OF_LABEL: "profiles"}), json!({OWNER_ANNOTATION: "other/profiles"})), role, "profiles", "team/profiles"));
     }
 }

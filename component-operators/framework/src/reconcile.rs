@@ -609,6 +609,10 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
             None => api.get_opt(&entry.name).await.map_err(|source| Error::Prune { object: what.clone(), source })?.map(|o| serde_json::to_value(o).expect("objects serialise")),
         };
         let Some(live) = live else { continue };
+        // Shared by every install, like the CRDs: they stay unless the CRDs go too.
+        if build::shared_by_installs(info, &live) && policy != CrdRemovalPolicy::Delete {
+            continue;
+        }
         if !build::made_by(&live, info, component, &owner) {
             warn!(object = %what, "listed in the inventory but not made by this resource; kept");
             kept.push(what);

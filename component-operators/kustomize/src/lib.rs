@@ -107,9 +107,19 @@ pub fn with_namespaces(objects: Vec<Value>, target: &str) -> Vec<Value> {
     out
 }
 
+/// Where kinds outside the framework's built-in list are learned from, besides the CRDs
+/// rendered alongside.
+#[derive(Clone, Copy)]
+pub enum Discovery<'a> {
+    /// The API server's discovery (the operator, `kfop apply`).
+    Cluster(&'a Client),
+    /// No cluster (`kfop build`): such kinds are taken for namespaced custom resources.
+    Offline,
+}
+
 /// Makes every kind in `objects` known to the framework: from CRDs rendered alongside, else from
-/// the API server's discovery. Returns the `(apiVersion, kind)`s the cluster does not serve.
-async fn learn_kinds(client: &Client, objects: &[Value]) -> BTreeSet<(String, String)> {
+/// `discovery`. Returns the `(apiVersion, kind)`s the cluster does not serve.
+async fn learn_kinds(discovery: Discovery<'_>, objects: &[Value]) -> BTreeSet<(String, String)> {
     for crd in objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition" && o["apiVersion"].as_str().is_some_and(|v| v.starts_with("apiextensions.k8s.io/"))) {
         let spec = &crd["spec"];
         let (group, kind, plural) = (spec["group"].as_str().unwrap_or_default(), spec["names"]["kind"].as_str().unwrap_or_default(), spec["names"]["plural"].as_str().unwrap_or_default());
@@ -129,6 +139,10 @@ async fn learn_kinds(client: &Client, objects: &[Value]) -> BTreeSet<(String, St
             continue;
         }
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let Discovery::Cluster(client) = discovery else {
+            kinds::register(group, version, kind, &format!("{}s", kind.to_lowercase()), false);
+            continue;
+        };
         match kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await {
             Ok((resource, capabilities)) => {
                 kinds::register(group, version, kind, &resource.plural, capabilities.scope == kube::discovery::Scope::Cluster);
@@ -152,7 +166,9 @@ async fn render_source(index: usize, source: &KustomizeSource, repos: &RepoCache
 
 /// Fetches and renders every application of `resource`, each on its own: one that fails is
 /// reported in [`Rendered::failed`] and the others go on.
-pub async fn render(resource: &KustomizeApplication, client: &Client) -> Result<Rendered, InvalidSpec> {
+/// `fetch` bounds downloads; only `kfop build` allows local repositories, an operator never reads
+/// host paths on a resource's word.
+pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, fetch: FetchOptions) -> Result<Rendered, InvalidSpec> {
     let spec = &resource.spec;
     if spec.core.sources.is_empty() {
         return Err(InvalidSpec::new("spec.sources", "at least one application is required"));
@@ -163,7 +179,7 @@ pub async fn render(resource: &KustomizeApplication, client: &Client) -> Result<
         return Ok(rendered.as_ref().clone());
     }
     let dir = cache_dir();
-    let repos = RepoCache::new(dir.join("repos"), FetchOptions::default()).map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot use its repository cache: {e}")).retryable())?;
+    let repos = RepoCache::new(dir.join("repos"), fetch).map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot use its repository cache: {e}")).retryable())?;
     let kustomize = Kustomize::locate().await.map_err(|e| InvalidSpec::new("spec.sources", format!("the operator has no kustomize: {e}")).retryable())?;
     let renderer = Renderer::new(kustomize, dir.join("work")).map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot render: {e}")).retryable())?;
     let mode = match spec.mode {
@@ -182,7 +198,7 @@ pub async fn render(resource: &KustomizeApplication, client: &Client) -> Result<
     let (objects, shared) = merge_applications(rendered);
     failed.extend(shared);
     // An application with a kind the cluster does not serve waits for it, alone.
-    let unserved = learn_kinds(client, &objects).await;
+    let unserved = learn_kinds(discovery, &objects).await;
     let mut waiting: BTreeMap<String, (String, String)> = BTreeMap::new();
     for object in &objects {
         let kind = (object["apiVersion"].as_str().unwrap_or_default().to_string(), object["kind"].as_str().unwrap_or_default().to_string());
@@ -235,7 +251,7 @@ impl Component for KustomizeComponent {
 
     fn render_external(resource: &KustomizeApplication, client: &Client) -> impl std::future::Future<Output = Option<Result<Rendered, InvalidSpec>>> + Send {
         let (resource, client) = (resource.clone(), client.clone());
-        async move { Some(render(&resource, &client).await) }
+        async move { Some(render(&resource, Discovery::Cluster(&client), FetchOptions::default()).await) }
     }
 
     /// Custom resources of the API groups Kubeflow 1.x applications ship (its CRDs come with the

@@ -275,6 +275,12 @@ async fn reconcile(guard: Arc<DeserializeGuard<Profile>>, ctx: Arc<Context>) -> 
 }
 
 async fn reconcile_profile(profile: Arc<Profile>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Decide nothing before the settings and CRD caches hold their first list: an empty CRD cache
+    // would resolve the mesh to none and call the Profile Ready without its authorization
+    // policy. The controller keeps polling their watches meanwhile.
+    if ctx.settings.wait_until_ready().await.is_err() || ctx.crds.wait_until_ready().await.is_err() {
+        return Ok(Action::await_change());
+    }
     let Some(settings) = ctx.settings() else {
         // No ProfileController: Profiles (and their namespaces) are left exactly as they are.
         return Ok(Action::await_change());

@@ -7,7 +7,9 @@
 
 use component_framework::component::{InvalidSpec, shipped_objects};
 use component_framework::kinds::KindInfo;
-use component_framework::{Component, Inputs};
+use component_framework::run::RunError;
+use component_framework::{Component, Inputs, OperatorArgs};
+use futures::future::BoxFuture;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::Resource;
 use kube::core::ApiResource;
@@ -38,8 +40,12 @@ pub struct RegisteredComponent {
     pub test_spec: Value,
     /// Endpoints the operator serves besides health and metrics.
     pub endpoints: &'static [component_framework::Endpoint],
-    /// The objects the operator applies for a resource with `spec` in `namespace`.
-    pub render: fn(&Value, &str) -> Result<Vec<Value>, InvalidSpec>,
+    /// The objects the operator applies, from its built-in releases, for a resource `name` in
+    /// `namespace` with `spec`.
+    pub render: fn(&str, &str, &Value) -> Result<Vec<Value>, InvalidSpec>,
+    /// Runs the component's controller in this process until SIGTERM/SIGINT (or until the
+    /// future is dropped): what the operator binary runs, for `kfop apply`/`delete`.
+    pub run: fn(OperatorArgs) -> BoxFuture<'static, Result<(), RunError>>,
     /// Every object of every release, rendered with default parameters.
     pub shipped_objects: fn() -> Vec<Value>,
 }
@@ -58,13 +64,17 @@ impl RegisteredComponent {
     }
 }
 
-fn render<C: Component>(spec: &Value, namespace: &str) -> Result<Vec<Value>, InvalidSpec> {
+fn render<C: Component>(name: &str, namespace: &str, spec: &Value) -> Result<Vec<Value>, InvalidSpec> {
     let resource: C::Resource = serde_json::from_value(json!({
         "apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()),
-        "metadata": {"name": "reference", "namespace": namespace, "uid": "reference"}, "spec": spec,
+        "metadata": {"name": name, "namespace": namespace}, "spec": spec,
     }))
     .map_err(|e| InvalidSpec::new("spec", e.to_string()))?;
     component_framework::build::desired_objects::<C>(&resource, &Inputs::default())
+}
+
+fn run<C: Component>(args: OperatorArgs) -> BoxFuture<'static, Result<(), RunError>> {
+    Box::pin(component_framework::run::run::<C>(args))
 }
 
 fn register<C: Component>() -> RegisteredComponent
@@ -85,6 +95,7 @@ where
         test_spec: C::test_spec(),
         endpoints: C::ENDPOINTS,
         render: render::<C>,
+        run: run::<C>,
         shipped_objects: shipped_objects::<C>,
     }
 }
@@ -144,7 +155,7 @@ mod tests {
             for release in &component.releases {
                 let mut spec = json!({"version": release.version, "targetNamespace": "team"});
                 spec.as_object_mut().unwrap().extend(component.test_spec.as_object().cloned().unwrap_or_default());
-                let objects = (component.render)(&spec, "team").unwrap_or_else(|e| panic!("{} {}: {e}", component.kind, release.version));
+                let objects = (component.render)("reference", "team", &spec).unwrap_or_else(|e| panic!("{} {}: {e}", component.kind, release.version));
                 let workload = |o: &Value| o["kind"] == "Deployment" || o["kind"] == "StatefulSet";
                 // Profiles ships no workload of its own: its operator is the controller.
                 let ships_workloads = (component.shipped_objects)().iter().any(workload);

@@ -94,11 +94,6 @@ async fn recreated(changes: &mut futures::stream::BoxStream<'static, Deployment>
     }
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()).unwrap_or(0)
-}
-
 #[tokio::main]
 async fn main() {
     let heals: usize = std::env::var("BENCH_HEALS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);

@@ -11,26 +11,11 @@
 use std::time::{Duration, Instant};
 
 use component_framework::api::{Katib, KfDef};
-use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
 use kubeflow_crds::kfdef::KfDefPhase;
 use kubeflow_e2e::*;
-use serde_json::{Value, json};
-
-async fn all_workloads_ready(client: &Client, objects: &[Value]) -> bool {
-    for o in objects.iter().filter(|o| o["kind"] == "Deployment" || o["kind"] == "StatefulSet" || o["kind"] == "CustomResourceDefinition") {
-        let info = component_framework::kinds::lookup(o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap()).unwrap();
-        let api: Api<DynamicObject> = match o["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &info.api_resource()),
-            None => Api::all_with(client.clone(), &info.api_resource()),
-        };
-        let Ok(Some(live)) = api.get_opt(o["metadata"]["name"].as_str().unwrap()).await else { return false };
-        if component_framework::readiness::not_ready_reason(&serde_json::to_value(live).unwrap()).is_some() {
-            return false;
-        }
-    }
-    true
-}
+use serde_json::json;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
@@ -50,6 +35,8 @@ async fn main() {
     let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
     let mut kfdef: KfDef = serde_yaml_ng::from_str(&yaml).unwrap();
     kfdef.metadata.namespace = Some(ns.name.clone());
+    // The built-in components' applications (the generic ones have their own bench-manifests).
+    kfdef.spec.applications.retain(|a| component_framework::api::component::ComponentKind::from_application(&a.name).is_some());
     let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
 
     // Cold converge through the operators.
@@ -69,7 +56,7 @@ async fn main() {
     // Components with built-in releases (the generic one installs what a KfDef's packages render).
     for component in kubeflow_component_registry::all().into_iter().filter(|c| !c.releases.is_empty()) {
         let version = component.version_for("1.2").unwrap_or_else(|| panic!("{} has no version for Kubeflow 1.2", component.kind));
-        objects.extend((component.render)(&json!({"version": version, "targetNamespace": reference_ns.name}), &reference_ns.name).unwrap());
+        objects.extend((component.render)("reference", &reference_ns.name, &json!({"version": version, "targetNamespace": reference_ns.name})).unwrap());
     }
     // Not owned by any operator: strip the labels the operators watch.
     for o in &mut objects {
@@ -78,7 +65,7 @@ async fn main() {
         }
     }
     let file = std::env::temp_dir().join(unique_name("bench-reference.yaml"));
-    std::fs::write(&file, objects.iter().map(|o| format!("---\n{}", serde_yaml_ng::to_string(o).unwrap())).collect::<String>()).unwrap();
+    std::fs::write(&file, kubeflow_manifests::yaml_stream(objects.iter().cloned())).unwrap();
     let t0 = Instant::now();
     kubectl(&["apply", "--server-side", "--force-conflicts", "--field-manager", "bench-reference", "-f", file.to_str().unwrap()]);
     eventually("reference workloads ready", || async { if all_workloads_ready(&client, &objects).await { Ok(()) } else { Err("not yet") } }).await;

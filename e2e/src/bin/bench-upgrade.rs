@@ -29,7 +29,7 @@ fn release(kubeflow: &str, namespace: &str) -> Vec<Value> {
     // Components with built-in releases (the generic one installs what a KfDef's packages render).
     for component in kubeflow_component_registry::all().into_iter().filter(|c| !c.releases.is_empty()) {
         let version = component.version_for(kubeflow).unwrap_or_else(|| panic!("{} has no version for Kubeflow {kubeflow}", component.kind));
-        objects.extend((component.render)(&json!({"version": version, "targetNamespace": namespace}), namespace).unwrap());
+        objects.extend((component.render)("reference", namespace, &json!({"version": version, "targetNamespace": namespace})).unwrap());
     }
     for o in &mut objects {
         if let Some(labels) = o["metadata"]["labels"].as_object_mut() {
@@ -53,7 +53,7 @@ async fn ready(client: &Client, objects: &[Value]) -> bool {
 
 fn apply(objects: &[Value]) {
     let file = std::env::temp_dir().join(unique_name("bench-upgrade.yaml"));
-    std::fs::write(&file, objects.iter().map(|o| format!("---\n{}", serde_yaml_ng::to_string(o).unwrap())).collect::<String>()).unwrap();
+    std::fs::write(&file, kubeflow_manifests::yaml_stream(objects.iter().cloned())).unwrap();
     kubectl(&["apply", "--server-side", "--force-conflicts", "--field-manager", "bench-reference", "-f", file.to_str().unwrap()]);
 }
 

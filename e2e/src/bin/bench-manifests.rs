@@ -1,0 +1,84 @@
+//! Benchmark of the generic component (prints figures, asserts nothing). `make bench-manifests`.
+//!
+//! * Converge: the sample kfctl KfDef as Kubeflow v1.0.2 (no built-in release, so all of its
+//!   applications go to the generic component) over the stand-in repository for it, served on
+//!   loopback: KfDef created → Available (meta-operator → NATS → kustomize-operator: download,
+//!   one kfctl-semantics kustomize render per application, server-side apply in install order,
+//!   readiness). Reference, in the same run: the same packages rendered by the same renderer for
+//!   another namespace, then `kubectl apply --server-side` → every Deployment ready.
+//! * Memory: resident set (VmRSS) of the kustomize-operator holding that install, next to the
+//!   meta-operator's.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use kube::Api;
+use kube::api::PostParams;
+use kubeflow_crds::KfDef;
+use kubeflow_crds::kfdef::KfDefPhase;
+use kubeflow_e2e::*;
+use kubeflow_manifests::{FetchOptions, Kustomize, Renderer, RepoCache, fixtures};
+
+#[tokio::main]
+async fn main() {
+    let client = client().await;
+    let stack = OperatorStack::start(&client, &[]).await;
+    for p in stack.components.values() {
+        p.wait_ready().await;
+    }
+    let ns = TestNamespace::create(&client, "bench-generic").await;
+    let reference_ns = TestNamespace::create(&client, "bench-generic-ref").await;
+    let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
+    let mut kfdef: KfDef = serde_yaml_ng::from_str(&yaml).unwrap();
+    kfdef.spec.version = Some("v1.0.2".into());
+    let server = fixtures::Server::start(BTreeMap::from([("archive/stand-in.tar.gz".to_string(), fixtures::stand_in_repo(&kfdef))])).await;
+    kfdef.spec.repos[0].uri = server.url("archive/stand-in.tar.gz");
+    let mut reference = kfdef.clone();
+    kfdef.metadata.namespace = Some(ns.name.clone());
+    reference.metadata.namespace = Some(reference_ns.name.clone());
+    let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+
+    let t0 = Instant::now();
+    api.create(&PostParams::default(), &kfdef).await.unwrap();
+    eventually("KfDef Available", || async {
+        let k = api.get("kubeflow").await.map_err(|e| e.to_string())?;
+        if k.status.as_ref().and_then(|s| s.phase) == Some(KfDefPhase::Available) { Ok(()) } else { Err(serde_json::to_string(&k.status).unwrap()) }
+    })
+    .await;
+    let operator_converge = t0.elapsed();
+    let rss = |p: &OperatorProcess| rss_kib(p.pid()) as f64 / 1024.0;
+    let generic_rss = rss(&stack.components[&kubeflow_crds::ComponentKind::GENERIC]);
+    let meta_rss = rss(&stack.meta);
+
+    // Reference: render (download included) + kubectl apply --server-side + the same readiness.
+    let work = tempfile_dir();
+    let t0 = Instant::now();
+    let renderer = Renderer::new(Kustomize::locate().await.unwrap(), work.join("work")).unwrap();
+    let cache = RepoCache::new(work.join("cache"), FetchOptions::default()).unwrap();
+    let apps = renderer.render_kfdef(&cache, &reference).await.unwrap();
+    let objects: Vec<serde_json::Value> = apps.iter().flat_map(|a| a.objects.iter().map(|o| serde_json::to_value(o).unwrap())).collect();
+    let file = work.join("reference.yaml");
+    std::fs::write(&file, kubeflow_manifests::yaml_stream(objects.iter().cloned())).unwrap();
+    kubectl(&["apply", "--server-side", "--force-conflicts", "--field-manager", "bench-reference", "-f", file.to_str().unwrap()]);
+    eventually("reference workloads ready", || async { if all_workloads_ready(&client, &objects).await { Ok(()) } else { Err("not yet") } }).await;
+    let reference_converge = t0.elapsed();
+
+    println!("## Generic component (bench-manifests)\n");
+    println!("| figure | value |\n| --- | --- |");
+    println!("| converge: kfctl KfDef as v1.0.2, {} applications, {} objects, all generic: created → Available | {:.1} s |", apps.len(), objects.len(), operator_converge.as_secs_f64());
+    println!("| reference: same packages rendered + `kubectl apply --server-side` → workloads ready | {:.1} s |", reference_converge.as_secs_f64());
+    println!("| converge / reference | {:.2}× |", operator_converge.as_secs_f64() / reference_converge.as_secs_f64());
+    println!("| kustomize-operator RSS holding it | {generic_rss:.1} MiB |");
+    println!("| meta-operator RSS (same run, for scale) | {meta_rss:.1} MiB |");
+
+    api.delete("kubeflow", &Default::default()).await.unwrap();
+    gone(&api, "kubeflow").await;
+    kubectl(&["delete", "--ignore-not-found", "--wait=false", "-f", file.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique_name("bench-manifests"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -1,0 +1,314 @@
+//! `kfop`: kfctl-style commands for KfDefs, made of the operators' own functions.
+//!
+//! - `build -f kfdef.yaml -o DIR`: the meta-operator's plan (which component installs which
+//!   application), then each component's objects exactly as its operator builds them (labels,
+//!   owner annotation, namespace, applied hash), in apply order: `DIR/<component>.yaml`. No
+//!   cluster needed: kinds a package uses without shipping their CRD are taken for namespaced
+//!   custom resources. Repositories may also be local directories, tarballs or `file://` URLs.
+//! - `apply -f kfdef.yaml`: the same plan as component resources in the KfDef's namespace (named
+//!   after it, labelled [`KFOP_LABEL`]), each reconciled by its component's controller running in
+//!   this process — no operator needed — until every application is Ready; then it exits.
+//!   Component resources of the KfDef whose component left the plan are deleted. Repositories
+//!   are fetched as the operators fetch them: http(s) archives only.
+//! - `delete -f kfdef.yaml`: deletes those resources and runs their controllers until the
+//!   finalizers removed every object they made (CRDs and namespaces stay).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use component_framework::api::component::{ComponentKind, Platform};
+use component_framework::api::{KfDef, KustomizeApplication};
+use component_framework::{Inputs, OperatorArgs};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, Client, ResourceExt};
+use kubeflow_component_registry::RegisteredComponent;
+use kustomize_operator::{Discovery, KustomizeComponent};
+use meta_operator::catalog::Catalog;
+use meta_operator::plan::{Plan, plan};
+use serde_json::{Value, json};
+
+/// Label on the component resources `kfop apply` made, naming their KfDef.
+pub const KFOP_LABEL: &str = "kfop.kubeflow.org/kfdef";
+const FIELD_MANAGER: &str = "kfop";
+
+#[derive(Parser, Debug)]
+#[command(name = "kfop", version, about = "kfctl-style commands for Kubeflow KfDefs, run with the operators' own functions")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Write what each component's operator would apply for a KfDef to DIR/<component>.yaml.
+    Build {
+        #[command(flatten)]
+        kfdef: KfDefArg,
+        /// Output directory (created when missing).
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+        /// Build for OpenShift (fixed user and group ids dropped from pods).
+        #[arg(long)]
+        openshift: bool,
+    },
+    /// Install a KfDef with the component controllers running in this process, until Ready.
+    Apply {
+        #[command(flatten)]
+        kfdef: KfDefArg,
+        /// Give up (exit 1) when not every application is Ready after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Uninstall a KfDef `kfop apply` installed (CRDs and namespaces stay).
+    Delete {
+        #[command(flatten)]
+        kfdef: KfDefArg,
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct KfDefArg {
+    /// The KfDef (kfctl format, kfdef.apps.kubeflow.org/v1); namespace `kubeflow` unless it names one.
+    #[arg(short = 'f', long = "file")]
+    file: PathBuf,
+}
+
+impl KfDefArg {
+    fn read(&self) -> Result<KfDef, String> {
+        let text = std::fs::read_to_string(&self.file).map_err(|e| format!("{}: {e}", self.file.display()))?;
+        let mut kfdef: KfDef = serde_yaml_ng::from_str(&text).map_err(|e| format!("{}: not a KfDef: {e}", self.file.display()))?;
+        if kfdef.metadata.namespace.is_none() {
+            kfdef.metadata.namespace = Some("kubeflow".into());
+        }
+        Ok(kfdef)
+    }
+}
+
+/// What the component operators would announce on NATS: their built-in releases.
+fn catalog(registry: &[RegisteredComponent]) -> Catalog {
+    let mut catalog = Catalog::default();
+    for component in registry {
+        catalog.learn(component.kind, component.releases.clone());
+    }
+    catalog
+}
+
+/// The meta-operator's plan for `kfdef`, refused when a component cannot be resolved.
+fn plan_of(kfdef: &KfDef, platform: Platform, registry: &[RegisteredComponent]) -> Result<Plan, String> {
+    let plan = plan(kfdef, platform, &catalog(registry)).map_err(|e| e.to_string())?;
+    match plan.unresolved.iter().next() {
+        Some((component, why)) => Err(format!("{component}: {why}")),
+        None => Ok(plan),
+    }
+}
+
+fn resource(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) -> Value {
+    let api = registered.api_resource();
+    json!({
+        "apiVersion": api.api_version, "kind": api.kind,
+        "metadata": {"name": kfdef.name_any(), "namespace": kfdef.namespace(), "labels": {KFOP_LABEL: kfdef.name_any()}},
+        "spec": spec,
+    })
+}
+
+/// Builds what component `registered`'s operator applies for the resource `kfdef` plans for it;
+/// the applications that fail, with why.
+async fn desired(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) -> Result<(Vec<Value>, Vec<String>), String> {
+    if registered.kind != ComponentKind::GENERIC {
+        let objects = (registered.render)(&kfdef.name_any(), &kfdef.namespace().unwrap_or_default(), spec).map_err(|e| format!("{}: {e}", registered.kind))?;
+        return Ok((objects, Vec::new()));
+    }
+    let resource: KustomizeApplication = serde_json::from_value(resource(registered, kfdef, spec)).map_err(|e| e.to_string())?;
+    // The KfDef file is the user's own: local repositories are fine here.
+    let fetch = kubeflow_manifests::FetchOptions { allow_local: true, ..Default::default() };
+    let rendered = kustomize_operator::render(&resource, Discovery::Offline, fetch).await.map_err(|e| e.to_string())?;
+    let failed = rendered.failed.iter().map(|f| format!("application {:?}: {}", f.application, f.error)).collect();
+    let inputs = Inputs { rendered: Some(rendered), ..Default::default() };
+    let objects = component_framework::build::desired_objects::<KustomizeComponent>(&resource, &inputs).map_err(|e| e.to_string())?;
+    Ok((objects, failed))
+}
+
+async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> Result<(), String> {
+    let registry = kubeflow_component_registry::all();
+    let plan = plan_of(kfdef, platform, &registry)?;
+    std::fs::create_dir_all(output).map_err(|e| format!("{}: {e}", output.display()))?;
+    let mut failures = Vec::new();
+    for (component, planned) in &plan.components {
+        let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
+        let (objects, failed) = desired(registered, kfdef, &planned.spec).await?;
+        let yaml = kubeflow_manifests::yaml_stream(objects.iter().cloned());
+        let path = output.join(format!("{component}.yaml"));
+        std::fs::write(&path, yaml).map_err(|e| format!("{}: {e}", path.display()))?;
+        let applications: Vec<&str> = plan.applications.iter().filter(|a| a.component.as_deref() == Some(component.name())).map(|a| a.name.as_str()).collect();
+        println!("{}: {} objects ({} {}: {})", path.display(), objects.len(), registered.operator, planned.version, applications.join(", "));
+        failures.extend(failed);
+    }
+    match failures.is_empty() {
+        true => Ok(()),
+        false => Err(failures.join("\n")),
+    }
+}
+
+/// Runs the controllers of `components` in this process, for resources in `namespace`.
+fn run_controllers(registry: &[RegisteredComponent], components: &[ComponentKind], namespace: &str) {
+    for component in components {
+        let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
+        let args = OperatorArgs { namespace: Some(namespace.to_string()), nats_url: None, metrics_addr: "127.0.0.1:0".parse().expect("an address") };
+        let run = (registered.run)(args);
+        let name = registered.operator.clone();
+        tokio::spawn(async move {
+            if let Err(e) = run.await {
+                eprintln!("error: {name}: {e}");
+            }
+        });
+    }
+}
+
+fn dynamic_api(client: &Client, registered: &RegisteredComponent, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &registered.api_resource())
+}
+
+/// `Ready` at the current generation; the per-application states otherwise, for the user.
+fn readiness(object: &DynamicObject) -> Result<(), String> {
+    let status = &object.data["status"];
+    let current = status["observedGeneration"].as_i64() == object.metadata.generation;
+    if current && status["phase"] == "Ready" {
+        return Ok(());
+    }
+    let conditions = status["conditions"].as_array().into_iter().flatten();
+    let message = conditions.filter(|c| c["status"] == "True" && c["type"] != "Ready" || c["type"] == "Ready" && c["status"] == "False").filter_map(|c| c["message"].as_str()).find(|m| !m.is_empty()).unwrap_or_default();
+    Err(format!("{} {}", status["phase"].as_str().unwrap_or("Pending"), message))
+}
+
+async fn apply(client: Client, kfdef: &KfDef, timeout: Duration) -> Result<(), String> {
+    let registry = kubeflow_component_registry::all();
+    let platform = meta_operator::controller::detect_platform(&client).await.map_err(|e| format!("reading the API groups: {e}"))?;
+    let plan = plan_of(kfdef, platform, &registry)?;
+    let namespace = kfdef.namespace().unwrap_or_default();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(&namespace).await.map_err(|e| e.to_string())?.is_none() {
+        let object = serde_json::from_value(json!({"metadata": {"name": namespace}})).expect("a namespace");
+        namespaces.create(&PostParams::default(), &object).await.map_err(|e| format!("creating namespace {namespace}: {e}"))?;
+    }
+    // The component resources' CRDs, then the resources.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let involved: Vec<&RegisteredComponent> = registry.iter().filter(|r| plan.components.contains_key(&r.kind)).collect();
+    for registered in &involved {
+        let name = registered.crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        crds.patch(&name, &params, &Patch::Apply(&registered.crd)).await.map_err(|e| format!("applying CRD {name}: {e}"))?;
+        tokio::time::timeout(Duration::from_secs(60), await_condition(crds.clone(), &name, conditions::is_crd_established()))
+            .await
+            .map_err(|_| format!("CRD {name} is not Established after 60 s"))?
+            .map_err(|e| e.to_string())?;
+    }
+    for registered in &involved {
+        let object = resource(registered, kfdef, &plan.components[&registered.kind].spec);
+        dynamic_api(&client, registered, &namespace).patch(&kfdef.name_any(), &params, &Patch::Apply(&object)).await.map_err(|e| format!("applying {} {namespace}/{}: {e}", registered.kind.kind(), kfdef.name_any()))?;
+    }
+    // Components that left the KfDef since the last apply.
+    let leaving = made_by_kfop(&client, &registry, kfdef).await?.into_iter().filter(|kind| !plan.components.contains_key(kind)).collect::<Vec<_>>();
+    let mut components: Vec<ComponentKind> = plan.components.keys().copied().collect();
+    components.extend(&leaving);
+    run_controllers(&registry, &components, &namespace);
+    delete_and_wait(&client, &registry, kfdef, &leaving, timeout).await?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let name = kfdef.name_any();
+    for registered in &involved {
+        let api = dynamic_api(&client, registered, &namespace);
+        let ready = await_condition(api.clone(), &name, |o: Option<&DynamicObject>| o.is_some_and(|o| readiness(o).is_ok()));
+        match tokio::time::timeout_at(deadline, ready).await {
+            Ok(Ok(_)) => println!("{} {namespace}/{}: Ready", registered.kind.kind(), kfdef.name_any()),
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => {
+                let current = api.get(&kfdef.name_any()).await.map_err(|e| e.to_string())?;
+                let applications: Vec<String> = current.data["status"]["applications"].as_array().into_iter().flatten().filter(|a| a["state"] != "Ready").map(|a| format!("\n  application {}: {} {}", a["name"].as_str().unwrap_or_default(), a["state"].as_str().unwrap_or_default(), a["message"].as_str().unwrap_or_default())).collect();
+                return Err(format!("{} {namespace}/{} not Ready after {} s: {}{}", registered.kind.kind(), kfdef.name_any(), timeout.as_secs(), readiness(&current).unwrap_err(), applications.concat()));
+            }
+        }
+    }
+    println!("KfDef {namespace}/{}: every application is Ready ({} applications)", kfdef.name_any(), plan.applications.len());
+    Ok(())
+}
+
+/// Components whose resource for `kfdef` exists and was made by `kfop apply`.
+async fn made_by_kfop(client: &Client, registry: &[RegisteredComponent], kfdef: &KfDef) -> Result<Vec<ComponentKind>, String> {
+    let namespace = kfdef.namespace().unwrap_or_default();
+    let mut found = Vec::new();
+    for registered in registry {
+        let selector = ListParams::default().labels(&format!("{KFOP_LABEL}={}", kfdef.name_any()));
+        match dynamic_api(client, registered, &namespace).list(&selector).await {
+            Ok(list) if list.items.iter().any(|o| o.name_any() == kfdef.name_any()) => found.push(registered.kind),
+            Ok(_) => {}
+            // The component's CRD is not installed: nothing of it to find.
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(format!("listing {}: {e}", registered.kind.kind())),
+        }
+    }
+    Ok(found)
+}
+
+/// Deletes the resources of `components` for `kfdef` and waits until their finalizers are done.
+async fn delete_and_wait(client: &Client, registry: &[RegisteredComponent], kfdef: &KfDef, components: &[ComponentKind], timeout: Duration) -> Result<(), String> {
+    let (namespace, name) = (kfdef.namespace().unwrap_or_default(), kfdef.name_any());
+    for registered in registry.iter().filter(|r| components.contains(&r.kind)) {
+        let api = dynamic_api(client, registered, &namespace);
+        let Some(object) = api.get_opt(&name).await.map_err(|e| e.to_string())? else { continue };
+        api.delete(&name, &DeleteParams::default()).await.map_err(|e| format!("deleting {} {namespace}/{name}: {e}", registered.kind.kind()))?;
+        let uid = object.uid().unwrap_or_default();
+        let deleted = await_condition(api, &name, conditions::is_deleted(&uid));
+        tokio::time::timeout(timeout, deleted).await.map_err(|_| format!("{} {namespace}/{} still there after {} s", registered.kind.kind(), kfdef.name_any(), timeout.as_secs()))?.map_err(|e| e.to_string())?;
+        println!("{} {namespace}/{}: deleted with everything it installed", registered.kind.kind(), kfdef.name_any());
+    }
+    Ok(())
+}
+
+async fn delete(client: Client, kfdef: &KfDef, timeout: Duration) -> Result<(), String> {
+    let registry = kubeflow_component_registry::all();
+    let components = made_by_kfop(&client, &registry, kfdef).await?;
+    if components.is_empty() {
+        println!("nothing of KfDef {}/{} to delete", kfdef.namespace().unwrap_or_default(), kfdef.name_any());
+        return Ok(());
+    }
+    run_controllers(&registry, &components, &kfdef.namespace().unwrap_or_default());
+    delete_and_wait(&client, &registry, kfdef, &components, timeout).await
+}
+
+async fn client() -> Result<Client, String> {
+    Client::try_default().await.map_err(|e| format!("cannot reach the cluster (KUBECONFIG or in-cluster config): {e}"))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The controllers' own logs only when asked for (RUST_LOG), as the operators write them.
+    let _telemetry = std::env::var_os("RUST_LOG").map(|_| component_framework::telemetry::init("kfop"));
+    let result = match cli.command {
+        Command::Build { kfdef, output, openshift } => match kfdef.read() {
+            Ok(k) => build(&k, &output, if openshift { Platform::OpenShift } else { Platform::Kubernetes }).await,
+            Err(e) => Err(e),
+        },
+        Command::Apply { kfdef, timeout } => match (kfdef.read(), client().await) {
+            (Ok(k), Ok(client)) => apply(client, &k, Duration::from_secs(timeout)).await,
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        },
+        Command::Delete { kfdef, timeout } => match (kfdef.read(), client().await) {
+            (Ok(k), Ok(client)) => delete(client, &k, Duration::from_secs(timeout)).await,
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
