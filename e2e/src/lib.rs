@@ -473,6 +473,15 @@ impl OperatorStack {
         stack
     }
 
+    /// As [`Self::start`] with every operator, returning once each component operator is ready.
+    pub async fn start_ready(client: &Client) -> Self {
+        let stack = Self::start(client, &[]).await;
+        for p in stack.components.values() {
+            p.wait_ready().await;
+        }
+        stack
+    }
+
     fn spawn(binary: &str, nats: &str, kubeconfig: &std::path::Path) -> OperatorProcess {
         OperatorProcess::start(binary, &["--nats-url", nats], &[("KUBECONFIG", kubeconfig.to_str().unwrap())])
     }

@@ -22,10 +22,7 @@ use kubeflow_manifests::{FetchOptions, Kustomize, Renderer, RepoCache, fixtures}
 #[tokio::main]
 async fn main() {
     let client = client().await;
-    let stack = OperatorStack::start(&client, &[]).await;
-    for p in stack.components.values() {
-        p.wait_ready().await;
-    }
+    let stack = OperatorStack::start_ready(&client).await;
     let ns = TestNamespace::create(&client, "bench-generic").await;
     let reference_ns = TestNamespace::create(&client, "bench-generic-ref").await;
     let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();

@@ -26,10 +26,7 @@ async fn main() {
     let edits: usize = std::env::var("BENCH_EDITS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let quiet = Duration::from_secs(std::env::var("BENCH_STEADY_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(180));
     let client = client().await;
-    let stack = OperatorStack::start(&client, &[]).await;
-    for p in stack.components.values() {
-        p.wait_ready().await;
-    }
+    let stack = OperatorStack::start_ready(&client).await;
     let ns = TestNamespace::create(&client, "bench-kfdef").await;
     let reference_ns = TestNamespace::create(&client, "bench-ref").await;
     let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();

@@ -71,10 +71,7 @@ struct Availability {
 #[tokio::main]
 async fn main() {
     let client = client().await;
-    let stack = OperatorStack::start(&client, &[]).await;
-    for p in stack.components.values() {
-        p.wait_ready().await;
-    }
+    let stack = OperatorStack::start_ready(&client).await;
     let ns = TestNamespace::create(&client, "bench-upgrade").await;
     let reference = TestNamespace::create(&client, "bench-upgrade-ref").await;
     let apps = ["istio-install", "dex", "kfserving-install", "katib-controller", "api-service"];
