@@ -157,6 +157,13 @@ impl ComponentKind {
         order
     }
 
+    /// Where the API server serves the component resource (from its CRD).
+    pub fn api_resource(self) -> kube::core::ApiResource {
+        let crd = self.crd();
+        let version = crd.spec.versions.first().map(|v| v.name.clone()).unwrap_or_default();
+        kube::core::ApiResource { api_version: format!("{}/{version}", crd.spec.group), group: crd.spec.group, version, kind: crd.spec.names.kind, plural: crd.spec.names.plural }
+    }
+
     /// `istio, dex, …`: the names [`FromStr`] accepts.
     pub fn allowed_names() -> String {
         Self::ALL.map(Self::name).join(", ")

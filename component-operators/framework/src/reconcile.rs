@@ -159,16 +159,7 @@ impl<C: Component> Context<C> {
         let component = live["metadata"]["labels"][PART_OF_LABEL].as_str().and_then(|c| c.parse::<kubeflow_crds::component::ComponentKind>().ok());
         let owner = live["metadata"]["annotations"][OWNER_ANNOTATION].as_str().and_then(|o| o.split_once('/'));
         let (Some(component), Some((namespace, name))) = (component, owner) else { return Ok(false) };
-        let crd = component.crd();
-        let version = crd.spec.versions.first().map(|v| v.name.clone()).unwrap_or_default();
-        let resource = kube::core::ApiResource {
-            api_version: format!("{}/{version}", crd.spec.group),
-            group: crd.spec.group.clone(),
-            version,
-            kind: crd.spec.names.kind.clone(),
-            plural: crd.spec.names.plural.clone(),
-        };
-        match Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &resource).get_opt(name).await {
+        match Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &component.api_resource()).get_opt(name).await {
             Ok(found) => Ok(found.is_none()),
             // Not allowed to look: not ours to take.
             Err(kube::Error::Api(status)) if status.code == 403 => Ok(false),
@@ -279,8 +270,7 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                 let Outcome::Applied { inventory, failed, .. } = &mut outcome else { unreachable!() };
                 let keep: BTreeSet<InventoryEntry> = inventory.iter().cloned().collect();
                 // Objects of an application that did not render or apply stay as they are, and listed.
-                let held: BTreeSet<String> = failed.iter().filter_map(|f| f.application.clone()).collect();
-                let held: BTreeSet<&str> = held.iter().map(String::as_str).collect();
+                let held: BTreeSet<&str> = failed.iter().filter_map(|f| f.application.as_deref()).collect();
                 retry_failed = failed.iter().any(|f| f.retry);
                 let mut left = Vec::new();
                 for entry in previous.into_iter().filter(|e| !keep.contains(e)) {

@@ -58,9 +58,7 @@ impl RegisteredComponent {
 
     /// Where the API server serves the component resource.
     pub fn api_resource(&self) -> ApiResource {
-        let (group, version, plural) = (self.crd["spec"]["group"].as_str(), self.crd["spec"]["versions"][0]["name"].as_str(), self.crd["spec"]["names"]["plural"].as_str());
-        let (group, version) = (group.unwrap_or_default().to_string(), version.unwrap_or_default().to_string());
-        ApiResource { api_version: format!("{group}/{version}"), group, version, kind: self.kind.kind().to_string(), plural: plural.unwrap_or_default().to_string() }
+        self.kind.api_resource()
     }
 }
 
