@@ -28,7 +28,8 @@ kubectl apply --server-side --force-conflicts -k deploy/all >/dev/null
 kubectl wait --for=condition=Established --timeout=60s -f crds/generated/ >/dev/null
 
 # The Deployments run as fake pods on kwok nodes; the real processes run here, each with its
-# ServiceAccount's token (so exactly the permissions deploy/ grants) and the local nats-server.
+# ServiceAccount's token (so exactly the permissions deploy/ grants) and its own NATS identity on
+# the local nats-server (so exactly the permissions the bus grants it).
 mkdir -p "$STATE_DIR/operators"
 port=18080
 for o in "${OPERATORS[@]}"; do
@@ -38,7 +39,8 @@ for o in "${OPERATORS[@]}"; do
   token=$(kubectl -n kubeflow-operators create token "$o-operator" --duration=24h)
   kubeconfig=$STATE_DIR/operators/$o.kubeconfig
   sed "s|token: .*|token: $token|" "$KUBECONFIG" >"$kubeconfig"
-  KUBECONFIG=$kubeconfig setsid "target/debug/$o-operator" --nats-url "$NATS_URL" --metrics-addr "127.0.0.1:$port" \
+  KUBECONFIG=$kubeconfig NATS_NKEY_FILE=$KFOP_BUS_DIR/identities/$o-operator.nk NATS_CA_FILE=$KFOP_BUS_DIR/ca.crt \
+    setsid "target/debug/$o-operator" --nats-url "$NATS_URL" --metrics-addr "127.0.0.1:$port" \
     >>"$STATE_DIR/logs/$o-operator.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
   echo "    $o-operator: pid $!, metrics http://127.0.0.1:$port/metrics, log $STATE_DIR/logs/$o-operator.log" >&2

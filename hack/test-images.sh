@@ -61,7 +61,7 @@ kubectl get namespace "$NAMESPACE" >/dev/null 2>&1 || kubectl create namespace "
 package_dir() { case $1 in meta-operator) echo deploy/meta-operator ;; *) echo "deploy/${1%-operator}" ;; esac; }
 
 # --- each image runs as its nonroot user and becomes ready ----------------------------------------
-printf '127.0.0.1 localhost nats.test\n' >"$WORK/hosts"
+printf '127.0.0.1 localhost\n' >"$WORK/hosts"
 port=38180
 summary=()
 while read -r op digest layer_bytes gz_bytes; do
@@ -98,21 +98,28 @@ while read -r op digest layer_bytes gz_bytes; do
   kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$secrets/ca.crt"
   printf '%s' "$NAMESPACE" >"$secrets/namespace"
   chmod 0644 "$secrets"/*
+  # Its NATS identity and the bus's CA, as the identity Secret the meta-operator provisions.
+  identity=$dir/nats
+  mkdir -p "$identity"
+  cp "$KFOP_BUS_DIR/identities/$op.nk" "$identity/nkey.seed"
+  cp "$KFOP_BUS_DIR/ca.crt" "$identity/ca.crt"
+  chmod 0644 "$identity"/*
 
   # The runtime configuration umoci derived from the image, adjusted as a kubelet would: the
   # host's network (the API server listens on loopback), a read-only root as in deploy/, the
   # mounts, the in-cluster environment; no cgroups (see runtime()).
-  jq --arg secrets "$secrets" --arg hosts "$WORK/hosts" --arg port "$port" --arg apiport "$APISERVER_PORT" \
-     --arg nats "nats://nats.test:$NATS_PORT" '
+  jq --arg secrets "$secrets" --arg identity "$identity" --arg hosts "$WORK/hosts" --arg port "$port" --arg apiport "$APISERVER_PORT" \
+     --arg nats "tls://localhost:$NATS_PORT" '
     .process.terminal = false
     | .process.args += ["--metrics-addr=127.0.0.1:\($port)"]
-    | .process.env += ["KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=\($apiport)", "NATS_URL=\($nats)", "RUST_LOG=info"]
+    | .process.env += ["KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=\($apiport)", "NATS_URL=\($nats)", "NATS_NKEY_FILE=/var/run/kubeflow/nats/nkey.seed", "NATS_CA_FILE=/var/run/kubeflow/nats/ca.crt", "RUST_LOG=info"]
     | .root.readonly = true
     | .linux.namespaces |= map(select(.type != "network"))
     | del(.linux.resources, .linux.cgroupsPath)
     | .mounts |= map(select(.type != "cgroup"))
     | .mounts += [
         {destination: "/var/run/secrets/kubernetes.io/serviceaccount", type: "bind", source: $secrets, options: ["rbind", "ro"]},
+        {destination: "/var/run/kubeflow/nats", type: "bind", source: $identity, options: ["rbind", "ro"]},
         {destination: "/etc/hosts", type: "bind", source: $hosts, options: ["bind", "ro"]}
       ]' "$config" >"$config.new" && mv "$config.new" "$config"
 
@@ -128,11 +135,12 @@ while read -r op digest layer_bytes gz_bytes; do
     sleep 0.2
   done
   # Ready: it listed its resources through the API server, which only the token allows. It also
-  # reached NATS by a host name (resolved by the static glibc from the image's nsswitch.conf and
-  # the mounted /etc/hosts, as a pod resolves the nats Service): nats-server lists it by name.
+  # reached NATS over TLS by a host name (resolved by the static glibc from the image's
+  # nsswitch.conf and the mounted /etc/hosts, as a pod resolves the nats Service) and
+  # authenticated as its own identity: nats-server lists it by name.
   deadline=$((SECONDS + 60))
   until curl -sf --max-time 2 "http://127.0.0.1:$NATS_MONITOR_PORT/connz?limit=1024" | jq -e --arg op "$op" 'any(.connections[]?; .name == $op)' >/dev/null; do
-    ((SECONDS < deadline)) || { tail -n 30 "$dir/log" >&2; die "$op did not connect to NATS at nats.test:$NATS_PORT within 60 s (log above)"; }
+    ((SECONDS < deadline)) || { tail -n 30 "$dir/log" >&2; die "$op did not connect to NATS at localhost:$NATS_PORT within 60 s (log above)"; }
     sleep 0.2
   done
   pid=$(runtime state "$id" | jq -r .pid)

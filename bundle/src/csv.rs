@@ -158,8 +158,12 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
     let image = operator_image(&package.operator, release);
     // The endpoints' Services are not part of a bundle: the README says how to expose them.
     let (mut deployment, _services) = kubeflow_deploy::with_endpoints(kubeflow_deploy::operator_deployment(&package.operator, release.version), package.endpoints);
+    if let Some(identity) = package.bus_identity {
+        deployment = meta_operator::provision::with_identity(deployment, identity);
+    }
     if !package.env.is_empty() {
-        deployment["spec"]["template"]["spec"]["containers"][0]["env"] = json!(package.env);
+        let env = &mut deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+        *env = json!([env.as_array().cloned().unwrap_or_default(), package.env.clone()].concat());
     }
     let owned: Vec<Value> = package.crds.iter().map(|crd| owned_crd(package, crd, &kind_description(crd["spec"]["names"]["kind"].as_str().unwrap_or_default()))).collect();
     let examples = serde_json::to_string_pretty(&(package.examples)(release)).expect("JSON values serialise");
@@ -201,6 +205,9 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
         }},
         "relatedImages": [{"name": "operator", "image": image}],
     });
+    if !package.namespaced_rules.is_empty() {
+        spec["install"]["spec"]["permissions"] = json!([{"serviceAccountName": package.operator, "rules": package.namespaced_rules}]);
+    }
     for (key, value) in INFRASTRUCTURE_FEATURES {
         annotations[*key] = json!(value);
     }
@@ -241,7 +248,15 @@ pub fn meta_operator_package() -> Package {
         crds,
         rules: kubeflow_deploy::meta_operator_rules(),
         created_kinds,
-        env: vec![json!({"name": "NATS_URL", "value": kubeflow_deploy::NATS_URL})],
+        // It provisions the bus in its namespace, the NATS server included: a bundle cannot carry a
+        // StatefulSet.
+        env: vec![
+            json!({"name": "BUS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
+            json!({"name": "PROVISION_NATS_SERVER", "value": "true"}),
+            json!({"name": "NATS_REPLICAS", "value": kubeflow_deploy::NATS_REPLICAS.to_string()}),
+        ],
+        bus_identity: Some(kubeflow_crds::bus::Identity::MetaOperator),
+        namespaced_rules: meta_operator::provision::namespaced_rules(),
         first_release: 0,
         endpoints: &[],
         examples: Box::new(meta_examples),
@@ -296,9 +311,10 @@ pub fn component_package(component: RegisteredComponent) -> Package {
          reports readiness in `status`. `managementState: Removed` uninstalls the component, `Unmanaged` \
          leaves its objects alone. CRDs the component ships are kept on removal unless \
          `crdRemovalPolicy: Delete`.\n\n\
-         Installed on its own, the operator reconciles `{kind}` resources directly. Set the environment \
-         variable `NATS_URL` in the Subscription's `spec.config.env` to take the component's desired \
-         state from the Kubeflow meta-operator instead.\n\n\
+         Installed on its own, the operator reconciles `{kind}` resources directly. To take the \
+         component's desired state from the Kubeflow meta-operator instead, install it in the \
+         meta-operator's namespace and connect it to the bus as the meta-operator's description \
+         says (`NATS_URL`, its identity Secret, the client label).\n\n\
          See {REPOSITORY}#readme for the versions each release ships and the upgrade edges between them.\n"
     );
     let created_kinds = BTreeMap::from([(
@@ -318,6 +334,8 @@ pub fn component_package(component: RegisteredComponent) -> Package {
         rules: component.rules,
         created_kinds,
         env: Vec::new(),
+        bus_identity: None,
+        namespaced_rules: Vec::new(),
         first_release: releases::first_release(&format!("kubeflow-{name}-operator")),
         endpoints: component.endpoints,
         examples: Box::new(example),

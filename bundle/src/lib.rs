@@ -61,6 +61,10 @@ pub struct Package {
     pub created_kinds: BTreeMap<String, Vec<(String, String, String)>>,
     /// Environment of the operator container.
     pub env: Vec<Value>,
+    /// The bus identity the operator connects with, if it is installed as a client of the bus.
+    pub bus_identity: Option<kubeflow_crds::bus::Identity>,
+    /// Rules in the namespace the operator is installed in.
+    pub namespaced_rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
     /// Endpoints the operator serves besides health and metrics.
     pub endpoints: &'static [component_framework::Endpoint],
     /// Index of the first release that has this package.

@@ -2,8 +2,9 @@
 //! and message types. It is API, like the resource types: the transport (connecting, opening
 //! buckets, publishing with message ids and trace context) is in the `operator-runtime` crate.
 //!
-//! Three JetStream key-value buckets (each a durable stream, file storage):
-//! * `kubeflow-desired` — key `<component>.<kfdef namespace>.<kfdef name>`, value
+//! JetStream key-value buckets (each a durable stream, file storage):
+//! * `kubeflow-desired-<component>`, one per component — key
+//!   `<component>.<kfdef namespace>.<kfdef name>`, value
 //!   [`DesiredComponent`]: the component spec the meta-operator wants. Written by the meta-operator
 //!   with `Nats-Msg-Id = <kfdef uid>.<generation>.<component>.<spec hash>.<key revision>`
 //!   (JetStream drops a re-publish of the same change) and W3C `traceparent`; deleted when the component leaves the KfDef. A key holds the
@@ -16,8 +17,15 @@
 //!   carries the operator's releases (versions, upgrade edges, Kubeflow releases): the
 //!   meta-operator learns from it which versions make up a Kubeflow release.
 //!
-//! Keys are ordered per component: a component's consumer watches `<component>.>` and receives its
+//! Keys are ordered per component: a component's consumer watches its own bucket and receives its
 //! updates in the order they were written.
+//!
+//! Who may do what ([`permissions`]) is part of the contract: every process connects as its own
+//! NATS user (an NKey), and the server lets only the meta-operator write desired state, and a
+//! component operator read only its own component's desired bucket and write only its own status
+//! and heartbeat keys. Desired state lives in one bucket per component because a JetStream
+//! key-value watch creates its consumer on a subject that names the stream but not the keys: the
+//! stream is the finest unit a server permission can grant reading of.
 
 use std::time::Duration;
 
@@ -28,7 +36,8 @@ use crate::component::{ApplicationState, ComponentKind};
 #[cfg(doc)]
 use crate::component::ComponentStatus;
 
-pub const DESIRED_BUCKET: &str = "kubeflow-desired";
+/// Prefix of the per-component desired-state buckets.
+pub const DESIRED_BUCKET_PREFIX: &str = "kubeflow-desired-";
 pub const STATUS_BUCKET: &str = "kubeflow-status";
 pub const OPERATORS_BUCKET: &str = "kubeflow-operators";
 /// How often a component operator refreshes its heartbeat, and when the meta-operator gives up.
@@ -37,6 +46,7 @@ pub const HEARTBEAT_STALE: Duration = Duration::from_secs(15);
 
 /// The KfDef a component belongs to.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
 pub struct KfDefRef {
     pub namespace: String,
     pub name: String,
@@ -44,9 +54,10 @@ pub struct KfDefRef {
     pub generation: i64,
 }
 
-/// What the meta-operator wants of one component of one KfDef.
+/// What the meta-operator wants of one component of one KfDef. A message naming a field the
+/// contract does not have is refused rather than half-understood.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DesiredComponent {
     pub kfdef: KfDefRef,
     pub component: ComponentKind,
@@ -109,6 +120,87 @@ pub struct Heartbeat {
     pub releases: Vec<ReleaseInfo>,
 }
 
+/// The bucket holding `component`'s desired state.
+pub fn desired_bucket(component: ComponentKind) -> String {
+    format!("{DESIRED_BUCKET_PREFIX}{}", component.name())
+}
+
+/// A process on the bus: each has its own NATS user, named [`Identity::user`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Identity {
+    MetaOperator,
+    Component(ComponentKind),
+}
+
+/// Subjects an identity may publish to and subscribe to (NATS wildcards); everything else is
+/// refused by the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Permissions {
+    pub publish: Vec<String>,
+    pub subscribe: Vec<String>,
+}
+
+impl Identity {
+    /// Every identity of the contract: the meta-operator and one per component.
+    pub fn all() -> Vec<Identity> {
+        std::iter::once(Identity::MetaOperator).chain(ComponentKind::ALL.into_iter().map(Identity::Component)).collect()
+    }
+
+    /// NATS user name, also the operator's name.
+    pub fn user(self) -> String {
+        match self {
+            Identity::MetaOperator => "meta-operator".into(),
+            Identity::Component(c) => format!("{}-operator", c.name()),
+        }
+    }
+
+    /// Prefix of this identity's reply subjects: replies (JetStream acks, API answers, the
+    /// messages of its watches) go to subjects only it may subscribe to.
+    pub fn inbox_prefix(self) -> String {
+        format!("_INBOX.{}", self.user())
+    }
+
+    /// What this identity may do on the bus.
+    pub fn permissions(self) -> Permissions {
+        let inbox = format!("{}.>", self.inbox_prefix());
+        let info = |bucket: &str| format!("$JS.API.STREAM.INFO.KV_{bucket}");
+        match self {
+            Identity::MetaOperator => Permissions {
+                // Manages the buckets and writes every component's desired state; reads status
+                // and heartbeats through its own consumers. (Subject wildcards match whole tokens
+                // only: each desired bucket is named.)
+                publish: ["$JS.API.>".to_string(), "$JS.FC.>".into(), "$JS.ACK.>".into()]
+                    .into_iter()
+                    .chain(ComponentKind::ALL.into_iter().map(|c| format!("$KV.{}.>", desired_bucket(c))))
+                    .collect(),
+                subscribe: vec![inbox],
+            },
+            Identity::Component(c) => {
+                let desired = desired_bucket(c);
+                let stream = format!("KV_{desired}");
+                Permissions {
+                    publish: vec![
+                        "$JS.API.INFO".into(),
+                        info(&desired),
+                        info(STATUS_BUCKET),
+                        info(OPERATORS_BUCKET),
+                        // Its watch: an ordered consumer on its own desired bucket, recreated
+                        // after a gap, answering the stream's flow control.
+                        format!("$JS.API.CONSUMER.CREATE.{stream}"),
+                        format!("$JS.API.CONSUMER.CREATE.{stream}.>"),
+                        format!("$JS.API.CONSUMER.DELETE.{stream}.*"),
+                        format!("$JS.API.CONSUMER.INFO.{stream}.*"),
+                        format!("$JS.FC.{stream}.>"),
+                        format!("$KV.{STATUS_BUCKET}.{}.>", c.name()),
+                        format!("$KV.{OPERATORS_BUCKET}.{}", c.name()),
+                    ],
+                    subscribe: vec![inbox],
+                }
+            }
+        }
+    }
+}
+
 pub fn key(component: ComponentKind, namespace: &str, name: &str) -> String {
     format!("{}.{namespace}.{name}", component.name())
 }
@@ -123,6 +215,24 @@ pub fn parse_key(key: &str) -> Option<(ComponentKind, String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_component_may_touch_only_its_own_subjects() {
+        let katib = Identity::Component(ComponentKind::Katib).permissions();
+        assert_eq!(katib.subscribe, ["_INBOX.katib-operator.>"]);
+        for allowed in ["$KV.kubeflow-status.katib.>", "$KV.kubeflow-operators.katib", "$JS.API.CONSUMER.CREATE.KV_kubeflow-desired-katib"] {
+            assert!(katib.publish.iter().any(|p| p == allowed), "{allowed} missing from {:?}", katib.publish);
+        }
+        // Nothing of another component's, no desired state written, no message read by stream
+        // sequence (which would bypass the per-bucket consumer grant).
+        for subject in &katib.publish {
+            assert!(!subject.contains("istio") && !subject.starts_with("$KV.kubeflow-desired") && !subject.contains("MSG.GET") && !subject.contains("DIRECT.GET"), "{subject}");
+        }
+        let meta = Identity::MetaOperator.permissions();
+        assert!(meta.publish.contains(&"$KV.kubeflow-desired-istio.>".to_string()), "{:?}", meta.publish);
+        assert!(!meta.publish.iter().any(|p| p.starts_with("$KV.kubeflow-status")), "{:?}", meta.publish);
+        assert_eq!(Identity::all().len(), ComponentKind::ALL.len() + 1);
+    }
 
     #[test]
     fn keys_round_trip_even_with_dotted_names() {

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use kube::CustomResourceExt;
 use kubeflow_component_registry::RegisteredComponent;
 use kubeflow_crds::crdgen::{self, CrdgenError};
+use kubeflow_crds::bus::Identity;
+use meta_operator::provision;
 use serde_json::{Value, json};
 
 /// Namespace the operators run in.
@@ -160,40 +162,35 @@ pub fn operators() -> Vec<String> {
     std::iter::once("meta-operator".to_string()).chain(kubeflow_component_registry::all().into_iter().map(|c| c.operator)).collect()
 }
 
-/// URL the operators of `deploy/all` reach NATS at.
-pub const NATS_URL: &str = "nats://nats.kubeflow-operators.svc:4222";
+/// Nodes of the NATS JetStream cluster of `deploy/all` and `deploy/nats`, and copies of each bucket.
+pub const NATS_REPLICAS: usize = 3;
 
-/// A single-node NATS server with JetStream on a persistent volume, for `deploy/all`.
-fn nats_server() -> Vec<Value> {
-    let labels = json!({"app.kubernetes.io/name": "nats", "app.kubernetes.io/part-of": "kubeflow-operator"});
-    vec![
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "nats", "namespace": OPERATOR_NAMESPACE, "labels": labels},
-               "spec": {"selector": {"app.kubernetes.io/name": "nats"}, "ports": [{"name": "client", "port": 4222}]}}),
-        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "nats", "namespace": OPERATOR_NAMESPACE, "labels": labels},
-               "spec": {
-                   "serviceName": "nats", "replicas": 1,
-                   "selector": {"matchLabels": {"app.kubernetes.io/name": "nats"}},
-                   "template": {"metadata": {"labels": labels}, "spec": {
-                       "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
-                       "containers": [{
-                           "name": "nats", "image": "docker.io/library/nats:2.12.1-alpine",
-                           "args": ["--jetstream", "--store_dir=/data", "--http_port=8222"],
-                           "ports": [{"name": "client", "containerPort": 4222}, {"name": "monitor", "containerPort": 8222}],
-                           "readinessProbe": {"httpGet": {"path": "/healthz?js-enabled-only=true", "port": "monitor"}},
-                           "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
-                           "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
-                           "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                       }],
-                   }},
-                   "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}}],
-               }}),
-    ]
+/// `deployment` of the operator of `identity` as a client of the bus in [`OPERATOR_NAMESPACE`]
+/// (its URL, its identity Secret, the label the server's NetworkPolicy admits); the
+/// meta-operator also provisions the bus's Secrets there and creates R3 buckets.
+pub fn with_nats(deployment: Value, identity: Identity) -> Value {
+    let mut deployment = provision::with_identity(deployment, identity);
+    if identity == Identity::MetaOperator {
+        let env = &mut deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+        env.as_array_mut().expect("with_identity sets env").extend([
+            json!({"name": "BUS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
+            json!({"name": "NATS_REPLICAS", "value": NATS_REPLICAS.to_string()}),
+        ]);
+    }
+    deployment
 }
 
-/// `deployment` with NATS_URL set to [`NATS_URL`], which puts an operator in NATS mode.
-pub fn with_nats(mut deployment: Value) -> Value {
-    deployment["spec"]["template"]["spec"]["containers"][0]["env"] = json!([{"name": "NATS_URL", "value": NATS_URL}]);
-    deployment
+/// Role and RoleBinding of the meta-operator in its namespace (the bus it provisions).
+pub fn meta_operator_namespaced_rbac() -> Vec<Value> {
+    let name = "meta-operator-bus";
+    vec![
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE}, "rules": provision::namespaced_rules()}),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": "meta-operator", "namespace": OPERATOR_NAMESPACE}],
+        }),
+    ]
 }
 
 fn kustomization(files: &[&str]) -> String {
@@ -201,12 +198,16 @@ fn kustomization(files: &[&str]) -> String {
     format!("{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n{list}")
 }
 
-/// `deploy/meta-operator/`: the meta-operator with KfDef and KfUpgrade CRDs; expects NATS at
-/// [`NATS_URL`] (override with the NATS_URL environment variable of its Deployment).
+/// `deploy/meta-operator/`: the meta-operator with KfDef and KfUpgrade CRDs; provisions the bus's
+/// Secrets and expects the server of `deploy/nats` (override with the NATS_URL environment
+/// variable of its Deployment).
 pub fn meta_operator_package() -> (String, Vec<(String, String)>) {
     let crds = [kubeflow_crds::KfDef::crd(), kubeflow_crds::KfUpgrade::crd()].map(|c| serde_json::to_value(c).unwrap());
-    let deployment = with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION")));
-    ("meta-operator".to_string(), operator_package("meta-operator", &crds, &meta_operator_rules(), deployment, &[]))
+    let deployment = with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION")), Identity::MetaOperator);
+    let mut files = operator_package("meta-operator", &crds, &meta_operator_rules(), deployment, &[]);
+    let rbac = files.iter_mut().find(|(name, _)| name == "rbac.yaml").expect("a package has rbac.yaml");
+    rbac.1 = yaml_docs(&[operator_rbac("meta-operator", &meta_operator_rules()), meta_operator_namespaced_rbac()].concat());
+    ("meta-operator".to_string(), files)
 }
 
 /// Files of a package that installs one operator: its CRDs, RBAC and Deployment.
@@ -220,11 +221,11 @@ fn operator_package(name: &str, crds: &[Value], rules: &[k8s_openapi::api::rbac:
     ]
 }
 
-/// `deploy/nats/`: the NATS server alone, at [`NATS_URL`], for operators installed one by one
-/// (e.g. from the OLM bundles).
+/// `deploy/nats/`: the NATS server alone (its Secrets come from the meta-operator), for operators
+/// installed one by one.
 pub fn nats_package() -> (String, Vec<(String, String)>) {
     let mut objects = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
-    objects.extend(nats_server());
+    objects.extend(provision::server_objects(OPERATOR_NAMESPACE, NATS_REPLICAS));
     let files = vec![("kustomization.yaml".to_string(), kustomization(&["nats.yaml"])), ("nats.yaml".to_string(), yaml_docs(&objects))];
     ("nats".to_string(), files)
 }
@@ -232,14 +233,14 @@ pub fn nats_package() -> (String, Vec<(String, String)>) {
 /// `deploy/all/`: NATS, the meta-operator and every component operator in NATS mode.
 pub fn all_package() -> (String, Vec<(String, String)>) {
     let mut crds = vec![serde_json::to_value(kubeflow_crds::KfDef::crd()).unwrap(), serde_json::to_value(kubeflow_crds::KfUpgrade::crd()).unwrap()];
-    let mut rbac = operator_rbac("meta-operator", &meta_operator_rules());
+    let mut rbac = [operator_rbac("meta-operator", &meta_operator_rules()), meta_operator_namespaced_rbac()].concat();
     let mut deployments = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
-    deployments.extend(nats_server());
-    deployments.push(with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION"))));
+    deployments.extend(provision::server_objects(OPERATOR_NAMESPACE, NATS_REPLICAS));
+    deployments.push(with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION")), Identity::MetaOperator));
     for component in kubeflow_component_registry::all() {
         crds.push(component.crd);
         rbac.extend(operator_rbac(&component.operator, &component.rules));
-        let (deployment, services) = with_endpoints(with_nats(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION"))), component.endpoints);
+        let (deployment, services) = with_endpoints(with_nats(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION")), Identity::Component(component.kind)), component.endpoints);
         deployments.push(deployment);
         deployments.extend(services);
     }

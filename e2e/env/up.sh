@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts (or reuses) the local environment: etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kwok with fake nodes, and nats-server with JetStream, all on loopback.
-# Writes $STATE_DIR/kubeconfig and $STATE_DIR/env (source it for KUBECONFIG, NATS_URL, PATH).
+# Writes $STATE_DIR/kubeconfig and $STATE_DIR/env (source it for KUBECONFIG, NATS_URL,
+# KFOP_BUS_DIR — the bus's CA and each operator's NKey seed — and PATH).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
 
@@ -92,8 +93,11 @@ start etcd "$KUBE_BIN/etcd" --name local --data-dir "$STATE_DIR/etcd" \
 wait_for etcd 30 sh -c "curl -sf http://127.0.0.1:$ETCD_PORT/health | grep -q '\"health\":\"true\"'"
 
 # --- nats-server -----------------------------------------------------------------------------
-start nats-server "$NATS_BIN/nats-server" -a 127.0.0.1 -p "$NATS_PORT" -m "$NATS_MONITOR_PORT" \
-  --jetstream --store_dir "$STATE_DIR/nats"
+# Secured as deployed: TLS, one NKey per operator, the bus contract's permissions
+# (`kfop local-bus`; the material is made once per state directory).
+cargo run -q --locked -p kfop -- local-bus "$STATE_DIR/bus" --port "$NATS_PORT" --monitor-port "$NATS_MONITOR_PORT" \
+  --store-dir "$STATE_DIR/nats" >/dev/null
+start nats-server "$NATS_BIN/nats-server" -c "$STATE_DIR/bus/nats.conf"
 wait_for nats-server 30 curl -sf "http://127.0.0.1:$NATS_MONITOR_PORT/healthz?js-enabled-only=true"
 
 # --- kube-apiserver --------------------------------------------------------------------------
@@ -146,12 +150,13 @@ wait_for kube-controller-manager 60 "${KUBECTL[@]}" -n default get serviceaccoun
 
 cat >"$ENV_FILE" <<ENVF
 export KUBECONFIG=$KUBECONFIG_FILE
-export NATS_URL=nats://127.0.0.1:$NATS_PORT
+export NATS_URL=tls://127.0.0.1:$NATS_PORT
+export KFOP_BUS_DIR=$STATE_DIR/bus
 export KFOP_KUBE_BIN=$KUBE_BIN
 export KFOP_KUBE_VERSION=$KUBE_VERSION
 export KFOP_NATS_SERVER=$NATS_BIN/nats-server
 export KFOP_OLM_BIN=$OLM_BIN
 export PATH=$KUBE_BIN:\$PATH
 ENVF
-log "environment ready: $("${KUBECTL[@]}" version -o json | grep -m1 gitVersion | tr -d ' ,"') API server https://127.0.0.1:$APISERVER_PORT, NATS nats://127.0.0.1:$NATS_PORT"
+log "environment ready: $("${KUBECTL[@]}" version -o json | grep -m1 gitVersion | tr -d ' ,"') API server https://127.0.0.1:$APISERVER_PORT, NATS tls://127.0.0.1:$NATS_PORT"
 log "use it with: source $ENV_FILE"

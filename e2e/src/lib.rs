@@ -14,6 +14,8 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client};
 use kubeflow_crds::component::ComponentKind;
+use kubeflow_crds::bus::Identity;
+pub use operator_runtime::bus_security::LocalBus;
 
 /// Field manager the tests apply with.
 pub const FIELD_MANAGER: &str = "kubeflow-e2e";
@@ -33,6 +35,17 @@ pub async fn client() -> Client {
 /// NATS URL of the environment's nats-server (`NATS_URL`).
 pub fn nats_url() -> String {
     std::env::var("NATS_URL").expect("NATS_URL is not set: source ~/.cache/kubeflow-operator/run/env")
+}
+
+/// The environment's bus material (`KFOP_BUS_DIR`, written by `kfop local-bus`).
+pub fn env_bus() -> LocalBus {
+    LocalBus { dir: std::env::var("KFOP_BUS_DIR").expect("KFOP_BUS_DIR is not set: source ~/.cache/kubeflow-operator/run/env").into() }
+}
+
+/// A NATS client connected as `identity` to the server at `url` with the material of `bus`.
+pub async fn bus_client(url: &str, bus: &LocalBus, identity: Identity) -> async_nats::Client {
+    let (client, _) = within("connect to NATS", operator_runtime::nats::connect(url, identity, &bus.credentials(identity))).await.expect("connect to NATS");
+    client
 }
 
 /// A name no earlier run used: `prefix-<pid><nanos>` trimmed to a DNS label.
@@ -211,6 +224,16 @@ pub struct OperatorProcess {
 }
 
 impl OperatorProcess {
+    /// Starts operator `binary` on `nats` as `identity`, with `args` after `--nats-url` and extra
+    /// environment `env` (e.g. `KUBECONFIG`).
+    pub fn on_bus(binary: &str, nats: &NatsServer, identity: Identity, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut all = nats.env(identity);
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let all: Vec<(&str, &str)> = all.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let url = nats.url();
+        Self::start(binary, &[&["--nats-url", url.as_str()], args].concat(), &all)
+    }
+
     /// Starts `binary` with `args` and extra environment `env`, logging to `$TMPDIR/<binary>-….log`.
     pub fn start(binary: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         let metrics_port = free_port();
@@ -326,24 +349,42 @@ pub fn kubectl(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// A nats-server of a test's own (JetStream on a temporary store), so a test can stop and restart
-/// it without disturbing others. Killed on drop.
+/// A nats-server of a test's own (JetStream on a temporary store), secured as deployed (TLS,
+/// one NKey per operator, the contract's permissions), so a test can stop and restart it without
+/// disturbing others. Killed on drop.
 pub struct NatsServer {
     pub port: u16,
-    store: std::path::PathBuf,
+    pub bus: LocalBus,
+    config: std::path::PathBuf,
     child: Option<std::process::Child>,
 }
 
 impl NatsServer {
     pub async fn start() -> Self {
-        let store = std::env::temp_dir().join(unique_name("nats-store"));
-        let mut server = Self { port: free_port(), store, child: None };
+        let dir = std::env::temp_dir().join(unique_name("nats"));
+        let bus = LocalBus::create(&dir).expect("write the bus material");
+        let store = dir.join("store");
+        let port = free_port();
+        let config = bus.write_server_config("nats", port, None, &store, None).expect("write the server configuration");
+        let mut server = Self { port, bus, config, child: None };
         server.resume().await;
         server
     }
 
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("tls://127.0.0.1:{}", self.port)
+    }
+
+    /// A client connected as `identity`.
+    pub async fn client(&self, identity: Identity) -> async_nats::Client {
+        bus_client(&self.url(), &self.bus, identity).await
+    }
+
+    /// Environment variables that make an operator connect as `identity`.
+    pub fn env(&self, identity: Identity) -> Vec<(String, String)> {
+        let credentials = self.bus.credentials(identity);
+        let path = |p: Option<std::path::PathBuf>| p.unwrap().to_string_lossy().into_owned();
+        vec![("NATS_NKEY_FILE".into(), path(credentials.nkey_file)), ("NATS_CA_FILE".into(), path(credentials.ca_file))]
     }
 
     /// Stops the server (its JetStream store stays on disk).
@@ -358,7 +399,7 @@ impl NatsServer {
     pub async fn resume(&mut self) {
         let binary = std::env::var("KFOP_NATS_SERVER").expect("KFOP_NATS_SERVER from the env file");
         let child = std::process::Command::new(binary)
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "--jetstream", "--store_dir", self.store.to_str().unwrap()])
+            .args(["-c", self.config.to_str().unwrap()])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -372,7 +413,7 @@ impl NatsServer {
 impl Drop for NatsServer {
     fn drop(&mut self) {
         self.stop();
-        let _ = std::fs::remove_dir_all(&self.store);
+        let _ = std::fs::remove_dir_all(&self.bus.dir);
     }
 }
 
@@ -463,7 +504,7 @@ impl OperatorStack {
             kubeconfigs.insert(name, kubeconfig);
         }
         let nats = NatsServer::start().await;
-        let meta = Self::spawn("meta-operator", &nats.url(), &kubeconfigs["meta-operator"]);
+        let meta = Self::spawn("meta-operator", &nats, Identity::MetaOperator, &kubeconfigs["meta-operator"]);
         let binaries = binaries.iter().map(|(c, b)| (*c, b.to_string())).collect();
         let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries };
         for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
@@ -482,19 +523,19 @@ impl OperatorStack {
         stack
     }
 
-    fn spawn(binary: &str, nats: &str, kubeconfig: &std::path::Path) -> OperatorProcess {
-        OperatorProcess::start(binary, &["--nats-url", nats], &[("KUBECONFIG", kubeconfig.to_str().unwrap())])
+    fn spawn(binary: &str, nats: &NatsServer, identity: Identity, kubeconfig: &std::path::Path) -> OperatorProcess {
+        OperatorProcess::on_bus(binary, nats, identity, &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())])
     }
 
     /// Starts the meta-operator again (after `meta.kill()`).
     pub fn restart_meta(&mut self) {
-        self.meta = Self::spawn("meta-operator", &self.nats.url(), &self.kubeconfigs["meta-operator"]);
+        self.meta = Self::spawn("meta-operator", &self.nats, Identity::MetaOperator, &self.kubeconfigs["meta-operator"]);
     }
 
     pub fn start_component(&mut self, component: ComponentKind) {
         let operator = format!("{component}-operator");
         let binary = self.binaries.get(&component).cloned().unwrap_or_else(|| operator.clone());
-        let process = Self::spawn(&binary, &self.nats.url(), &self.kubeconfigs[&operator]);
+        let process = Self::spawn(&binary, &self.nats, Identity::Component(component), &self.kubeconfigs[&operator]);
         self.components.insert(component, process);
     }
 }

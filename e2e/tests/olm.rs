@@ -163,6 +163,10 @@ async fn upgrade_to(olm: &mut Olm, subscribed: &Subscribed, operator: &str, olde
     subscribed.examples_are_valid(&csv).await
 }
 
+fn start_meta(nats: &NatsServer, kubeconfig: &Path) -> OperatorProcess {
+    OperatorProcess::on_bus("meta-operator", nats, kubeflow_crds::bus::Identity::MetaOperator, &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())])
+}
+
 fn version_of(csv_name: &str) -> &str {
     csv_name.rsplit_once(".v").unwrap().1
 }
@@ -178,7 +182,7 @@ async fn meta_operator_package_installs_with_olm_and_upgrades_along_the_channel(
     let ns = subscribed.namespace.name.clone();
     let nats = NatsServer::start().await;
     let kubeconfig = service_account_kubeconfig(&client, &ns, "meta-operator").await;
-    let mut meta = OperatorProcess::start("meta-operator", &["--nats-url", &nats.url()], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    let mut meta = start_meta(&nats, &kubeconfig);
     let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns);
     let mut kfdef: KfDef = serde_json::from_value(examples.iter().find(|e| e["kind"] == "KfDef").unwrap().clone()).unwrap();
     kfdef.metadata.namespace = Some(ns.clone());
@@ -203,7 +207,7 @@ async fn meta_operator_package_installs_with_olm_and_upgrades_along_the_channel(
     // the Kubeflow version of the newer release's example.
     meta.kill();
     let kubeconfig = service_account_kubeconfig(&client, &ns, "meta-operator").await;
-    let meta = OperatorProcess::start("meta-operator", &["--nats-url", &nats.url()], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    let meta = start_meta(&nats, &kubeconfig);
     let newer_kubeflow = &examples.iter().find(|e| e["kind"] == "KfDef").unwrap()["spec"]["version"];
     assert_ne!(newer_kubeflow.as_str(), kfdef.spec.version.as_deref(), "the newer release's example should name a newer Kubeflow");
     kfdefs.patch("kubeflow", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": newer_kubeflow}}))).await.unwrap();

@@ -1,9 +1,9 @@
 //! Smoke tests of the local environment: the real control plane, kwok and nats-server behave as
 //! the operators' end-to-end tests rely on, and the project's CRDs install and validate.
 
-use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer::pull, stream};
+use async_nats::jetstream;
+use kubeflow_crds::bus::Identity;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -321,50 +321,19 @@ async fn deleting_an_owner_cascades_to_its_dependent() {
     gone(&api, "dependent").await;
 }
 
-#[tokio::test]
-async fn jetstream_stream_round_trips_and_deduplicates_a_message() {
-    let nats = within("connect to NATS", async_nats::connect(nats_url())).await.unwrap();
-    let js = jetstream::new(nats);
-    let name = unique_name("E2E").replace('-', "_");
-    let subject = format!("e2e.{name}");
-    js.create_stream(stream::Config {
-            name: name.clone(),
-            subjects: vec![subject.clone()],
-            duplicate_window: Duration::from_secs(120),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-
-    for _ in 0..2 {
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Nats-Msg-Id", "uid-1-gen-1-katib");
-        js.publish_with_headers(subject.clone(), headers, "desired: v0.11.0".into()).await.unwrap().await.unwrap();
-    }
-    let mut stream = js.get_stream(&name).await.unwrap();
-    assert_eq!(stream.info().await.unwrap().state.messages, 1, "the second publish with the same Nats-Msg-Id was stored");
-
-    let consumer = stream
-        .create_consumer(pull::Config { durable_name: Some("e2e".into()), ack_policy: jetstream::consumer::AckPolicy::Explicit, ..Default::default() })
-        .await
-        .unwrap();
-    let mut messages = consumer.fetch().max_messages(1).expires(Duration::from_secs(5)).messages().await.unwrap();
-    let message = within("a message from the consumer", messages.next()).await.expect("one message").unwrap();
-    assert_eq!(&message.payload[..], b"desired: v0.11.0");
-    message.ack().await.unwrap();
-    js.delete_stream(&name).await.unwrap();
-}
-
 /// The desired-state path the meta-operator uses: `put_with_id` onto `$KV.<bucket>.<key>`. A
 /// retried publish (same message id) stores one revision; a rollback to an earlier spec (same
 /// hash, but the key's revision in the id moved on) is stored.
 #[tokio::test]
 async fn kv_puts_with_a_message_id_are_deduplicated_and_a_rollback_is_not() {
-    let nats = within("connect to NATS", async_nats::connect(nats_url())).await.unwrap();
+    let nats = bus_client(&nats_url(), &env_bus(), Identity::MetaOperator).await;
     let js = jetstream::new(nats);
-    let bucket = unique_name("E2E-KV").replace('-', "_");
+    // A bucket the meta-operator's identity may write, fresh (no operator uses the environment's
+    // server during the tests).
+    let bucket = kubeflow_crds::bus::desired_bucket(kubeflow_crds::ComponentKind::Dex);
+    let _ = js.delete_key_value(&bucket).await;
     let store = js.create_key_value(jetstream::kv::Config { bucket: bucket.clone(), history: 10, ..Default::default() }).await.unwrap();
-    let key = "katib.team.kubeflow";
+    let key = "dex.team.kubeflow";
     let put = |msg_id: &'static str, spec: &'static str| {
         let js = js.clone();
         let bucket = bucket.clone();

@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use kube::Api;
 use kube::api::PostParams;
 use kubeflow_crds::Katib;
+use kubeflow_crds::bus::Identity;
+use kubeflow_crds::ComponentKind;
 use kubeflow_e2e::*;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -103,14 +105,18 @@ async fn one_trace_follows_a_kfdef_change_from_the_meta_operator_to_the_componen
     let (katib_port, katib_received) = otlp_receiver().await;
     let otel = |port: u16| format!("http://127.0.0.1:{port}");
     let (meta_endpoint, katib_endpoint) = (otel(meta_port), otel(katib_port));
-    let meta = OperatorProcess::start(
+    let meta = OperatorProcess::on_bus(
         "meta-operator",
-        &["--nats-url", &nats.url(), "--namespace", &ns.name],
+        &nats,
+        Identity::MetaOperator,
+        &["--namespace", &ns.name],
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", &meta_endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "200")],
     );
-    let katib = OperatorProcess::start(
+    let katib = OperatorProcess::on_bus(
         "katib-operator",
-        &["--nats-url", &nats.url(), "--namespace", &ns.name],
+        &nats,
+        Identity::Component(ComponentKind::Katib),
+        &["--namespace", &ns.name],
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", &katib_endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "200")],
     );
     meta.wait_ready().await;

@@ -12,6 +12,9 @@
 //!   are fetched as the operators fetch them: http(s) archives only.
 //! - `delete -f kfdef.yaml`: deletes those resources and runs their controllers until the
 //!   finalizers removed every object they made (CRDs and namespaces stay).
+//! - `local-bus DIR --port P`: a secured NATS bus for operators run on this machine: a CA and
+//!   server certificate for 127.0.0.1, an NKey seed per operator (`DIR/identities/<operator>.nk`)
+//!   and `DIR/<name>.conf` for `nats-server -c`, with the permissions of the bus contract.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +34,16 @@ use kustomize_operator::{Discovery, KustomizeComponent};
 use meta_operator::catalog::Catalog;
 use meta_operator::plan::{Plan, plan};
 use serde_json::{Value, json};
+
+/// `kfop local-bus`: generates the bus material unless DIR already has it, then writes the
+/// server's configuration.
+fn local_bus(dir: &std::path::Path, name: &str, port: u16, monitor_port: Option<u16>, store_dir: &std::path::Path) -> Result<(), String> {
+    use operator_runtime::bus_security::LocalBus;
+    let bus = if dir.join("ca.crt").exists() { LocalBus { dir: dir.to_path_buf() } } else { LocalBus::create(dir).map_err(|e| format!("cannot write {}: {e}", dir.display()))? };
+    let config = bus.write_server_config(name, port, monitor_port, store_dir, None).map_err(|e| format!("cannot write the configuration: {e}"))?;
+    println!("{}", config.display());
+    Ok(())
+}
 
 /// Label on the component resources `kfop apply` made, naming their KfDef.
 pub const KFOP_LABEL: &str = "kfop.kubeflow.org/kfdef";
@@ -70,6 +83,21 @@ enum Command {
         kfdef: KfDefArg,
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+    },
+    /// Write a secured NATS bus (TLS, one NKey per operator) for operators run on this machine.
+    LocalBus {
+        /// Directory for the certificates, seeds and configuration (created when missing).
+        dir: PathBuf,
+        /// Server name; the configuration is DIR/<name>.conf.
+        #[arg(long, default_value = "nats")]
+        name: String,
+        #[arg(long, default_value_t = 4222)]
+        port: u16,
+        #[arg(long)]
+        monitor_port: Option<u16>,
+        /// JetStream store directory.
+        #[arg(long)]
+        store_dir: PathBuf,
     },
 }
 
@@ -160,7 +188,7 @@ async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> R
 fn run_controllers(registry: &[RegisteredComponent], components: &[ComponentKind], namespace: &str) {
     for component in components {
         let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
-        let args = OperatorArgs { namespace: Some(namespace.to_string()), nats_url: None, metrics_addr: "127.0.0.1:0".parse().expect("an address") };
+        let args = OperatorArgs { namespace: Some(namespace.to_string()), nats_url: None, nats_credentials: Default::default(), metrics_addr: "127.0.0.1:0".parse().expect("an address") };
         let run = (registered.run)(args);
         let name = registered.operator.clone();
         tokio::spawn(async move {
@@ -303,6 +331,7 @@ async fn main() -> ExitCode {
             (Ok(k), Ok(client)) => delete(client, &k, Duration::from_secs(timeout)).await,
             (Err(e), _) | (_, Err(e)) => Err(e),
         },
+        Command::LocalBus { dir, name, port, monitor_port, store_dir } => local_bus(&dir, &name, port, monitor_port, &store_dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

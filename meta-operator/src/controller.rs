@@ -88,7 +88,14 @@ impl Error {
 #[derive(Clone)]
 pub struct Bus {
     pub js: jetstream::Context,
-    pub desired: kv::Store,
+    /// Each component's desired-state bucket.
+    pub desired: BTreeMap<ComponentKind, kv::Store>,
+}
+
+impl Bus {
+    fn desired(&self, component: ComponentKind) -> &kv::Store {
+        &self.desired[&component]
+    }
 }
 
 /// What the bus watcher learned, shared with reconciles.
@@ -258,7 +265,7 @@ async fn publish(kfdef: &KfDef, plan: &plan::Plan, catalog: &Catalog, ctx: &Cont
     let mut published = BTreeMap::new();
     for component in ComponentKind::ALL {
         let key = bus::key(component, &namespace, &name);
-        let entry = bus.desired.entry(&key).await.map_err(|source| BusError::Read { key: key.clone(), source })?;
+        let entry = bus.desired(component).entry(&key).await.map_err(|source| BusError::Read { key: key.clone(), source })?;
         let revision = entry.as_ref().map_or(0, |e| e.revision);
         let desired = entry.filter(|e| e.operation == kv::Operation::Put).and_then(|e| match serde_json::from_slice::<DesiredComponent>(&e.value) {
             Ok(d) => Some(d),
@@ -277,11 +284,11 @@ async fn publish(kfdef: &KfDef, plan: &plan::Plan, catalog: &Catalog, ctx: &Cont
     for write in publish::publications(&kfdef_ref, plan, &published, nats::current_traceparent()) {
         match write {
             Publication::Put { key, msg_id, message } => {
-                nats::put_with_id(&bus.js, bus::DESIRED_BUCKET, &key, &msg_id, &message).await.map_err(|source| BusError::Publish { key: key.clone(), source })?;
+                nats::put_with_id(&bus.js, &bus::desired_bucket(message.component), &key, &msg_id, &message).await.map_err(|source| BusError::Publish { key: key.clone(), source })?;
                 info!(%key, version = %message.spec["version"], "published desired state");
             }
-            Publication::Delete { key } => {
-                bus.desired.delete(&key).await.map_err(|source| BusError::Delete { key: key.clone(), source })?;
+            Publication::Delete { component, key } => {
+                bus.desired(component).delete(&key).await.map_err(|source| BusError::Delete { key: key.clone(), source })?;
                 info!(%key, "component left the KfDef; desired state deleted");
             }
         }
@@ -295,8 +302,8 @@ async fn cleanup(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
     let bus = ctx.state.bus.read().await.clone().ok_or(BusError::NotConnected)?;
     for component in ComponentKind::ALL {
         let key = bus::key(component, &kfdef.namespace().unwrap_or_default(), &kfdef.name_any());
-        if bus.desired.get(&key).await.map_err(|source| BusError::Read { key: key.clone(), source })?.is_some() {
-            bus.desired.delete(&key).await.map_err(|source| BusError::Delete { key: key.clone(), source })?;
+        if bus.desired(component).get(&key).await.map_err(|source| BusError::Read { key: key.clone(), source })?.is_some() {
+            bus.desired(component).delete(&key).await.map_err(|source| BusError::Delete { key: key.clone(), source })?;
         }
     }
     info!("KfDef deleted; desired state of its components withdrawn");
@@ -306,8 +313,8 @@ async fn cleanup(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
 /// Connects to NATS and keeps `state` in step with the status and operators buckets, relisting
 /// after every reconnect. Sends the KfDef a report is about to `trigger`, and `()` to
 /// `trigger_all` when an operator appears or announces new releases.
-pub async fn watch_bus(url: String, state: Arc<BusState>, trigger: mpsc::UnboundedSender<ObjectRef<DeserializeGuard<KfDef>>>, trigger_all: mpsc::UnboundedSender<()>) {
-    let (nats, mut connected) = match nats::connect(&url, "meta-operator").await {
+pub async fn watch_bus(url: String, credentials: nats::BusCredentials, replicas: usize, state: Arc<BusState>, trigger: mpsc::UnboundedSender<ObjectRef<DeserializeGuard<KfDef>>>, trigger_all: mpsc::UnboundedSender<()>) {
+    let (nats, mut connected) = match nats::connect(&url, bus::Identity::MetaOperator, &credentials).await {
         Ok(c) => c,
         Err(e) => return warn!(error = %e, %url, "invalid NATS options"),
     };
@@ -315,7 +322,7 @@ pub async fn watch_bus(url: String, state: Arc<BusState>, trigger: mpsc::Unbound
     let mut retry = retry::exponential(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         let watches = async {
-            let (desired, status, operators) = nats::buckets(&js).await?;
+            let (desired, status, operators) = nats::ensure_buckets(&js, replicas).await?;
             let reports = status.watch_all_from_revision(1).await?;
             let beats = operators.watch_all_from_revision(1).await?;
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>((desired, reports, beats))

@@ -6,6 +6,7 @@ pub mod aggregate;
 pub mod catalog;
 pub mod controller;
 pub mod plan;
+pub mod provision;
 pub mod publish;
 pub mod upgrade;
 pub mod upgrade_controller;

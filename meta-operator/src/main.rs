@@ -23,6 +23,19 @@ struct Cli {
     /// NATS server the component operators listen on.
     #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     nats_url: String,
+    #[command(flatten)]
+    nats_credentials: operator_runtime::nats::BusCredentials,
+    /// Copies of each bucket the meta-operator creates (3 on a three-node JetStream cluster).
+    #[arg(long, env = "NATS_REPLICAS", default_value_t = 1)]
+    nats_replicas: usize,
+    /// Namespace to provision the bus's TLS and identity Secrets in (the operators' own);
+    /// nothing is provisioned when unset.
+    #[arg(long, env = "BUS_NAMESPACE")]
+    bus_namespace: Option<String>,
+    /// Also apply the NATS server itself (a StatefulSet of `--nats-replicas` nodes) in the bus
+    /// namespace: for installs whose packages cannot carry it (OLM).
+    #[arg(long, env = "PROVISION_NATS_SERVER")]
+    provision_nats_server: bool,
     /// Namespace to watch KfDefs in; all namespaces when unset.
     #[arg(long, env = "WATCH_NAMESPACE")]
     namespace: Option<String>,
@@ -58,10 +71,22 @@ async fn main() -> std::process::ExitCode {
     };
     tracing::info!(?platform, "platform detected from API discovery");
 
+    if let Some(namespace) = cli.bus_namespace.clone() {
+        let server = cli.provision_nats_server.then_some(cli.nats_replicas);
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut delays = operator_runtime::retry::exponential(std::time::Duration::from_millis(500), std::time::Duration::from_secs(30));
+            while let Err(error) = meta_operator::provision::provision(&client, &namespace, server).await {
+                tracing::warn!(%error, %namespace, "cannot provision the bus yet; retrying");
+                tokio::time::sleep(backoff::backoff::Backoff::next_backoff(&mut delays).unwrap_or(operator_runtime::retry::MAX)).await;
+            }
+            meta_operator::provision::rotate_on_request(client, namespace).await;
+        });
+    }
     let state = Arc::new(controller::BusState::default());
     let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    tokio::spawn(controller::watch_bus(cli.nats_url.clone(), state.clone(), trigger_tx, all_tx));
+    tokio::spawn(controller::watch_bus(cli.nats_url.clone(), cli.nats_credentials.clone(), cli.nats_replicas, state.clone(), trigger_tx, all_tx));
 
     // Decoded through `DeserializeGuard`: an object the types cannot read is reported and
     // skipped by the reconcilers instead of failing the watch for every other object.

@@ -22,7 +22,7 @@ pub struct Published {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Publication {
     Put { key: String, msg_id: String, message: DesiredComponent },
-    Delete { key: String },
+    Delete { component: ComponentKind, key: String },
 }
 
 /// The component versions `published` holds.
@@ -54,7 +54,7 @@ pub fn publications(kfdef: &KfDefRef, plan: &Plan, published: &BTreeMap<Componen
                 let message = DesiredComponent { kfdef: kfdef.clone(), component, spec_hash: wanted.spec_hash.clone(), spec: wanted.spec.clone(), traceparent: traceparent.clone() };
                 writes.push(Publication::Put { key, msg_id, message });
             }
-            None if desired.is_some() && !plan.unresolved.contains_key(&component) => writes.push(Publication::Delete { key }),
+            None if desired.is_some() && !plan.unresolved.contains_key(&component) => writes.push(Publication::Delete { component, key }),
             None => {}
         }
     }
@@ -87,7 +87,7 @@ mod tests {
         let now: BTreeMap<_, _> = [(ComponentKind::Katib, published("v0.10.0", 7)), (ComponentKind::Dex, published("v2.24.0", 2)), (ComponentKind::Istio, published("1.3.1", 3))].into();
         let writes = publications(&kfdef(), &plan, &now, None);
         assert_eq!(writes.len(), 2, "{writes:?}");
-        assert_eq!(writes[0], Publication::Delete { key: "istio.team.kf".into() });
+        assert_eq!(writes[0], Publication::Delete { component: ComponentKind::Istio, key: "istio.team.kf".into() });
         let Publication::Put { key, msg_id, message } = &writes[1] else { panic!("{writes:?}") };
         assert_eq!((key.as_str(), msg_id.as_str()), ("katib.team.kf", "u1.4.katib.hv0.11.0.7"));
         assert_eq!(message.spec, json!({"version": "v0.11.0"}));

@@ -4,6 +4,7 @@
 //! NATS transport ([`nats`]), retry delays ([`retry`]), condition bookkeeping ([`conditions`]) and
 //! the content hash that tells whether a desired object or spec changed.
 
+pub mod bus_security;
 pub mod client;
 pub mod conditions;
 pub mod finalizer;

@@ -2,23 +2,50 @@
 //! JetStream key-value buckets of the contract ([`kubeflow_crds::bus`]), publishing with a message
 //! id (deduplication) and W3C trace context.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
 use async_nats::{HeaderMap, HeaderValue};
-use kubeflow_crds::bus::{DESIRED_BUCKET, HEARTBEAT_STALE, OPERATORS_BUCKET, STATUS_BUCKET};
+use kubeflow_crds::ComponentKind;
+use kubeflow_crds::bus::{self, HEARTBEAT_STALE, Identity, OPERATORS_BUCKET, STATUS_BUCKET};
 use serde::Serialize;
 
 pub fn now_unix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// Connects, retrying forever, and reports connection events on the returned channel (a
-/// `Connected` after a `Disconnected` tells consumers to relist).
-pub async fn connect(url: &str, name: &str) -> Result<(async_nats::Client, tokio::sync::watch::Receiver<u64>), async_nats::ConnectError> {
+/// How a process reaches the bus: the server and, for a secured server, the process's NKey seed
+/// and the CA its TLS certificate is checked against.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct BusCredentials {
+    /// File holding this process's NATS NKey seed (read at every connect, so a rotated seed is
+    /// picked up on reconnect).
+    #[arg(long = "nats-nkey-file", env = "NATS_NKEY_FILE")]
+    pub nkey_file: Option<PathBuf>,
+    /// CA certificate (PEM) of the NATS server; the connection then requires TLS.
+    #[arg(long = "nats-ca-file", env = "NATS_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+}
+
+/// Connects as `identity`, retrying forever, and reports connection events on the returned
+/// channel (a `Connected` after a `Disconnected` tells consumers to relist).
+pub async fn connect(url: &str, identity: Identity, credentials: &BusCredentials) -> Result<(async_nats::Client, tokio::sync::watch::Receiver<u64>), async_nats::ConnectError> {
     let (tx, rx) = tokio::sync::watch::channel(0u64);
-    let client = async_nats::ConnectOptions::new()
-        .name(name)
+    let mut options = match credentials.nkey_file.clone() {
+        Some(file) => async_nats::ConnectOptions::with_auth_callback(move |nonce| {
+            let file = file.clone();
+            async move { sign_nonce(&file, &nonce).map_err(async_nats::AuthError::new) }
+        }),
+        None => async_nats::ConnectOptions::new(),
+    };
+    if let Some(ca) = &credentials.ca_file {
+        options = options.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    let client = options
+        .name(identity.user())
+        .custom_inbox_prefix(identity.inbox_prefix())
         .retry_on_initial_connect()
         .event_callback(move |event| {
             let tx = tx.clone();
@@ -34,31 +61,56 @@ pub async fn connect(url: &str, name: &str) -> Result<(async_nats::Client, tokio
     Ok((client, rx))
 }
 
+/// Signs the server's connect nonce with the seed in `file`.
+fn sign_nonce(file: &Path, nonce: &[u8]) -> Result<async_nats::Auth, String> {
+    let seed = std::fs::read_to_string(file).map_err(|e| format!("cannot read NKey seed {}: {e}", file.display()))?;
+    let pair = nkeys::KeyPair::from_seed(seed.trim()).map_err(|e| format!("{} holds no NKey seed: {e}", file.display()))?;
+    let mut auth = async_nats::Auth::new();
+    auth.signature = Some(pair.sign(nonce).map_err(|e| e.to_string())?);
+    auth.nkey = Some(pair.public_key());
+    Ok(auth)
+}
+
 /// Opens `bucket`, creating it when missing (another process may create it at the same moment).
-async fn open_bucket(js: &jetstream::Context, bucket: &'static str, history: i64, max_age: Duration) -> Result<kv::Store, BusError> {
+async fn ensure_bucket(js: &jetstream::Context, bucket: &str, history: i64, max_age: Duration, replicas: usize) -> Result<kv::Store, BusError> {
     if let Ok(store) = js.get_key_value(bucket).await {
         return Ok(store);
     }
-    let config = kv::Config { bucket: bucket.into(), history, max_age, storage: jetstream::stream::StorageType::File, ..Default::default() };
+    let config = kv::Config { bucket: bucket.into(), history, max_age, num_replicas: replicas, storage: jetstream::stream::StorageType::File, ..Default::default() };
     match js.create_key_value(config).await {
         Ok(store) => Ok(store),
-        Err(_) => js.get_key_value(bucket).await.map_err(|_| BusError::Bucket(bucket)),
+        Err(_) => js.get_key_value(bucket).await.map_err(|_| BusError::Bucket(bucket.to_string())),
     }
 }
 
-/// The desired, status and operators buckets.
-pub async fn buckets(js: &jetstream::Context) -> Result<(kv::Store, kv::Store, kv::Store), BusError> {
+async fn open_bucket(js: &jetstream::Context, bucket: &str) -> Result<kv::Store, BusError> {
+    js.get_key_value(bucket).await.map_err(|_| BusError::Bucket(bucket.to_string()))
+}
+
+/// The meta-operator's buckets, created when missing with `replicas` copies each: every
+/// component's desired bucket, status and operators.
+pub async fn ensure_buckets(js: &jetstream::Context, replicas: usize) -> Result<(BTreeMap<ComponentKind, kv::Store>, kv::Store, kv::Store), BusError> {
+    let mut desired = BTreeMap::new();
+    for component in ComponentKind::ALL {
+        desired.insert(component, ensure_bucket(js, &bus::desired_bucket(component), 5, Duration::ZERO, replicas).await?);
+    }
     Ok((
-        open_bucket(js, DESIRED_BUCKET, 5, Duration::ZERO).await?,
-        open_bucket(js, STATUS_BUCKET, 1, Duration::ZERO).await?,
-        open_bucket(js, OPERATORS_BUCKET, 1, HEARTBEAT_STALE * 4).await?,
+        desired,
+        ensure_bucket(js, STATUS_BUCKET, 1, Duration::ZERO, replicas).await?,
+        ensure_bucket(js, OPERATORS_BUCKET, 1, HEARTBEAT_STALE * 4, replicas).await?,
     ))
+}
+
+/// A component operator's buckets (its desired bucket, status, operators), which the
+/// meta-operator creates: a component's identity may not.
+pub async fn component_buckets(js: &jetstream::Context, component: ComponentKind) -> Result<(kv::Store, kv::Store, kv::Store), BusError> {
+    Ok((open_bucket(js, &bus::desired_bucket(component)).await?, open_bucket(js, STATUS_BUCKET).await?, open_bucket(js, OPERATORS_BUCKET).await?))
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
     #[error("cannot open or create JetStream key-value bucket {0}")]
-    Bucket(&'static str),
+    Bucket(String),
     #[error("cannot publish to NATS: {0}")]
     Publish(String),
 }

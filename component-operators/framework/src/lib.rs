@@ -43,6 +43,8 @@ pub struct OperatorArgs {
     /// NATS server for desired state and status (e.g. nats://127.0.0.1:4222); standalone when unset.
     #[arg(long, env = "NATS_URL")]
     pub nats_url: Option<String>,
+    #[command(flatten)]
+    pub nats_credentials: operator_runtime::nats::BusCredentials,
     /// Address of the health and metrics endpoint.
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080")]
     pub metrics_addr: std::net::SocketAddr,

@@ -1,5 +1,5 @@
 //! NATS mode of a component operator (enabled by `--nats-url`): consume this component's desired
-//! state from the `kubeflow-desired` bucket, materialise it as the component resource (named after
+//! state from its `kubeflow-desired-<component>` bucket, materialise it as the component resource (named after
 //! the KfDef, in its namespace, owned by it), and publish the resource's status to
 //! `kubeflow-status`. The resource then goes through exactly the same reconcile as one created by
 //! hand. NATS being down never stops reconciling: the controller runs on the resources alone.
@@ -59,12 +59,13 @@ pub fn report<K: ComponentResource>(resource: &K, status: &ComponentStatus) -> O
 }
 
 /// Runs NATS mode until the process ends; returns the sender reconciles report status on.
-pub fn start<C: Component>(client: Client, url: String, namespace: Option<String>) -> StatusSender {
+pub fn start<C: Component>(client: Client, url: String, credentials: nats::BusCredentials, namespace: Option<String>) -> StatusSender {
     let (tx, rx) = mpsc::unbounded_channel();
     let failures = tx.clone();
     tokio::spawn(async move {
-        let name = format!("{}-operator", C::Resource::COMPONENT.name());
-        let (nats, connected) = match nats::connect(&url, &name).await {
+        let identity = bus::Identity::Component(C::Resource::COMPONENT);
+        let name = identity.user();
+        let (nats, connected) = match nats::connect(&url, identity, &credentials).await {
             Ok(c) => c,
             Err(e) => return warn!(error = %e, %url, "NATS mode disabled: invalid NATS options"),
         };
@@ -87,11 +88,11 @@ fn nats_retry() -> backoff::ExponentialBackoff {
     retry::exponential(Duration::from_millis(200), Duration::from_secs(5))
 }
 
-/// Opens the buckets, retrying while NATS is unreachable.
-async fn open_buckets(js: &jetstream::Context) -> (kv::Store, kv::Store, kv::Store) {
+/// Opens the buckets, retrying while NATS is unreachable or the meta-operator has not made them.
+async fn open_buckets(js: &jetstream::Context, component: ComponentKind) -> (kv::Store, kv::Store, kv::Store) {
     let mut delays = nats_retry();
     loop {
-        match nats::buckets(js).await {
+        match nats::component_buckets(js, component).await {
             Ok(b) => return b,
             Err(e) => warn!(error = %e, "NATS not ready; retrying"),
         }
@@ -112,7 +113,7 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
     // not apply the same value again.
     let mut applied: BTreeMap<String, u64> = BTreeMap::new();
     loop {
-        let (desired, _, _) = open_buckets(&js).await;
+        let (desired, _, _) = open_buckets(&js, component).await;
         connected.mark_unchanged();
         let mut watch = match desired.watch_with_history(&filter).await {
             Ok(w) => w,
@@ -170,6 +171,22 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
     }
 }
 
+/// A desired-state message this operator will not apply, and why (which field, what is allowed).
+fn accept<C: Component>(key: &str, value: &[u8]) -> Result<DesiredComponent, String> {
+    let desired: DesiredComponent = serde_json::from_slice(value).map_err(|e| format!("it does not decode: {e}"))?;
+    let (component, namespace, name) = bus::parse_key(key).ok_or("its key is not <component>.<namespace>.<name>")?;
+    if desired.component != C::Resource::COMPONENT || component != C::Resource::COMPONENT {
+        return Err(format!("field component: {} is not this operator's component ({})", desired.component, C::Resource::COMPONENT));
+    }
+    if desired.kfdef.namespace != namespace || desired.kfdef.name != name {
+        return Err(format!("field kfdef: {}/{} is not the KfDef its key names ({namespace}/{name})", desired.kfdef.namespace, desired.kfdef.name));
+    }
+    if !desired.spec.is_object() {
+        return Err("field spec: must be an object".into());
+    }
+    Ok(desired)
+}
+
 /// Applies one desired-state entry; `false` when it should be retried.
 async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present: &mut BTreeSet<String>, applied: &mut BTreeMap<String, u64>, failures: &StatusSender) -> bool {
     let Some((_, namespace, name)) = bus::parse_key(&entry.key) else {
@@ -179,11 +196,14 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
     let api: Api<C::Resource> = Api::namespaced(client.clone(), &namespace);
     match entry.operation {
         kv::Operation::Put => {
-            // Undecodable messages are reported and skipped; the next put of the key supersedes them.
-            let desired: DesiredComponent = match serde_json::from_slice(&entry.value) {
+            // A message this operator cannot trust is consumed, reported on the KfDef (under the
+            // spec hash it claims, if any), and never applied; the next put of the key supersedes it.
+            let desired = match accept::<C>(&entry.key, &entry.value) {
                 Ok(d) => d,
-                Err(e) => {
-                    warn!(key = %entry.key, error = %e, "ignoring undecodable desired state");
+                Err(reason) => {
+                    warn!(key = %entry.key, %reason, "refusing desired state");
+                    let claimed = serde_json::from_slice::<serde_json::Value>(&entry.value).ok().and_then(|v| v["specHash"].as_str().map(String::from));
+                    let _ = failures.send((entry.key.clone(), Some(refused_report(claimed.unwrap_or_default(), format!("desired state refused: {reason}")))));
                     return true;
                 }
             };
@@ -212,10 +232,18 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                     "spec": desired.spec,
                 });
                 let manager = format!("kubeflow-{}-operator-nats", C::Resource::COMPONENT.name());
-                match api.patch(&name, &PatchParams::apply(&manager).force(), &Patch::Apply(&object)).await {
+                // Strict: a spec field the resource's schema does not have is refused by the API
+                // server with its path instead of being dropped.
+                let params = PatchParams { field_validation: Some(kube::api::ValidationDirective::Strict), ..PatchParams::apply(&manager).force() };
+                match api.patch(&name, &params, &Patch::Apply(&object)).await {
                     Ok(resource) => {
                         info!(generation = resource.meta().generation, "component resource applied from desired state");
                         applied.insert(entry.key.clone(), entry.revision);
+                        true
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => {
+                        warn!(error = %s.message, "desired spec refused by the API server; not retrying");
+                        let _ = failures.send((entry.key.clone(), Some(refused_report(desired.spec_hash.clone(), format!("desired state refused: {}", s.message)))));
                         true
                     }
                     Err(e) => {
@@ -254,6 +282,11 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
     }
 }
 
+/// The report for a desired-state message that will not be applied.
+fn refused_report(spec_hash: String, message: String) -> StatusReport {
+    StatusReport { spec_hash, phase: Some("Degraded".into()), degraded: true, message, ..Default::default() }
+}
+
 /// Whether resource `name` exists and was last made from the desired spec with `spec_hash`.
 async fn made_from<K: ComponentResource>(api: &Api<K>, name: &str, spec_hash: &str) -> bool {
     match api.get_opt(name).await {
@@ -283,7 +316,7 @@ async fn remove_orphans<C: Component>(client: &Client, namespace: Option<&str>, 
 /// Publishes the latest report per key when it differs from what was last published; keeps
 /// what could not be sent and retries, and refreshes `heartbeat` (with the current time).
 async fn publish_status(js: jetstream::Context, mut rx: mpsc::UnboundedReceiver<(String, Option<StatusReport>)>, component: ComponentKind, mut heartbeat: Heartbeat) {
-    let (_, status, operators) = open_buckets(&js).await;
+    let (_, status, operators) = open_buckets(&js, component).await;
     let mut pending: BTreeMap<String, Option<StatusReport>> = BTreeMap::new();
     let mut published: BTreeMap<String, Option<StatusReport>> = BTreeMap::new();
     let mut beat_every = tokio::time::interval(bus::HEARTBEAT_EVERY);

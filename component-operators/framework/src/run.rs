@@ -93,7 +93,7 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
         );
     }
     let recorder = Recorder::new(client.clone(), Reporter::from(field_manager.as_str()));
-    let status_sender = args.nats_url.clone().map(|url| crate::nats_mode::start::<C>(client.clone(), url, args.namespace.clone()));
+    let status_sender = args.nats_url.clone().map(|url| crate::nats_mode::start::<C>(client.clone(), url, args.nats_credentials.clone(), args.namespace.clone()));
     // Ready once every cache holds its first full list: before that a reconcile would take
     // existing objects for missing ones.
     let (synced, ready) = (live.clone(), metrics.clone());

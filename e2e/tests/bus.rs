@@ -1,0 +1,294 @@
+//! The bus is secured as deployed (TLS, an NKey per operator, the contract's permissions) and a
+//! component operator does not trust what it reads from it: against a real nats-server configured
+//! by the project's own generator.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use kubeflow_crds::bus::{self, Identity, StatusReport};
+use kubeflow_crds::{ComponentKind, Katib, KfDef};
+use kubeflow_e2e::*;
+use operator_runtime::nats;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+/// A client of `server` with `seed` (no retries: a refused connect is an error), whose server
+/// errors arrive on the returned channel.
+async fn raw_client(server: &NatsServer, identity: Identity, seed: String) -> (async_nats::Client, mpsc::UnboundedReceiver<String>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let client = async_nats::ConnectOptions::with_nkey(seed)
+        .add_root_certificates(server.bus.ca_file())
+        .require_tls(true)
+        .custom_inbox_prefix(identity.inbox_prefix())
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(event.to_string());
+            }
+        })
+        .connect(server.url())
+        .await
+        .expect("connect");
+    (client, rx)
+}
+
+/// Waits for the server to report a permissions violation naming `what`.
+async fn violation(events: &mut mpsc::UnboundedReceiver<String>, what: &str) {
+    let wanted = format!("Permissions Violation for {what}");
+    within(&format!("the server refusing: {wanted}"), async {
+        while let Some(event) = events.recv().await {
+            if event.contains(&wanted) {
+                return;
+            }
+        }
+        panic!("the connection's events ended");
+    })
+    .await;
+}
+
+fn seed(server: &NatsServer, identity: Identity) -> String {
+    std::fs::read_to_string(server.bus.seed_file(identity)).unwrap()
+}
+
+#[tokio::test]
+async fn anonymous_unencrypted_and_unknown_clients_are_refused() {
+    let server = NatsServer::start().await;
+    let plain = async_nats::ConnectOptions::new().connect(format!("nats://127.0.0.1:{}", server.port)).await;
+    assert!(plain.is_err(), "a client without TLS connected");
+
+    let tls = || async_nats::ConnectOptions::new().add_root_certificates(server.bus.ca_file()).require_tls(true);
+    let anonymous = tls().connect(server.url()).await.expect_err("an anonymous client connected");
+    assert_eq!(anonymous.kind(), async_nats::ConnectErrorKind::AuthorizationViolation, "{anonymous}");
+
+    let stranger = operator_runtime::bus_security::new_seed();
+    let unknown = tls().nkey(stranger).connect(server.url()).await.expect_err("a client with an unknown NKey connected");
+    assert_eq!(unknown.kind(), async_nats::ConnectErrorKind::AuthorizationViolation, "{unknown}");
+
+    // The same connection with an operator's own seed is accepted.
+    let katib = tls().nkey(seed(&server, Identity::Component(ComponentKind::Katib))).connect(server.url()).await;
+    assert!(katib.is_ok(), "{:?}", katib.err());
+}
+
+#[tokio::test]
+async fn the_katib_identity_can_neither_write_nor_read_istios_desired_state() {
+    let server = NatsServer::start().await;
+    let meta = jetstream::new(server.client(Identity::MetaOperator).await);
+    let (desired, status, _) = nats::ensure_buckets(&meta, 1).await.unwrap();
+    let istio_key = bus::key(ComponentKind::Istio, "kubeflow", "kubeflow");
+    let original = br#"{"spec": {"version": "1.9.6"}}"#;
+    desired[&ComponentKind::Istio].put(&istio_key, original.as_slice().into()).await.unwrap();
+
+    let katib_identity = Identity::Component(ComponentKind::Katib);
+    let (katib, mut events) = raw_client(&server, katib_identity, seed(&server, katib_identity)).await;
+    let js = jetstream::ContextBuilder::new().timeout(Duration::from_secs(2)).build(katib.clone());
+
+    // What it may do: open its own buckets and report its own status.
+    let (_, own_status, _) = nats::component_buckets(&js, ComponentKind::Katib).await.expect("Katib opens its own buckets");
+    own_status.put(bus::key(ComponentKind::Katib, "kubeflow", "kubeflow"), b"{}".as_slice().into()).await.expect("Katib reports its own status");
+
+    // Write Istio's desired state (an image of its choice).
+    let subject = format!("$KV.{}.{istio_key}", bus::desired_bucket(ComponentKind::Istio));
+    let write = js.publish(subject.clone(), br#"{"spec": {"version": "1.9.6", "overrides": {"images": {"discovery": "evil/pilot"}}}}"#.as_slice().into()).await.unwrap().await;
+    assert!(write.is_err(), "the write was acknowledged");
+    violation(&mut events, &format!("Publish to \"{subject}\"")).await;
+
+    // Read it: through the bucket, by subscribing to its subjects, through a consumer of its stream.
+    assert!(js.get_key_value(bus::desired_bucket(ComponentKind::Istio)).await.is_err(), "Katib opened Istio's bucket");
+    violation(&mut events, "Publish to \"$JS.API.STREAM.INFO.KV_kubeflow-desired-istio\"").await;
+    let _subscription = katib.subscribe("$KV.kubeflow-desired-istio.>").await.unwrap();
+    violation(&mut events, "Subscription to \"$KV.kubeflow-desired-istio.>\"").await;
+    let create = "$JS.API.CONSUMER.CREATE.KV_kubeflow-desired-istio";
+    assert!(katib.request(create, json!({"stream_name": "KV_kubeflow-desired-istio", "config": {}}).to_string().into()).await.is_err());
+    violation(&mut events, &format!("Publish to \"{create}\"")).await;
+
+    // Nor report as Istio.
+    let istio_status = format!("$KV.{}.{istio_key}", bus::STATUS_BUCKET);
+    assert!(js.publish(istio_status.clone(), b"{}".as_slice().into()).await.unwrap().await.is_err());
+    violation(&mut events, &format!("Publish to \"{istio_status}\"")).await;
+
+    let stored = desired[&ComponentKind::Istio].get(&istio_key).await.unwrap().unwrap();
+    assert_eq!(&stored[..], original.as_slice(), "Istio's desired state changed");
+    assert!(status.get(&istio_key).await.unwrap().is_none(), "a status report for Istio was stored");
+}
+
+/// Waits for the Katib operator's report on `key` and returns it.
+async fn reported(status: &async_nats::jetstream::kv::Store, key: &str) -> StatusReport {
+    eventually(&format!("status report {key}"), || async {
+        let entry = status.get(key).await.map_err(|e| e.to_string())?.ok_or("no report")?;
+        serde_json::from_slice::<StatusReport>(&entry).map_err(|e| e.to_string())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn desired_state_that_does_not_decode_or_names_an_unknown_field_is_reported_and_never_applied() {
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "e2e-bus-refusal").await;
+    let n = ns.name.as_str();
+    let others: Vec<ComponentKind> = ComponentKind::ALL.into_iter().filter(|c| *c != ComponentKind::Katib).collect();
+    let mut stack = OperatorStack::start(&client, &others).await;
+    // The desired state here is the test's: no meta-operator writes over it.
+    stack.meta.kill();
+    stack.components[&ComponentKind::Katib].wait_ready().await;
+    let meta = jetstream::new(stack.nats.client(Identity::MetaOperator).await);
+    let (desired, status, _) = nats::ensure_buckets(&meta, 1).await.unwrap();
+    let katib_desired = &desired[&ComponentKind::Katib];
+
+    // KfDefs to own the resources (nothing reconciles them here).
+    let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), n);
+    let mut uids = std::collections::BTreeMap::new();
+    for name in ["garbage", "extra-field", "unknown-spec-field", "good"] {
+        let kfdef: KfDef = serde_json::from_value(json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": name}, "spec": {}})).unwrap();
+        uids.insert(name, kfdefs.create(&PostParams::default(), &kfdef).await.unwrap().uid().unwrap());
+    }
+    let message = |name: &str, spec: serde_json::Value| {
+        json!({"kfdef": {"namespace": n, "name": name, "uid": uids[name], "generation": 1}, "component": "katib", "specHash": format!("h-{name}"), "spec": spec})
+    };
+    let put = |name: &str, value: Vec<u8>| katib_desired.put(bus::key(ComponentKind::Katib, n, name), value.into());
+
+    put("garbage", b"{not json".to_vec()).await.unwrap();
+    let mut extra = message("extra-field", json!({"version": "v0.11.0"}));
+    extra["runAs"] = json!("root");
+    put("extra-field", serde_json::to_vec(&extra).unwrap()).await.unwrap();
+    put("unknown-spec-field", serde_json::to_vec(&message("unknown-spec-field", json!({"version": "v0.11.0", "hostNetwork": true}))).unwrap()).await.unwrap();
+    put("good", serde_json::to_vec(&message("good", json!({"version": "v0.11.0"}))).unwrap()).await.unwrap();
+
+    let garbage = reported(&status, &bus::key(ComponentKind::Katib, n, "garbage")).await;
+    assert!(garbage.degraded && garbage.message.contains("does not decode"), "{garbage:?}");
+    let extra = reported(&status, &bus::key(ComponentKind::Katib, n, "extra-field")).await;
+    assert!(extra.degraded && extra.message.contains("unknown field `runAs`"), "{extra:?}");
+    assert_eq!(extra.spec_hash, "h-extra-field", "the report should name the spec it refused");
+    let unknown = reported(&status, &bus::key(ComponentKind::Katib, n, "unknown-spec-field")).await;
+    assert!(unknown.degraded && unknown.message.contains("hostNetwork"), "{unknown:?}");
+
+    // The messages were consumed in order: once the last one is applied, the refused ones are
+    // behind it, and none of them made a resource.
+    let katibs: Api<Katib> = Api::namespaced(client.clone(), n);
+    eventually("Katib good applied from its desired state", || async { katibs.get("good").await.map(|_| ()).map_err(|e| e.to_string()) }).await;
+    for name in ["garbage", "extra-field", "unknown-spec-field"] {
+        assert!(katibs.get_opt(name).await.unwrap().is_none(), "Katib {name} was applied from a refused message");
+    }
+}
+
+/// The material of Secret `name`, key `key`.
+async fn secret_data(secrets: &Api<k8s_openapi::api::core::v1::Secret>, name: &str, key: &str) -> String {
+    let secret = secrets.get(name).await.unwrap_or_else(|e| panic!("Secret {name}: {e}"));
+    String::from_utf8(secret.data.unwrap()[key].0.clone()).unwrap()
+}
+
+/// A nats-server run as the provisioned StatefulSet's pod would be: its ConfigMap's configuration
+/// (paths moved into `dir`), the TLS Secret, and each identity's public key from its Secret.
+async fn provisioned_server(client: &kube::Client, namespace: &str, dir: &std::path::Path, port: u16) -> std::process::Child {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    for file in ["ca.crt", "tls.crt", "tls.key"] {
+        std::fs::write(dir.join(file), secret_data(&secrets, "nats-tls", file).await).unwrap();
+    }
+    let config = Api::<ConfigMap>::namespaced(client.clone(), namespace).get("nats-config").await.unwrap().data.unwrap()["nats.conf"].clone();
+    let config = config
+        .replace("/etc/nats/tls/", &format!("{}/", dir.display()))
+        .replace("\"/data\"", &format!("{:?}", dir.join("store")))
+        .replace("port: 4222", &format!("port: {port}"))
+        .replace("http_port: 8222\n", "");
+    std::fs::write(dir.join("nats.conf"), config).unwrap();
+    let mut command = std::process::Command::new(std::env::var("KFOP_NATS_SERVER").unwrap());
+    command.args(["-c", dir.join("nats.conf").to_str().unwrap()]).env("SERVER_NAME", "nats-0").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    for identity in Identity::all() {
+        command.env(operator_runtime::bus_security::public_key_env(identity), secret_data(&secrets, &meta_operator::provision::identity_secret(identity), "nkey.pub").await);
+    }
+    let child = command.spawn().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    eventually("provisioned nats-server listening", || async { tokio::net::TcpStream::connect(&addr).await.map(|_| ()).map_err(|e| e.to_string()) }).await;
+    child
+}
+
+/// Connects with `seed` and the CA of the provisioned identity Secret.
+async fn connect_with(ca: &str, seed: String, port: u16) -> Result<async_nats::Client, async_nats::ConnectError> {
+    let dir = std::env::temp_dir().join(unique_name("nats-ca"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca).unwrap();
+    async_nats::ConnectOptions::with_nkey(seed).add_root_certificates(dir.join("ca.crt")).require_tls(true).connect(format!("tls://localhost:{port}")).await
+}
+
+#[tokio::test]
+async fn the_meta_operator_provisions_a_working_bus_and_rotates_an_identity_on_request() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::Secret;
+    use meta_operator::provision;
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "e2e-bus-provision").await;
+    let n = ns.name.as_str();
+    // The meta-operator's ServiceAccount with exactly the rules an install grants it in its own
+    // namespace (OLM's CSV `permissions`, deploy/'s Role).
+    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/meta-operator");
+    kubectl(&["apply", "--server-side", "--force-conflicts", "-k", package.to_str().unwrap()]);
+    let kubeconfig = operator_kubeconfig(&client, "meta-operator").await;
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "bus", "namespace": n}, "rules": provision::namespaced_rules()});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "bus", "namespace": n},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bus"},
+        "subjects": [{"kind": "ServiceAccount", "name": "meta-operator", "namespace": "kubeflow-operators"}]});
+    for object in [role, binding] {
+        let file = std::env::temp_dir().join(unique_name("rbac"));
+        std::fs::write(&file, object.to_string()).unwrap();
+        kubectl(&["apply", "--server-side", "-f", file.to_str().unwrap()]);
+    }
+    let nats = NatsServer::start().await;
+    let kubeconfig = kubeconfig.to_string_lossy();
+    let meta = OperatorProcess::on_bus("meta-operator", &nats, Identity::MetaOperator, &[], &[("KUBECONFIG", &kubeconfig), ("BUS_NAMESPACE", n), ("PROVISION_NATS_SERVER", "true"), ("WATCH_NAMESPACE", n)]);
+
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), n);
+    eventually(&format!("the NATS server provisioned (log: {})", meta.log.display()), || async { statefulsets.get("nats").await.map(|_| ()).map_err(|e| e.to_string()) }).await;
+    let policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> = Api::namespaced(client.clone(), n);
+    policies.get("nats").await.expect("the NetworkPolicy");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), n);
+    let katib = provision::identity_secret(Identity::Component(ComponentKind::Katib));
+    eventually("every identity Secret", || async {
+        for identity in Identity::all() {
+            secrets.get(&provision::identity_secret(identity)).await.map_err(|e| e.to_string())?;
+        }
+        Ok::<_, String>(())
+    })
+    .await;
+
+    // What was provisioned makes a working bus: the server starts from it, an operator connects
+    // with its Secret, an anonymous client does not.
+    let dir = std::env::temp_dir().join(unique_name("provisioned-nats"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let mut server = provisioned_server(&client, n, &dir, port).await;
+    let ca = secret_data(&secrets, &katib, "ca.crt").await;
+    let old_seed = secret_data(&secrets, &katib, "nkey.seed").await;
+    connect_with(&ca, old_seed.clone(), port).await.expect("Katib connects with its provisioned identity");
+    let anonymous = async_nats::ConnectOptions::new().add_root_certificates(dir.join("ca.crt")).require_tls(true).connect(format!("tls://localhost:{port}")).await;
+    assert!(anonymous.is_err(), "an anonymous client connected to the provisioned server");
+
+    // Rotation on request: a new seed, and the server's pods rolled onto the new public keys.
+    let request = unique_name("rotate");
+    let patch = json!({"metadata": {"annotations": {provision::ROTATE_ANNOTATION: request}}});
+    secrets.patch(&katib, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await.unwrap();
+    eventually("the identity rotated", || async {
+        let secret = secrets.get(&katib).await.map_err(|e| e.to_string())?;
+        if secret.annotations().get(provision::ROTATED_ANNOTATION) == Some(&request) { Ok(()) } else { Err(format!("{:?}", secret.annotations())) }
+    })
+    .await;
+    let new_seed = secret_data(&secrets, &katib, "nkey.seed").await;
+    assert_ne!(new_seed, old_seed);
+    let new_public = secret_data(&secrets, &katib, "nkey.pub").await;
+    eventually("the server's pods rolled onto the new public key", || async {
+        let template = statefulsets.get("nats").await.map_err(|e| e.to_string())?.spec.unwrap().template.metadata.unwrap().annotations.unwrap_or_default();
+        if template.get(provision::KEYS_ANNOTATION).is_some_and(|keys| keys.contains(&new_public[..12])) { Ok(()) } else { Err(format!("{template:?}")) }
+    })
+    .await;
+
+    // The restarted server takes the new key and no longer the old one.
+    let _ = server.kill();
+    let _ = server.wait();
+    let mut server = provisioned_server(&client, n, &dir, port).await;
+    connect_with(&ca, new_seed, port).await.expect("Katib connects with its rotated identity");
+    let old = connect_with(&ca, old_seed, port).await.expect_err("the rotated-out seed still connects");
+    assert_eq!(old.kind(), async_nats::ConnectErrorKind::AuthorizationViolation);
+    let _ = server.kill();
+    drop(meta);
+}
