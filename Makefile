@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := e2e/env
 
-.PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-upgrade bench-manifests fuzz images images-lock push test-images
+.PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-upgrade bench-manifests chaos fuzz images images-lock push test-images
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -54,6 +54,12 @@ bench-upgrade: env-up ## KfUpgrade duration vs raw kubectl apply, zero-availabil
 	cargo build --release --workspace --bins
 	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
 	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-upgrade
+
+chaos: env-up ## faults (operator SIGKILL, NATS and kube-apiserver restarts, 409 bursts) during edits: TRIALS (100), SEED
+	cargo build --workspace --bins
+	cargo build -p kubeflow-e2e --features e2e --bin chaos
+	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/debug \
+	  target/debug/chaos --trials $${TRIALS:-100} $${SEED:+--seed $$SEED}
 
 bench-manifests: env-up ## generic component: a KfDef of 40 generic applications converged vs render + kubectl apply, operator RSS
 	cargo build --release --workspace --bins

@@ -70,30 +70,38 @@ fn yaml_docs(objects: &[Value]) -> String {
     out
 }
 
-/// The operator Deployment, its image by digest ([`operator_image`]): restricted security context (no fixed user, so OpenShift's SCCs can
-/// assign one), probes on the health endpoint, modest requests. Rolling updates never surge, so an
-/// upgrade (OLM's or kubectl's) stops the old operator before starting the new one: the operators
-/// have no leader election and assume one reconciler per resource. (Same effect as `Recreate` for
-/// one replica, without the strategy-type change that server-side apply cannot make over a
-/// defaulted `rollingUpdate`.)
+/// The operator Deployment, its image by digest ([`operator_image`]): two replicas that elect a
+/// leader on a Lease in their namespace (only the leader acts; the other takes over when the
+/// leader's pod dies), spread over nodes; restricted security context (no fixed user, so
+/// OpenShift's SCCs can assign one), probes on the health endpoint, modest requests. Rolling
+/// updates replace one pod at a time without surging, so at most two replicas ever compete for
+/// the Lease.
 pub fn operator_deployment(name: &str, version: &str) -> Value {
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"}},
         "spec": {
-            "replicas": 1,
+            "replicas": OPERATOR_REPLICAS,
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"}},
                 "spec": {
                     "serviceAccountName": name,
+                    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                        "weight": 100,
+                        "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": name}}},
+                    }]}},
                     "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [{
                         "name": "operator",
                         "image": operator_image(name, version),
                         "args": ["--metrics-addr=0.0.0.0:8080"],
+                        "env": [
+                            {"name": "LEADER_ELECTION_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        ],
                         "ports": [{"name": "metrics", "containerPort": 8080}],
                         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 20},
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 10},
@@ -126,14 +134,25 @@ pub fn with_endpoints(mut deployment: Value, endpoints: &[component_framework::E
     (deployment, services)
 }
 
-/// ServiceAccount, ClusterRole and ClusterRoleBinding of operator `name` with `rules`.
+/// Replicas of every operator Deployment.
+pub const OPERATOR_REPLICAS: i32 = 2;
+
+/// ServiceAccount, ClusterRole and ClusterRoleBinding of operator `name` with `rules`, and the
+/// Role and RoleBinding of its leader election in [`OPERATOR_NAMESPACE`].
 pub fn operator_rbac(name: &str, rules: &[k8s_openapi::api::rbac::v1::PolicyRule]) -> Vec<Value> {
+    let election = format!("{name}-leader-election");
     vec![
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE}}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name}, "rules": rules}),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": OPERATOR_NAMESPACE}],
+        }),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": election, "namespace": OPERATOR_NAMESPACE}, "rules": operator_runtime::leader::lease_rules()}),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": election, "namespace": OPERATOR_NAMESPACE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": election},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": OPERATOR_NAMESPACE}],
         }),
     ]

@@ -298,6 +298,11 @@ impl OperatorProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Whether the process has exited (reaped if so).
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().map_or(true, |status| status.is_some())
+    }
 }
 
 impl Drop for OperatorProcess {
@@ -349,30 +354,59 @@ pub fn kubectl(args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// A nats-server of a test's own (JetStream on a temporary store), secured as deployed (TLS,
-/// one NKey per operator, the contract's permissions), so a test can stop and restart it without
-/// disturbing others. Killed on drop.
+/// A nats-server of a test's own (JetStream on a temporary store), or a cluster of them on
+/// loopback, secured as deployed (TLS, one NKey per operator, the contract's permissions), so a
+/// test can stop and restart it without disturbing others. Killed on drop.
 pub struct NatsServer {
+    /// Client port of the first node.
     pub port: u16,
     pub bus: LocalBus,
+    pub nodes: Vec<NatsNode>,
+}
+
+/// One nats-server process of a [`NatsServer`].
+pub struct NatsNode {
+    pub port: u16,
+    pub monitor_port: u16,
     config: std::path::PathBuf,
     child: Option<std::process::Child>,
 }
 
 impl NatsServer {
     pub async fn start() -> Self {
+        Self::start_cluster(1).await
+    }
+
+    /// `nodes` servers; more than one form a JetStream cluster whose routes authenticate each
+    /// other with the bus's server certificate.
+    pub async fn start_cluster(nodes: usize) -> Self {
         let dir = std::env::temp_dir().join(unique_name("nats"));
         let bus = LocalBus::create(&dir).expect("write the bus material");
-        let store = dir.join("store");
-        let port = free_port();
-        let config = bus.write_server_config("nats", port, None, &store, None).expect("write the server configuration");
-        let mut server = Self { port, bus, config, child: None };
+        let ports: Vec<(u16, u16, u16)> = (0..nodes).map(|_| (free_port(), free_port(), free_port())).collect();
+        let routes: Vec<String> = ports.iter().map(|(_, _, route)| format!("nats-route://127.0.0.1:{route}")).collect();
+        let nodes = ports
+            .iter()
+            .enumerate()
+            .map(|(i, &(port, monitor_port, route_port))| {
+                let name = format!("nats-{i}");
+                let cluster = (nodes > 1).then(|| operator_runtime::bus_security::Cluster { name: "kubeflow".into(), port: route_port, routes: routes.clone() });
+                let config = bus.write_server_config(&name, port, Some(monitor_port), &dir.join(&name), cluster).expect("write the server configuration");
+                NatsNode { port, monitor_port, config, child: None }
+            })
+            .collect();
+        let mut server = Self { port: ports[0].0, bus, nodes };
         server.resume().await;
+        if server.nodes.len() > 1 {
+            for i in 0..server.nodes.len() {
+                server.await_jetstream(i).await;
+            }
+        }
         server
     }
 
+    /// The client URLs of every node, comma-separated (a client fails over between them).
     pub fn url(&self) -> String {
-        format!("tls://127.0.0.1:{}", self.port)
+        self.nodes.iter().map(|n| format!("tls://127.0.0.1:{}", n.port)).collect::<Vec<_>>().join(",")
     }
 
     /// A client connected as `identity`.
@@ -387,33 +421,63 @@ impl NatsServer {
         vec![("NATS_NKEY_FILE".into(), path(credentials.nkey_file)), ("NATS_CA_FILE".into(), path(credentials.ca_file))]
     }
 
-    /// Stops the server (its JetStream store stays on disk).
+    /// Stops every node (their JetStream stores stay on disk).
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        (0..self.nodes.len()).for_each(|i| self.stop_node(i));
+    }
+
+    /// Starts every node again on the same ports and stores.
+    pub async fn resume(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.resume_node(i).await;
+        }
+    }
+
+    /// Kills node `i` (SIGKILL: what a crashed pod does).
+    pub fn stop_node(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
 
-    /// Starts the server again on the same port and store.
-    pub async fn resume(&mut self) {
+    /// Starts node `i` again and waits until it listens.
+    pub async fn resume_node(&mut self, i: usize) {
         let binary = std::env::var("KFOP_NATS_SERVER").expect("KFOP_NATS_SERVER from the env file");
+        let node = &mut self.nodes[i];
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(node.config.with_extension("log")).expect("open the server's log");
         let child = std::process::Command::new(binary)
-            .args(["-c", self.config.to_str().unwrap()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .args(["-c", node.config.to_str().unwrap()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
             .spawn()
             .expect("start nats-server");
-        self.child = Some(child);
-        let addr = format!("127.0.0.1:{}", self.port);
-        eventually("nats-server listening", || async { tokio::net::TcpStream::connect(&addr).await.map(|_| ()).map_err(|e| e.to_string()) }).await;
+        node.child = Some(child);
+        let addr = format!("127.0.0.1:{}", node.port);
+        eventually(&format!("nats-server listening (log: {})", node.config.with_extension("log").display()), || async { tokio::net::TcpStream::connect(&addr).await.map(|_| ()).map_err(|e| e.to_string()) }).await;
+    }
+
+    /// Waits until node `i` reports JetStream healthy (in a cluster: a meta leader is known).
+    pub async fn await_jetstream(&self, i: usize) {
+        let url = format!("http://127.0.0.1:{}/healthz", self.nodes[i].monitor_port);
+        eventually(&format!("JetStream healthy on node {i}"), || async { http_get(&url).await.map(|_| ()) }).await;
+    }
+
+    /// Clients connected to node `i` (its monitor's `/connz`).
+    pub async fn connections(&self, i: usize) -> usize {
+        let url = format!("http://127.0.0.1:{}/connz?limit=1", self.nodes[i].monitor_port);
+        let body = http_get(&url).await.unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["num_connections"].as_u64()).unwrap_or(0) as usize
     }
 }
 
 impl Drop for NatsServer {
     fn drop(&mut self) {
         self.stop();
-        let _ = std::fs::remove_dir_all(&self.bus.dir);
+        // A failed test leaves the servers' logs and stores for a look.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.bus.dir);
+        }
     }
 }
 

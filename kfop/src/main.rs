@@ -188,7 +188,7 @@ async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> R
 fn run_controllers(registry: &[RegisteredComponent], components: &[ComponentKind], namespace: &str) {
     for component in components {
         let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
-        let args = OperatorArgs { namespace: Some(namespace.to_string()), nats_url: None, nats_credentials: Default::default(), metrics_addr: "127.0.0.1:0".parse().expect("an address") };
+        let args = OperatorArgs { namespace: Some(namespace.to_string()), nats_url: None, nats_credentials: Default::default(), leader_election: Default::default(), metrics_addr: "127.0.0.1:0".parse().expect("an address") };
         let run = (registered.run)(args);
         let name = registered.operator.clone();
         tokio::spawn(async move {

@@ -20,11 +20,13 @@ use tokio::sync::mpsc;
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
-    /// NATS server the component operators listen on.
+    /// NATS server(s) the component operators listen on (a comma-separated list of a cluster's nodes).
     #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     nats_url: String,
     #[command(flatten)]
     nats_credentials: operator_runtime::nats::BusCredentials,
+    #[command(flatten)]
+    leader_election: operator_runtime::leader::LeaderElection,
     /// Copies of each bucket the meta-operator creates (3 on a three-node JetStream cluster).
     #[arg(long, env = "NATS_REPLICAS", default_value_t = 1)]
     nats_replicas: usize,
@@ -70,6 +72,14 @@ async fn main() -> std::process::ExitCode {
         }
     };
     tracing::info!(?platform, "platform detected from API discovery");
+    // A standby replica stops here: it provisions, publishes and reconciles nothing until it leads.
+    let leadership = match cli.leader_election.lead(client.clone(), controller::FIELD_MANAGER, &metrics).await {
+        Ok(leadership) => leadership,
+        Err(e) => {
+            tracing::error!(error = %e, "leader election failed");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
 
     if let Some(namespace) = cli.bus_namespace.clone() {
         let server = cli.provision_nats_server.then_some(cli.nats_replicas);
@@ -139,5 +149,17 @@ async fn main() -> std::process::ExitCode {
             }
         });
     futures::join!(kfdef_controller, upgrade_controller);
+    leadership.release().await;
     std::process::ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap checks a command's arguments (unique names, valid defaults) only when it is built.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
 }

@@ -9,6 +9,7 @@ pub mod client;
 pub mod conditions;
 pub mod finalizer;
 pub mod invalid;
+pub mod leader;
 pub mod metrics;
 pub mod nats;
 pub mod retry;

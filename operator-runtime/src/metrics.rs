@@ -34,6 +34,7 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     durations: Histogram,
     ready: AtomicBool,
+    standing_by: AtomicBool,
 }
 
 impl Metrics {
@@ -48,7 +49,7 @@ impl Metrics {
         registry.register("writes_by_field_manager", "Write requests sent to the API server, by field manager", writes_by.clone());
         registry.register("reconcile_errors", "Failed reconciles by error kind", errors.clone());
         registry.register_with_unit("reconcile_duration", "Reconcile duration", Unit::Seconds, durations.clone());
-        Self { registry, reconciles, heals, writes, writes_by, errors, durations, ready: AtomicBool::new(false) }
+        Self { registry, reconciles, heals, writes, writes_by, errors, durations, ready: AtomicBool::new(false), standing_by: AtomicBool::new(false) }
     }
     pub fn reconcile_started(&self) {
         self.reconciles.inc();
@@ -78,8 +79,13 @@ impl Metrics {
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Relaxed);
     }
+    /// A replica waiting for the leader's Lease counts as ready: it is ready to take over, and
+    /// a rolling update must not wait for it to lead.
+    pub fn set_standing_by(&self, standing_by: bool) {
+        self.standing_by.store(standing_by, Ordering::Relaxed);
+    }
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.ready.load(Ordering::Relaxed) || self.standing_by.load(Ordering::Relaxed)
     }
 
     /// The OpenMetrics text exposition of every metric.

@@ -56,9 +56,15 @@ pub async fn connect(url: &str, identity: Identity, credentials: &BusCredentials
                 tracing::info!(%event, "NATS connection event");
             }
         })
-        .connect(url)
+        .connect(servers(url))
         .await?;
     Ok((client, rx))
+}
+
+/// The servers of a NATS URL list (`tls://a:4222,tls://b:4222`), as the NATS tools accept it: a
+/// client fails over between them (and the servers a cluster advertises).
+pub fn servers(url: &str) -> Vec<&str> {
+    url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()
 }
 
 /// Signs the server's connect nonce with the seed in `file`.
@@ -181,6 +187,12 @@ pub fn adopt_traceparent(span: &tracing::Span, traceparent: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_list_names_each_server() {
+        assert_eq!(servers("tls://nats:4222"), ["tls://nats:4222"]);
+        assert_eq!(servers("tls://127.0.0.1:1, tls://127.0.0.1:2,"), ["tls://127.0.0.1:1", "tls://127.0.0.1:2"]);
+    }
 
     #[test]
     fn trace_context_survives_the_headers() {

@@ -40,11 +40,14 @@ pub struct OperatorArgs {
     /// Namespace to watch component resources in; all namespaces when unset.
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
-    /// NATS server for desired state and status (e.g. nats://127.0.0.1:4222); standalone when unset.
+    /// NATS server(s) for desired state and status (e.g. tls://nats:4222, or a comma-separated
+    /// list of a cluster's nodes); standalone when unset.
     #[arg(long, env = "NATS_URL")]
     pub nats_url: Option<String>,
     #[command(flatten)]
     pub nats_credentials: operator_runtime::nats::BusCredentials,
+    #[command(flatten)]
+    pub leader_election: operator_runtime::leader::LeaderElection,
     /// Address of the health and metrics endpoint.
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080")]
     pub metrics_addr: std::net::SocketAddr,
@@ -66,5 +69,15 @@ pub fn main<C: Component>() -> std::process::ExitCode {
             tracing::error!(error = %e, "operator stopped");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap checks a command's arguments (unique names, valid defaults) only when it is built.
+    #[test]
+    fn the_operator_command_line_is_well_formed() {
+        use clap::Args;
+        super::OperatorArgs::augment_args(clap::Command::new("katib-operator")).debug_assert();
     }
 }

@@ -29,6 +29,8 @@ pub enum RunError {
     Client(#[source] kube::Error),
     #[error("health endpoint: {0}")]
     Server(#[from] std::io::Error),
+    #[error(transparent)]
+    LeaderElection(#[from] operator_runtime::leader::LeaderElectionError),
 }
 
 /// Kinds that appear in any built-in release of `C` (every built-in kind when it manages any
@@ -65,6 +67,8 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     let client = operator_runtime::client::counted_client(metrics.clone()).await.map_err(RunError::Client)?;
     let field_manager = format!("kubeflow-{component}-operator");
     tokio::spawn(crate::server::serve(args.metrics_addr, metrics.clone()));
+    // A standby replica stops here: it neither watches nor reads the bus until it leads.
+    let leadership = args.leader_election.lead(client.clone(), &field_manager, &metrics).await?;
 
     let resources: Api<DeserializeGuard<C::Resource>> = match &args.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -117,5 +121,6 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
             }
         })
         .await;
+    leadership.release().await;
     Ok(())
 }
