@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use k8s_openapi::ByteString;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use kubeflow_crds::bus::Identity;
@@ -69,8 +69,11 @@ pub fn server_hosts(namespace: &str) -> Vec<String> {
     hosts
 }
 
+/// Labels of the server's objects and of the TLS Secret.
+const SERVER_LABELS: [(&str, &str); 2] = [("app.kubernetes.io/name", SERVER), ("app.kubernetes.io/part-of", "kubeflow-operator")];
+
 fn labels() -> Value {
-    json!({"app.kubernetes.io/name": SERVER, "app.kubernetes.io/part-of": "kubeflow-operator"})
+    json!(BTreeMap::from(SERVER_LABELS))
 }
 
 /// The server's configuration in the pods: TLS from [`TLS_SECRET`], public keys from the
@@ -198,23 +201,27 @@ fn data(secret: &Secret, key: &str) -> Option<String> {
     secret.data.as_ref()?.get(key).map(|b| String::from_utf8_lossy(&b.0).into_owned())
 }
 
-fn secret_data(entries: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
-    entries.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()
+/// Secret `name` of `type_`, labelled `labels`, holding `entries`.
+fn secret(name: &str, type_: &str, labels: &[(&str, &str)], entries: &[(&str, &str)]) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        },
+        type_: Some(type_.into()),
+        data: Some(entries.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()),
+        ..Default::default()
+    }
 }
 
 /// The identity Secret for `identity` with a fresh seed.
 fn new_identity(identity: Identity, ca: &str) -> Secret {
     let seed = bus_security::new_seed();
     let public = bus_security::public_key(&seed).expect("a generated seed has a public key");
-    serde_json::from_value(json!({
-        "metadata": {"name": identity_secret(identity), "labels": {IDENTITY_LABEL: identity.user(), "app.kubernetes.io/part-of": "kubeflow-operator"}},
-        "type": "Opaque",
-    }))
-    .map(|mut s: Secret| {
-        s.data = Some(secret_data(&[("nkey.seed", &seed), ("nkey.pub", &public), ("ca.crt", ca)]));
-        s
-    })
-    .expect("a Secret")
+    let user = identity.user();
+    let labels = [(IDENTITY_LABEL, user.as_str()), ("app.kubernetes.io/part-of", "kubeflow-operator")];
+    secret(&identity_secret(identity), "Opaque", &labels, &[("nkey.seed", &seed), ("nkey.pub", &public), ("ca.crt", ca)])
 }
 
 /// Creates `secret` unless it exists; returns what is stored.
@@ -233,10 +240,9 @@ pub async fn provision(client: &Client, namespace: &str, server_replicas: Option
         Some(s) => s,
         None => {
             let material = bus_security::tls_material(&server_hosts(namespace)).expect("certificate generation");
-            let mut secret: Secret = serde_json::from_value(json!({"metadata": {"name": TLS_SECRET, "labels": labels()}, "type": "kubernetes.io/tls"})).expect("a Secret");
-            secret.data = Some(secret_data(&[("ca.crt", &material.ca_cert), ("tls.crt", &material.server_cert), ("tls.key", &material.server_key)]));
+            let entries = [("ca.crt", material.ca_cert.as_str()), ("tls.crt", &material.server_cert), ("tls.key", &material.server_key)];
             info!(secret = TLS_SECRET, "bus TLS certificate issued");
-            create_or_get(&secrets, secret).await?
+            create_or_get(&secrets, secret(TLS_SECRET, "kubernetes.io/tls", &SERVER_LABELS, &entries)).await?
         }
     };
     let ca = data(&tls, "ca.crt").unwrap_or_default();
@@ -298,12 +304,8 @@ async fn rotate(client: &Client, namespace: &str, mut secret: Secret, request: &
     secrets.replace(&name, &PostParams::default(), &secret).await?;
     info!(secret = %name, "bus identity rotated");
     // The server reads public keys at start: roll its pods onto the new set.
-    let mut keys = Vec::new();
-    for identity in Identity::all() {
-        if let Some(s) = secrets.get_opt(&identity_secret(identity)).await? {
-            keys.push(data_prefix(&s));
-        }
-    }
+    let identities: BTreeMap<String, Secret> = secrets.list(&ListParams::default().labels(IDENTITY_LABEL)).await?.items.into_iter().map(|s| (s.name_any(), s)).collect();
+    let keys: Vec<String> = Identity::all().into_iter().filter_map(|identity| identities.get(&identity_secret(identity))).map(public_key_prefix).collect();
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
     if statefulsets.get_opt(SERVER).await?.is_some() {
         // A merge patch: the annotation only, whoever applied the StatefulSet (kubectl, or this
@@ -316,7 +318,7 @@ async fn rotate(client: &Client, namespace: &str, mut secret: Secret, request: &
 }
 
 /// The first characters of an identity's public key (enough to tell keys apart; public anyway).
-fn data_prefix(secret: &Secret) -> String {
+fn public_key_prefix(secret: &Secret) -> String {
     data(secret, "nkey.pub").unwrap_or_default().chars().take(12).collect()
 }
 

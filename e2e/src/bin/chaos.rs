@@ -84,6 +84,16 @@ struct Live {
     replicas: Option<i64>,
 }
 
+impl Edit {
+    /// The object the edit deletes, which must come back as a new one.
+    fn recreated(&self) -> Option<&str> {
+        match self {
+            Edit::Delete { key } => Some(key),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Default, Debug)]
 struct Outcome {
     lost: BTreeSet<String>,
@@ -102,6 +112,10 @@ impl Outcome {
 
 struct Chaos {
     client: Client,
+    /// The KfDef's components (the registry renders every release to build an entry: once).
+    components: Vec<kubeflow_component_registry::RegisteredComponent>,
+    /// Kinds their objects may have (CRDs, shared, excepted).
+    kinds: Vec<&'static component_framework::kinds::KindInfo>,
     ns: String,
     nats: NatsServer,
     replicas: Arc<Mutex<Vec<Replica>>>,
@@ -133,11 +147,11 @@ async fn main() -> std::process::ExitCode {
             deck.shuffle(&mut rng);
         }
         let fault = deck.pop().unwrap();
-        let edit = chaos.random_edit(&mut rng, trial).await;
+        let edit = chaos.random_edit(&mut rng, trial);
         chaos.make(&edit).await;
         let started = Instant::now();
         let detail = chaos.inject(fault, &mut rng).await;
-        let outcome = chaos.converge(&edit, timeout).await;
+        let outcome = chaos.converge(edit.recreated(), timeout).await;
         let took = started.elapsed();
         let entry = by_kind.entry(fault).or_default();
         entry.0 += 1;
@@ -211,8 +225,11 @@ impl Chaos {
         }))
         .unwrap();
         kfdefs.create(&PostParams::default(), &kfdef).await.unwrap();
-        let mut chaos = Self { client, ns, nats, replicas, conflicts, expected: BTreeMap::new(), baseline: BTreeMap::new() };
-        let outcome = chaos.converge(&Edit::Drift { deployment: String::new() }, Duration::from_secs(180)).await;
+        let components: Vec<_> = kubeflow_component_registry::all().into_iter().filter(|c| COMPONENTS.contains(&c.kind)).collect();
+        let kinds: BTreeSet<&str> = components.iter().flat_map(|c| &c.watched_kinds).filter(|k| !k.is_crd()).map(|k| k.kind).collect();
+        let kinds = component_framework::kinds::KINDS.iter().filter(|k| kinds.contains(k.kind)).collect();
+        let mut chaos = Self { client, components, kinds, ns, nats, replicas, conflicts, expected: BTreeMap::new(), baseline: BTreeMap::new() };
+        let outcome = chaos.converge(None, Duration::from_secs(180)).await;
         assert!(outcome.converged(), "the KfDef did not converge before any fault: {outcome:?}");
         println!("setup: {} objects of {} components converged", chaos.baseline.len(), COMPONENTS.len());
         chaos
@@ -226,7 +243,7 @@ impl Chaos {
         kubectl(&["delete", "namespace", &self.ns, "--wait=false"]);
     }
 
-    async fn random_edit(&self, rng: &mut rand::rngs::StdRng, trial: u64) -> Edit {
+    fn random_edit(&self, rng: &mut rand::rngs::StdRng, trial: u64) -> Edit {
         let in_namespace: Vec<&String> = self.baseline.keys().filter(|k| k.contains(&format!(" {}/", self.ns))).collect();
         let deployments: Vec<&String> = in_namespace.iter().copied().filter(|k| k.starts_with("Deployment ")).collect();
         match rng.random_range(0..3) {
@@ -283,7 +300,7 @@ impl Chaos {
                 format!("nats-{i}")
             }
             Fault::RestartApiServer => {
-                restart_api_server().await;
+                restart_api_server(&self.client).await;
                 "kube-apiserver".into()
             }
             Fault::Conflicts => {
@@ -295,11 +312,11 @@ impl Chaos {
     }
 
     /// Waits until the cluster matches the desired state (or `timeout`), then takes it as the
-    /// new baseline. `edit` says which object may have a new UID.
-    async fn converge(&mut self, edit: &Edit, timeout: Duration) -> Outcome {
+    /// new baseline. `recreated` is the object that must have a new UID.
+    async fn converge(&mut self, recreated: Option<&str>, timeout: Duration) -> Outcome {
         let deadline = Instant::now() + timeout;
         loop {
-            let (outcome, live) = self.check(edit).await;
+            let (outcome, live) = self.check(recreated).await;
             if outcome.converged() {
                 self.baseline = live;
                 return outcome;
@@ -311,7 +328,7 @@ impl Chaos {
         }
     }
 
-    async fn check(&self, edit: &Edit) -> (Outcome, BTreeMap<String, Live>) {
+    async fn check(&self, recreated: Option<&str>) -> (Outcome, BTreeMap<String, Live>) {
         let mut outcome = Outcome::default();
         let kfdefs: Api<KfDef> = Api::namespaced(self.client.clone(), &self.ns);
         match kfdefs.get("kubeflow").await {
@@ -327,7 +344,7 @@ impl Chaos {
             }
             Err(e) => outcome.pending.push(format!("KfDef: {e}")),
         }
-        for component in kubeflow_component_registry::all().into_iter().filter(|c| COMPONENTS.contains(&c.kind)) {
+        for component in &self.components {
             let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &self.ns, &component.api_resource());
             let Ok(Some(resource)) = api.get_opt("kubeflow").await else {
                 outcome.pending.push(format!("{} resource missing", component.kind.kind()));
@@ -336,9 +353,9 @@ impl Chaos {
             if resource.metadata.deletion_timestamp.is_some() {
                 outcome.stuck.insert(format!("{} kubeflow", component.kind.kind()));
             }
+            let sources = resource.data["spec"]["sources"].as_array();
             for (application, value) in self.expected.iter().filter(|(a, _)| component.kind.applications().contains(a)) {
-                let sources = resource.data["spec"]["sources"].as_array().cloned().unwrap_or_default();
-                let carried = sources.iter().find(|s| s["application"] == *application).is_some_and(|s| s["parameters"].as_array().is_some_and(|p| p.iter().any(|p| p["name"] == "chaos-edit" && p["value"] == value.as_str())));
+                let carried = sources.into_iter().flatten().find(|s| s["application"] == *application).is_some_and(|s| s["parameters"].as_array().is_some_and(|p| p.iter().any(|p| p["name"] == "chaos-edit" && p["value"] == value.as_str())));
                 if !carried {
                     outcome.pending.push(format!("{application} without chaos-edit={value}"));
                 }
@@ -350,10 +367,6 @@ impl Chaos {
                 outcome.pending.push(e);
                 return (outcome, BTreeMap::new());
             }
-        };
-        let recreated = match edit {
-            Edit::Delete { key } => Some(key.as_str()),
-            _ => None,
         };
         for (key, was) in &self.baseline {
             match live.get(key) {
@@ -387,8 +400,7 @@ impl Chaos {
         let owner = format!("{}/", self.ns);
         let selector = ListParams::default().labels(component_framework::build::PART_OF_LABEL);
         let mut live = BTreeMap::new();
-        let kinds: BTreeSet<_> = kubeflow_component_registry::all().into_iter().filter(|c| COMPONENTS.contains(&c.kind)).flat_map(|c| c.watched_kinds).filter(|k| !k.is_crd()).map(|k| k.kind).collect();
-        for info in component_framework::kinds::KINDS.iter().filter(|k| kinds.contains(k.kind)) {
+        for info in &self.kinds {
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &info.api_resource());
             let list = api.list(&selector).await.map_err(|e| format!("list {}: {e}", info.kind))?;
             for object in list.items.into_iter().filter(|o| o.annotations().get(component_framework::build::OWNER_ANNOTATION).is_some_and(|a| a.starts_with(&owner))) {
@@ -416,7 +428,7 @@ async fn supervise(replicas: Arc<Mutex<Vec<Replica>>>) {
 
 /// Kills the environment's kube-apiserver (SIGKILL, as a crashed control-plane pod) and starts it
 /// again with the same command line.
-async fn restart_api_server() {
+async fn restart_api_server(client: &Client) {
     use std::os::unix::process::CommandExt;
     let state = std::path::PathBuf::from(std::env::var("KFOP_STATE_DIR").expect("KFOP_STATE_DIR from the env file"));
     let pid_file = state.join("pids/kube-apiserver");
@@ -432,7 +444,6 @@ async fn restart_api_server() {
     // Its own process group, like up.sh's setsid: it outlives this run.
     let child = std::process::Command::new(&argv[0]).args(&argv[1..]).stdout(log.try_clone().unwrap()).stderr(log).stdin(std::process::Stdio::null()).process_group(0).spawn().unwrap();
     std::fs::write(&pid_file, child.id().to_string()).unwrap();
-    let client = client().await;
     eventually("kube-apiserver ready again", || async { client.request_text(http::Request::get("/readyz").body(Vec::new()).unwrap()).await.map_err(|e| e.to_string()) }).await;
 }
 
