@@ -50,6 +50,10 @@ cargo build --locked -p kubeflow-e2e --features e2e --bins
 export KFOP_BIN_DIR=${CARGO_TARGET_DIR:-$PWD/target}/debug
 cargo test --locked -p kubeflow-e2e --features e2e -- --test-threads 4
 
+step "chaos: eight fixed-seed trials, one fault kind each twice (make chaos runs a hundred)"
+# Alone, after the e2e tests: it restarts the shared kube-apiserver.
+"$KFOP_BIN_DIR/chaos" --trials 8 --seed 20261124
+
 step "operator images run as nonroot under crun and become ready (hack/test-images.sh)"
 hack/test-images.sh
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use clap::Parser;
 use operator_runtime::metrics::Metrics;
 use operator_runtime::synced::WatchesSynced;
+use operator_runtime::watches;
 use futures::StreamExt;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
@@ -122,6 +123,7 @@ async fn main() -> std::process::ExitCode {
             Ok(kfdef) => upgrade_controller::upgrades_of(&mapper_store, &kfdef),
             Err(_) => Vec::new(),
         })
+        .trigger_backoff(watches::backoff())
         .shutdown_on_signal()
         .run(upgrade_controller::reconcile, controller::error_policy, ctx.clone())
         .for_each(|result| async move {
@@ -139,6 +141,7 @@ async fn main() -> std::process::ExitCode {
     let kfdef_controller = kfdef_controller
         .reconcile_on(receiver_stream(trigger_rx))
         .reconcile_all_on(receiver_stream(all_rx))
+        .trigger_backoff(watches::backoff())
         .shutdown_on_signal()
         .run(controller::reconcile, controller::error_policy, ctx)
         .for_each(|result| async move {

@@ -1,7 +1,8 @@
 //! What every operator process of the project needs, the meta-operator and the component operators
 //! alike: Prometheus metrics ([`metrics`]) and the health endpoint serving them ([`server`]), a
 //! Kubernetes client that counts its writes ([`client`]), logging and tracing ([`telemetry`]), the
-//! NATS transport ([`nats`]), retry delays ([`retry`]), condition bookkeeping ([`conditions`]) and
+//! NATS transport ([`nats`]), retry delays ([`retry`]), watches that recover from gaps
+//! ([`watches`]), condition bookkeeping ([`conditions`]) and
 //! the content hash that tells whether a desired object or spec changed.
 
 pub mod bus_security;
@@ -16,6 +17,7 @@ pub mod retry;
 pub mod synced;
 pub mod server;
 pub mod telemetry;
+pub mod watches;
 
 use std::hash::Hasher;
 

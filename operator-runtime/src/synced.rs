@@ -13,6 +13,8 @@ use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use crate::watches;
+
 /// The watches `/readyz` waits for.
 #[derive(Clone, Default)]
 pub struct WatchesSynced {
@@ -44,8 +46,9 @@ impl WatchesSynced {
     {
         let writer = reflector::store::Writer::default();
         let store = writer.as_reader();
-        let events = watcher(api, config).default_backoff().reflect(writer);
-        (store, self.track(events).applied_objects())
+        let events = watcher(api, config).backoff(watches::backoff()).reflect(writer);
+        let changes = watches::changes(self.track(events), store.clone());
+        (store, changes.try_filter_map(|change| std::future::ready(Ok(change.applied()))))
     }
 
     /// Returns once every tracked watch has delivered its first full list.

@@ -1,7 +1,9 @@
 //! The live objects reconciles read: one reflector store per kind a component ships, fed by the
 //! label-selected watches that also trigger its reconciles ([`crate::run`]). A reconcile reads
 //! from these stores instead of sending one GET per object; an event reaches a store before the
-//! reconcile it triggers, so a deleted or edited object is seen as such.
+//! reconcile it triggers, so a deleted or edited object is seen as such. After a gap in a watch,
+//! the relisted objects trigger only once the store holds the list, and the objects it no longer
+//! has count as deleted ([`operator_runtime::watches::changes`]).
 
 use std::collections::BTreeMap;
 
@@ -12,6 +14,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use serde_json::Value;
 use operator_runtime::synced::WatchesSynced;
+use operator_runtime::watches::{self, Change};
 use tokio::sync::mpsc;
 
 use crate::kinds::KindInfo;
@@ -39,15 +42,18 @@ impl LiveObjects {
         let resource = info.api_resource();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let writer = reflector::store::Writer::new(resource);
-        self.stores.insert(info.kind, (info, writer.as_reader()));
+        let store = writer.as_reader();
+        self.stores.insert(info.kind, (info, store.clone()));
         let config = watcher::Config::default().labels(selector).any_semantic();
+        let events = watcher(api, config).backoff(watches::backoff()).reflect(writer);
         let deleted = self.deleted.clone();
-        let events = watcher(api, config).default_backoff().reflect(writer).inspect_ok(move |event| {
-            if let (Some(deleted), watcher::Event::Delete(object)) = (&deleted, event) {
+        // Deletions include the objects a relist no longer has (deleted while the watch was down).
+        watches::changes(self.synced.track(events), store).map_ok(move |change| {
+            if let (Some(deleted), Change::Deleted(object)) = (&deleted, &change) {
                 let _ = deleted.send((info, object.clone()));
             }
-        });
-        self.synced.track(events).touched_objects()
+            change.object()
+        })
     }
 
     /// Reports every deleted object of the kinds watched from now on to the returned receiver.

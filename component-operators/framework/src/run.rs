@@ -110,6 +110,8 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     tokio::spawn(crate::heal::run(client, deleted, store.clone(), ctx.desired.clone(), field_manager, metrics.clone()));
     info!(%component, namespace = args.namespace.as_deref().unwrap_or("<all>"), "controller started");
     controller
+        // The controller pauses every trigger after an error from any watch; keep that short.
+        .trigger_backoff(operator_runtime::watches::backoff())
         .shutdown_on_signal()
         .run(reconcile::reconcile::<C>, reconcile::error_policy::<C>, ctx)
         .for_each(|result| async move {

@@ -34,6 +34,8 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use operator_runtime::finalizer::{Step, with_finalizer};
 use operator_runtime::retry::Backoffs;
+use operator_runtime::synced::WatchesSynced;
+use operator_runtime::watches;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -310,7 +312,7 @@ where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    watcher(api, config).default_backoff().touched_objects()
+    watches::log_errors(watcher(api, config).backoff(watches::backoff()).touched_objects())
 }
 
 /// A mapper from any event to every Profile.
@@ -334,8 +336,8 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
     };
     let (settings_writer, crd_writer) = (reflector::store::Writer::default(), reflector::store::Writer::default());
     let (settings, crd_store) = (settings_writer.as_reader(), crd_writer.as_reader());
-    let settings_changes = watcher(settings_api, watcher::Config::default()).default_backoff().reflect(settings_writer).touched_objects();
-    let crd_changes = watcher(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default()).default_backoff().reflect(crd_writer).touched_objects();
+    let settings_changes = watches::log_errors(watcher(settings_api, watcher::Config::default()).backoff(watches::backoff()).reflect(settings_writer).touched_objects());
+    let crd_changes = watches::log_errors(watcher(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default()).backoff(watches::backoff()).reflect(crd_writer).touched_objects());
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings,
@@ -346,8 +348,9 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
     });
     let _ = shared.set(ctx.clone());
     let profiles: Api<DeserializeGuard<Profile>> = Api::all(client.clone());
-    let controller = Controller::new(profiles, watcher::Config::default());
-    let store = controller.store();
+    // Built on a watch of our own so a relist triggers only once the store holds it.
+    let (store, profile_changes) = WatchesSynced::default().reflect(profiles, watcher::Config::default());
+    let controller = Controller::for_stream(profile_changes, store.clone());
     let mesh_resource = |group: &str, version: &str, kind: &str, plural: &str| ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
     let (ap, sr, srb) = (
         mesh_resource("security.istio.io", "v1beta1", "AuthorizationPolicy", "authorizationpolicies"),
@@ -367,6 +370,7 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
         .owns_stream_with(dynamic(&srb), srb.clone())
         .watches_stream(settings_changes, all_profiles(store.clone()))
         .watches_stream(crd_changes.filter(|c| std::future::ready(c.as_ref().is_ok_and(|c| [AUTHORIZATION_POLICY_CRD, SERVICE_ROLE_CRD].contains(&c.name_any().as_str())))), all_profiles(store))
+        .trigger_backoff(watches::backoff())
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -30,6 +30,10 @@ use tokio::sync::Mutex;
 
 const OPERATOR_NAMESPACE: &str = "kubeflow-operators";
 const WEBHOOK: &str = "kubeflow-chaos-conflicts";
+/// Set on SIGINT/SIGTERM: the run stops after the current fault and cleans up.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// A trial converging slower than this prints what it waited for last.
+const SLOW: Duration = Duration::from_secs(10);
 /// The KfDef's applications: three components, each with two operator replicas.
 const APPLICATIONS: &[&str] = &["katib-crds", "katib-controller", "kfserving-crds", "kfserving-install", "dex"];
 const COMPONENTS: &[ComponentKind] = &[ComponentKind::Katib, ComponentKind::KFServing, ComponentKind::Dex];
@@ -102,6 +106,8 @@ struct Outcome {
     drifted: BTreeSet<String>,
     /// Why the KfDef or a component resource is not yet as desired.
     pending: Vec<String>,
+    /// What the last check before convergence still waited for (shown for slow trials).
+    waited_on: Option<String>,
 }
 
 impl Outcome {
@@ -134,6 +140,7 @@ async fn main() -> std::process::ExitCode {
     let seed = flag("--seed").unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs());
     let timeout = Duration::from_secs(flag("--timeout-seconds").unwrap_or(120));
     println!("chaos: {trials} trials, seed {seed} (rerun with --seed {seed})");
+    tokio::spawn(stop_on_signal());
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut chaos = Chaos::start().await;
 
@@ -141,7 +148,11 @@ async fn main() -> std::process::ExitCode {
     let mut by_kind: BTreeMap<Fault, (u32, u32)> = BTreeMap::new();
     let mut times = Vec::new();
     let (mut lost, mut duplicated, mut stuck) = (0, 0, 0);
+    let mut completed = 0;
     for trial in 1..=trials {
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            break;
+        }
         if deck.is_empty() {
             deck = FAULTS.to_vec();
             deck.shuffle(&mut rng);
@@ -153,6 +164,11 @@ async fn main() -> std::process::ExitCode {
         let detail = chaos.inject(fault, &mut rng).await;
         let outcome = chaos.converge(edit.recreated(), timeout).await;
         let took = started.elapsed();
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            println!("trial {trial:>3}: interrupted; not counted");
+            break;
+        }
+        completed += 1;
         let entry = by_kind.entry(fault).or_default();
         entry.0 += 1;
         lost += outcome.lost.len();
@@ -162,6 +178,9 @@ async fn main() -> std::process::ExitCode {
             entry.1 += 1;
             times.push(took);
             println!("trial {trial:>3}: {fault:?} ({detail}) during {edit:?}: converged in {:.1} s", took.as_secs_f64());
+            if took > SLOW {
+                println!("           slow; the last check before convergence found {}", outcome.waited_on.as_deref().unwrap_or("nothing"));
+            }
         } else {
             println!("trial {trial:>3}: {fault:?} ({detail}) during {edit:?}: NOT converged after {:.0} s: {outcome:?}", took.as_secs_f64());
         }
@@ -171,7 +190,7 @@ async fn main() -> std::process::ExitCode {
     times.sort();
     let percentile = |p: f64| times.get(((times.len() as f64 * p).ceil() as usize).saturating_sub(1)).map_or(f64::NAN, |d| d.as_secs_f64());
     let converged: u32 = by_kind.values().map(|(_, c)| c).sum();
-    println!("\ntrials: {trials} (seed {seed})");
+    println!("\ntrials: {completed} of {trials} (seed {seed})");
     for (fault, (n, c)) in &by_kind {
         println!("  {fault:?}: {n} injected, {c} converged");
     }
@@ -180,6 +199,9 @@ async fn main() -> std::process::ExitCode {
     println!("operator restarts (after SIGKILL or a lost Lease): {restarts}");
     println!("converged: {converged}/{trials}, lost objects: {lost}, duplicated objects: {duplicated}, stuck finalizers: {stuck}");
     println!("time to converge after the fault: p50 {:.2} s, p99 {:.2} s, max {:.2} s", percentile(0.50), percentile(0.99), times.last().map_or(f64::NAN, |d| d.as_secs_f64()));
+    if INTERRUPTED.load(Ordering::Relaxed) {
+        return std::process::ExitCode::from(130);
+    }
     if u64::from(converged) == trials && lost == 0 && duplicated == 0 && stuck == 0 { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE }
 }
 
@@ -315,13 +337,16 @@ impl Chaos {
     /// new baseline. `recreated` is the object that must have a new UID.
     async fn converge(&mut self, recreated: Option<&str>, timeout: Duration) -> Outcome {
         let deadline = Instant::now() + timeout;
+        let mut waited_on = None;
         loop {
-            let (outcome, live) = self.check(recreated).await;
+            let (mut outcome, live) = self.check(recreated).await;
             if outcome.converged() {
                 self.baseline = live;
+                outcome.waited_on = waited_on;
                 return outcome;
             }
-            if Instant::now() >= deadline {
+            waited_on = Some(format!("{outcome:?}"));
+            if Instant::now() >= deadline || INTERRUPTED.load(Ordering::Relaxed) {
                 return outcome;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -414,6 +439,25 @@ impl Chaos {
 }
 
 /// Restarts every replica that exited, as a kubelet restarts a pod's container.
+/// The first SIGINT or SIGTERM lets the run finish its current fault and clean up (the KfDef, the
+/// webhook, the namespace; operator processes are killed on exit); a second one quits at once.
+async fn stop_on_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    println!("chaos: stopping after the current fault and cleaning up (signal again to quit now)");
+    INTERRUPTED.store(true, Ordering::Relaxed);
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    std::process::exit(130);
+}
+
 async fn supervise(replicas: Arc<Mutex<Vec<Replica>>>) {
     loop {
         for replica in replicas.lock().await.iter_mut() {
