@@ -43,6 +43,11 @@ pub const OPERATORS_BUCKET: &str = "kubeflow-operators";
 /// How often a component operator refreshes its heartbeat, and when the meta-operator gives up.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(3);
 pub const HEARTBEAT_STALE: Duration = Duration::from_secs(15);
+/// How often a component operator writes its status reports again although they did not change.
+/// A replica that has just lost its Lease may still write a report before it exits, over the new
+/// leader's; the new leader's next refresh puts its own back. Readers ignore a report equal to
+/// the one they hold.
+pub const STATUS_REFRESH_EVERY: Duration = Duration::from_secs(10);
 
 /// The KfDef a component belongs to.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

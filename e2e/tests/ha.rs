@@ -1,11 +1,12 @@
 //! High availability against real processes: a three-node JetStream cluster on loopback with
 //! replicated (R3) buckets loses a node during KfDef edits, and operators run as two replicas
-//! that elect a leader on a Lease, whose leader is killed mid-change.
+//! that elect a leader on a Lease, whose leader is killed mid-change, or whose deposed leader
+//! writes a status report over the new one's.
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use kubeflow_crds::bus::{self, Identity};
+use kubeflow_crds::bus::{self, Identity, StatusReport};
 use kubeflow_crds::kfdef::KfDefPhase;
 use kubeflow_crds::{ComponentKind, Katib, KfDef};
 use kubeflow_e2e::*;
@@ -165,4 +166,38 @@ async fn killing_the_leading_replica_hands_the_change_to_the_standby() {
     edit(&kfdefs, 3).await;
     holder_other_than(&leases, "kubeflow-meta-operator", &leader).await;
     converged(&client, &ns.name, 3, "after the leading meta-operator replica was killed").await;
+}
+
+/// A replica that has just lost its Lease may still publish a report before it exits, over the
+/// new leader's: the leader puts its own back (`bus::STATUS_REFRESH_EVERY`) and the KfDef is
+/// Available again.
+#[tokio::test]
+async fn a_status_report_written_over_by_a_deposed_leader_is_put_back() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-ha-report").await;
+    let nats = NatsServer::start().await;
+    let _meta = OperatorProcess::on_bus("meta-operator", &nats, Identity::MetaOperator, &["--namespace", &ns.name], &[]);
+    let _katib = OperatorProcess::on_bus("katib-operator", &nats, Identity::Component(ComponentKind::Katib), &["--namespace", &ns.name], &[]);
+    let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    kfdefs.create(&PostParams::default(), &kfdef(&ns.name)).await.unwrap();
+    edit(&kfdefs, 0).await;
+    converged(&client, &ns.name, 0, "before the stale report").await;
+
+    let key = bus::key(ComponentKind::Katib, &ns.name, "kubeflow");
+    let reader = async_nats::jetstream::new(nats.client(Identity::MetaOperator).await).get_key_value(bus::STATUS_BUCKET).await.unwrap();
+    let report = |value: &[u8]| serde_json::from_slice::<StatusReport>(value).unwrap();
+    let current = report(&reader.get(&key).await.unwrap().expect("a report"));
+    // The deposed replica holds the same identity and reports on the spec it last saw.
+    let deposed = async_nats::jetstream::new(nats.client(Identity::Component(ComponentKind::Katib)).await).get_key_value(bus::STATUS_BUCKET).await.unwrap();
+    let stale = StatusReport { spec_hash: "an-older-spec".into(), ..current.clone() };
+    let stale_revision = deposed.put(&key, serde_json::to_vec(&stale).unwrap().into()).await.unwrap();
+
+    eventually("the leader's report put back over the stale one", || async {
+        let entry = reader.entry(&key).await.map_err(|e| e.to_string())?.ok_or("no report")?;
+        let now = report(&entry.value);
+        if entry.revision > stale_revision && now.spec_hash == current.spec_hash { Ok(()) } else { Err(format!("revision {} on {}", entry.revision, now.spec_hash)) }
+    })
+    .await;
+    converged(&client, &ns.name, 0, "after the stale report").await;
 }

@@ -349,6 +349,8 @@ pub async fn watch_bus(url: String, credentials: nats::BusCredentials, replicas:
                     let mut all = state.reports.write().await;
                     let reports = all.entry((namespace.clone(), name.clone())).or_default();
                     match (entry.operation, serde_json::from_slice::<StatusReport>(&entry.value)) {
+                        // A refresh of an unchanged report changes nothing.
+                        (kv::Operation::Put, Ok(report)) if reports.get(&component) == Some(&report) => continue,
                         (kv::Operation::Put, Ok(report)) => { reports.insert(component, report); }
                         (kv::Operation::Put, Err(e)) => { warn!(key = %entry.key, error = %e, "ignoring undecodable status report"); continue; }
                         _ => { reports.remove(&component); }

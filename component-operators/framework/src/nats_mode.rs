@@ -314,17 +314,27 @@ async fn remove_orphans<C: Component>(client: &Client, namespace: Option<&str>, 
 }
 
 /// Publishes the latest report per key when it differs from what was last published; keeps
-/// what could not be sent and retries, and refreshes `heartbeat` (with the current time).
+/// what could not be sent and retries; refreshes `heartbeat` (with the current time), and puts
+/// every report again each [`bus::STATUS_REFRESH_EVERY`] in case another writer replaced it.
 async fn publish_status(js: jetstream::Context, mut rx: mpsc::UnboundedReceiver<(String, Option<StatusReport>)>, component: ComponentKind, mut heartbeat: Heartbeat) {
     let (_, status, operators) = open_buckets(&js, component).await;
     let mut pending: BTreeMap<String, Option<StatusReport>> = BTreeMap::new();
     let mut published: BTreeMap<String, Option<StatusReport>> = BTreeMap::new();
     let mut beat_every = tokio::time::interval(bus::HEARTBEAT_EVERY);
+    let mut refresh_every = tokio::time::interval(bus::STATUS_REFRESH_EVERY);
     loop {
         tokio::select! {
             message = rx.recv() => {
                 let Some((key, report)) = message else { return };
                 pending.insert(key, report);
+            }
+            _ = refresh_every.tick() => {
+                // Deleted keys are not deleted again: they are forgotten.
+                for (key, report) in std::mem::take(&mut published) {
+                    if report.is_some() {
+                        pending.entry(key).or_insert(report);
+                    }
+                }
             }
             _ = beat_every.tick() => {
                 heartbeat.at = nats::now_unix();

@@ -32,6 +32,8 @@ const OPERATOR_NAMESPACE: &str = "kubeflow-operators";
 const WEBHOOK: &str = "kubeflow-chaos-conflicts";
 /// Set on SIGINT/SIGTERM: the run stops after the current fault and cleans up.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// How long a Pod or ReplicaSet may outlive its controller before the run collects it.
+const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 /// A trial converging slower than this prints what it waited for last.
 const SLOW: Duration = Duration::from_secs(10);
 /// The KfDef's applications: three components, each with two operator replicas.
@@ -130,6 +132,11 @@ struct Chaos {
     expected: BTreeMap<&'static str, String>,
     /// Objects of the components and their UIDs, as last converged.
     baseline: BTreeMap<String, Live>,
+    /// Pods and ReplicaSets whose controller no longer exists, by UID, and since when (see
+    /// [`Chaos::collect_orphans`]).
+    orphans: BTreeMap<String, Instant>,
+    /// How many of them the run deleted in the garbage collector's place.
+    collected_orphans: u32,
 }
 
 #[tokio::main]
@@ -148,7 +155,7 @@ async fn main() -> std::process::ExitCode {
     let mut by_kind: BTreeMap<Fault, (u32, u32)> = BTreeMap::new();
     let mut times = Vec::new();
     let (mut lost, mut duplicated, mut stuck) = (0, 0, 0);
-    let mut completed = 0;
+    let mut completed: u64 = 0;
     for trial in 1..=trials {
         if INTERRUPTED.load(Ordering::Relaxed) {
             break;
@@ -197,12 +204,13 @@ async fn main() -> std::process::ExitCode {
     println!("409 answers injected: {}", chaos.conflicts.denied.load(Ordering::Relaxed));
     let restarts: u32 = chaos.replicas.lock().await.iter().map(|r| r.restarts).sum();
     println!("operator restarts (after SIGKILL or a lost Lease): {restarts}");
-    println!("converged: {converged}/{trials}, lost objects: {lost}, duplicated objects: {duplicated}, stuck finalizers: {stuck}");
+    println!("orphans the garbage collector missed, deleted in its place: {}", chaos.collected_orphans);
+    println!("converged: {converged}/{completed}, lost objects: {lost}, duplicated objects: {duplicated}, stuck finalizers: {stuck}");
     println!("time to converge after the fault: p50 {:.2} s, p99 {:.2} s, max {:.2} s", percentile(0.50), percentile(0.99), times.last().map_or(f64::NAN, |d| d.as_secs_f64()));
     if INTERRUPTED.load(Ordering::Relaxed) {
         return std::process::ExitCode::from(130);
     }
-    if u64::from(converged) == trials && lost == 0 && duplicated == 0 && stuck == 0 { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE }
+    if u64::from(converged) == trials && completed == trials && lost == 0 && duplicated == 0 && stuck == 0 { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE }
 }
 
 impl Chaos {
@@ -250,7 +258,7 @@ impl Chaos {
         let components: Vec<_> = kubeflow_component_registry::all().into_iter().filter(|c| COMPONENTS.contains(&c.kind)).collect();
         let kinds: BTreeSet<&str> = components.iter().flat_map(|c| &c.watched_kinds).filter(|k| !k.is_crd()).map(|k| k.kind).collect();
         let kinds = component_framework::kinds::KINDS.iter().filter(|k| kinds.contains(k.kind)).collect();
-        let mut chaos = Self { client, components, kinds, ns, nats, replicas, conflicts, expected: BTreeMap::new(), baseline: BTreeMap::new() };
+        let mut chaos = Self { client, components, kinds, ns, nats, replicas, conflicts, expected: BTreeMap::new(), baseline: BTreeMap::new(), orphans: BTreeMap::new(), collected_orphans: 0 };
         let outcome = chaos.converge(None, Duration::from_secs(180)).await;
         assert!(outcome.converged(), "the KfDef did not converge before any fault: {outcome:?}");
         println!("setup: {} objects of {} components converged", chaos.baseline.len(), COMPONENTS.len());
@@ -346,6 +354,7 @@ impl Chaos {
                 return outcome;
             }
             waited_on = Some(format!("{outcome:?}"));
+            self.collect_orphans().await;
             if Instant::now() >= deadline || INTERRUPTED.load(Ordering::Relaxed) {
                 return outcome;
             }
@@ -421,6 +430,45 @@ impl Chaos {
     }
 
     /// Every object the components own for resources in the namespace (CRDs, shared, excepted).
+    /// Stands in for kube-controller-manager's garbage collector where it provably missed a
+    /// deletion: a Pod or ReplicaSet of the namespace whose controller (by UID) has been gone for
+    /// [`ORPHAN_GRACE`] is deleted, and counted. The collector misses one when the owner is deleted
+    /// and created again under the same name while its own watch is down (after an API server
+    /// restart): its relist matches objects by name, so the old owner never leaves its graph. A
+    /// StatefulSet recreated that way never gets its pods back, as the old pod holds the name.
+    async fn collect_orphans(&mut self) {
+        let resource = |kind: &str, plural: &str, group: &str| kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(group, "v1", kind), plural);
+        let controllers = [resource("StatefulSet", "statefulsets", "apps"), resource("ReplicaSet", "replicasets", "apps"), resource("Deployment", "deployments", "apps")];
+        let dependents = [resource("Pod", "pods", ""), resource("ReplicaSet", "replicasets", "apps")];
+        let mut alive = BTreeSet::new();
+        for controller in &controllers {
+            let Ok(list) = Api::<DynamicObject>::namespaced_with(self.client.clone(), &self.ns, controller).list(&ListParams::default()).await else { return };
+            alive.extend(list.items.iter().filter_map(|o| o.uid()));
+        }
+        let mut seen = BTreeSet::new();
+        for dependent in &dependents {
+            let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), &self.ns, dependent);
+            let Ok(list) = api.list(&ListParams::default()).await else { return };
+            for object in list.items {
+                let Some(owner) = object.owner_references().iter().find(|o| o.controller == Some(true)) else { continue };
+                let Some(uid) = object.uid() else { continue };
+                if alive.contains(&owner.uid) || object.metadata.deletion_timestamp.is_some() || !controllers.iter().any(|c| c.kind == owner.kind) {
+                    continue;
+                }
+                seen.insert(uid.clone());
+                let since = *self.orphans.entry(uid.clone()).or_insert_with(Instant::now);
+                if since.elapsed() >= ORPHAN_GRACE {
+                    let params = DeleteParams { preconditions: Some(kube::api::Preconditions { uid: Some(uid), resource_version: None }), ..Default::default() };
+                    if api.delete(&object.name_any(), &params).await.is_ok() {
+                        self.collected_orphans += 1;
+                        println!("           garbage collector stand-in: deleted {} {}, whose controller {} {} ({}) is gone", dependent.kind, object.name_any(), owner.kind, owner.name, owner.uid);
+                    }
+                }
+            }
+        }
+        self.orphans.retain(|uid, _| seen.contains(uid));
+    }
+
     async fn inventory(&self) -> Result<BTreeMap<String, Live>, String> {
         let owner = format!("{}/", self.ns);
         let selector = ListParams::default().labels(component_framework::build::PART_OF_LABEL);
@@ -438,7 +486,6 @@ impl Chaos {
     }
 }
 
-/// Restarts every replica that exited, as a kubelet restarts a pod's container.
 /// The first SIGINT or SIGTERM lets the run finish its current fault and clean up (the KfDef, the
 /// webhook, the namespace; operator processes are killed on exit); a second one quits at once.
 async fn stop_on_signal() {
@@ -458,6 +505,7 @@ async fn stop_on_signal() {
     std::process::exit(130);
 }
 
+/// Restarts every replica that exited, as a kubelet restarts a pod's container.
 async fn supervise(replicas: Arc<Mutex<Vec<Replica>>>) {
     loop {
         for replica in replicas.lock().await.iter_mut() {
