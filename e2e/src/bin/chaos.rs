@@ -82,12 +82,32 @@ impl Replica {
     }
 }
 
-/// A live object of a component: its UID, whether it is being deleted, and its replicas.
+/// A live object of a component: its UID, whether it is being deleted, its replicas, and for a
+/// workload what its rollout still lacks.
 #[derive(Clone, Debug, PartialEq)]
 struct Live {
     uid: String,
     deleting: bool,
     replicas: Option<i64>,
+    not_rolled_out: Option<String>,
+}
+
+/// What the rollout of a Deployment or StatefulSet still lacks (its controller observed its
+/// generation and every replica is updated and ready); `None` for other kinds and finished ones.
+fn rollout_lacks(kind: &str, object: &DynamicObject) -> Option<String> {
+    if !["Deployment", "StatefulSet"].contains(&kind) {
+        return None;
+    }
+    let wanted = object.data["spec"]["replicas"].as_i64().unwrap_or(1);
+    let status = &object.data["status"];
+    let count = |field: &str| status[field].as_i64().unwrap_or(0);
+    if status["observedGeneration"].as_i64() < object.metadata.generation {
+        Some("generation not observed".into())
+    } else if count("updatedReplicas") != wanted || count("readyReplicas") != wanted {
+        Some(format!("{}/{wanted} updated, {}/{wanted} ready", count("updatedReplicas"), count("readyReplicas")))
+    } else {
+        None
+    }
 }
 
 impl Edit {
@@ -420,6 +440,9 @@ impl Chaos {
                     if now.replicas != was.replicas {
                         outcome.drifted.insert(format!("{key} replicas {:?}", now.replicas));
                     }
+                    if let Some(lacks) = &now.not_rolled_out {
+                        outcome.pending.push(format!("{key} not rolled out: {lacks}"));
+                    }
                 }
             }
         }
@@ -479,7 +502,8 @@ impl Chaos {
             for object in list.items.into_iter().filter(|o| o.annotations().get(component_framework::build::OWNER_ANNOTATION).is_some_and(|a| a.starts_with(&owner))) {
                 let key = format!("{} {}/{}", info.kind, object.namespace().unwrap_or_default(), object.name_any());
                 let replicas = object.data["spec"]["replicas"].as_i64();
-                live.insert(key, Live { uid: object.uid().unwrap_or_default(), deleting: object.metadata.deletion_timestamp.is_some(), replicas });
+                let not_rolled_out = rollout_lacks(info.kind, &object);
+                live.insert(key, Live { uid: object.uid().unwrap_or_default(), deleting: object.metadata.deletion_timestamp.is_some(), replicas, not_rolled_out });
             }
         }
         Ok(live)
