@@ -29,12 +29,6 @@ pub struct BusCredentials {
     pub ca_file: Option<PathBuf>,
 }
 
-/// How long a request (JetStream API calls included) waits for its answer. A server that has just
-/// restarted does not answer JetStream requests until it has caught up with its cluster; every
-/// caller retries with backoff, so a short wait recovers within seconds of the server being ready
-/// instead of after async-nats's default of 10 s.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
-
 /// Connects as `identity`, retrying forever, and reports connection events on the returned
 /// channel (a `Connected` after a `Disconnected` tells consumers to relist).
 pub async fn connect(url: &str, identity: Identity, credentials: &BusCredentials) -> Result<(async_nats::Client, tokio::sync::watch::Receiver<u64>), async_nats::ConnectError> {
@@ -53,7 +47,6 @@ pub async fn connect(url: &str, identity: Identity, credentials: &BusCredentials
         .name(identity.user())
         .custom_inbox_prefix(identity.inbox_prefix())
         .retry_on_initial_connect()
-        .request_timeout(Some(REQUEST_TIMEOUT))
         .event_callback(move |event| {
             let tx = tx.clone();
             async move {
