@@ -460,22 +460,23 @@ impl Chaos {
     /// restart): its relist matches objects by name, so the old owner never leaves its graph. A
     /// StatefulSet recreated that way never gets its pods back, as the old pod holds the name.
     async fn collect_orphans(&mut self) {
-        let resource = |kind: &str, plural: &str, group: &str| kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(group, "v1", kind), plural);
-        let controllers = [resource("StatefulSet", "statefulsets", "apps"), resource("ReplicaSet", "replicasets", "apps"), resource("Deployment", "deployments", "apps")];
-        let dependents = [resource("Pod", "pods", ""), resource("ReplicaSet", "replicasets", "apps")];
-        let mut alive = BTreeSet::new();
-        for controller in &controllers {
-            let Ok(list) = Api::<DynamicObject>::namespaced_with(self.client.clone(), &self.ns, controller).list(&ListParams::default()).await else { return };
-            alive.extend(list.items.iter().filter_map(|o| o.uid()));
+        const CONTROLLERS: [&str; 3] = ["StatefulSet", "Deployment", "ReplicaSet"];
+        const DEPENDENTS: [&str; 2] = ["ReplicaSet", "Pod"];
+        // Metadata only, each kind listed once.
+        let mut listed = Vec::new();
+        for (kind, plural, group) in [("StatefulSet", "statefulsets", "apps"), ("Deployment", "deployments", "apps"), ("ReplicaSet", "replicasets", "apps"), ("Pod", "pods", "")] {
+            let resource = kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk(group, "v1", kind), plural);
+            let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), &self.ns, &resource);
+            let Ok(list) = api.list_metadata(&ListParams::default()).await else { return };
+            listed.push((kind, api, list.items));
         }
+        let alive: BTreeSet<String> = listed.iter().filter(|(kind, ..)| CONTROLLERS.contains(kind)).flat_map(|(_, _, items)| items.iter().filter_map(|o| o.uid())).collect();
         let mut seen = BTreeSet::new();
-        for dependent in &dependents {
-            let api = Api::<DynamicObject>::namespaced_with(self.client.clone(), &self.ns, dependent);
-            let Ok(list) = api.list(&ListParams::default()).await else { return };
-            for object in list.items {
+        for (kind, api, items) in listed.iter().filter(|(kind, ..)| DEPENDENTS.contains(kind)) {
+            for object in items {
                 let Some(owner) = object.owner_references().iter().find(|o| o.controller == Some(true)) else { continue };
                 let Some(uid) = object.uid() else { continue };
-                if alive.contains(&owner.uid) || object.metadata.deletion_timestamp.is_some() || !controllers.iter().any(|c| c.kind == owner.kind) {
+                if alive.contains(&owner.uid) || object.metadata.deletion_timestamp.is_some() || !CONTROLLERS.contains(&owner.kind.as_str()) {
                     continue;
                 }
                 seen.insert(uid.clone());
@@ -484,7 +485,7 @@ impl Chaos {
                     let params = DeleteParams { preconditions: Some(kube::api::Preconditions { uid: Some(uid), resource_version: None }), ..Default::default() };
                     if api.delete(&object.name_any(), &params).await.is_ok() {
                         self.collected_orphans += 1;
-                        println!("           garbage collector stand-in: deleted {} {}, whose controller {} {} ({}) is gone", dependent.kind, object.name_any(), owner.kind, owner.name, owner.uid);
+                        println!("           garbage collector stand-in: deleted {kind} {}, whose controller {} {} ({}) is gone", object.name_any(), owner.kind, owner.name, owner.uid);
                     }
                 }
             }
