@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 source e2e/env/versions.sh
 start=$SECONDS
 step() { printf '\n=== %s (%ss)\n' "$*" "$((SECONDS - start))" >&2; }
+target_dir=${CARGO_TARGET_DIR:-$PWD/target}
+# A one-off build (CI on a fresh clone) gains nothing from incremental caches, which would take
+# several GB of disk beside the binaries.
+[[ -n ${CI:-} ]] && export CARGO_INCREMENTAL=0
 
 step "prerequisites"
 hack/prereqs.sh
@@ -47,7 +51,7 @@ step "end-to-end tests"
 cargo build --locked --workspace --bins
 # Test-only operator binaries (e.g. katib-operator-test-releases) live in the e2e crate.
 cargo build --locked -p kubeflow-e2e --features e2e --bins
-export KFOP_BIN_DIR=${CARGO_TARGET_DIR:-$PWD/target}/debug
+export KFOP_BIN_DIR=$target_dir/debug
 cargo test --locked -p kubeflow-e2e --features e2e -- --test-threads 4
 
 step "chaos: eight fixed-seed trials, one fault kind each twice (make chaos runs a hundred)"
@@ -57,4 +61,4 @@ step "chaos: eight fixed-seed trials, one fault kind each twice (make chaos runs
 step "operator images run as nonroot under crun and become ready (hack/test-images.sh)"
 hack/test-images.sh
 
-step "done in $((SECONDS - start)) s"
+step "done in $((SECONDS - start)) s; build output: $(du -sh "$target_dir" | cut -f1) in $target_dir"

@@ -111,7 +111,7 @@ fn release_dir(package: &Package, index: usize) -> String {
     format!("{}/{}", package.name, OPERATOR_RELEASES[index].version)
 }
 
-/// The manifests of one bundle: the CSV first, then the CRDs. A released bundle's are read from
+/// The manifests of one bundle: the CSV first, then the CRDs and the Deployment's disruption budget. A released bundle's are read from
 /// `dir` (published bundles never change); the release in development's are rendered from code.
 pub fn bundle_manifests(dir: &Path, package: &Package, index: usize) -> Result<Vec<(String, Value)>, BundleError> {
     if OPERATOR_RELEASES[index].is_released() {
@@ -129,6 +129,10 @@ pub fn bundle_manifests(dir: &Path, package: &Package, index: usize) -> Result<V
     let csv = csv::cluster_service_version(package, index);
     let mut manifests = vec![(format!("{}.clusterserviceversion.yaml", package.name), csv)];
     manifests.extend(package.crds.iter().map(|crd| (crd_file(crd), crd.clone())));
+    // OLM creates the budget in the namespace it installs the operator in.
+    let mut budget = kubeflow_deploy::operator_disruption_budget(&package.operator);
+    budget["metadata"].as_object_mut().expect("metadata is an object").remove("namespace");
+    manifests.push((format!("{}.poddisruptionbudget.yaml", package.operator), budget));
     Ok(manifests)
 }
 

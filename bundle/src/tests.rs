@@ -18,7 +18,7 @@ fn csvs() -> Vec<(&'static Package, usize, Value, Vec<Value>)> {
             let mut manifests = bundle_manifests(&bundle_dir(), package, index).unwrap().into_iter().map(|(_, o)| o);
             let csv = manifests.next().unwrap();
             assert_eq!(csv["kind"], "ClusterServiceVersion");
-            out.push((package, index, csv, manifests.collect()));
+            out.push((package, index, csv, manifests.filter(|o| o["kind"] == "CustomResourceDefinition").collect()));
         }
     }
     out
@@ -78,6 +78,25 @@ fn csv_deployment_is_restricted_with_probes_and_requests() {
         assert!(container["resources"]["requests"]["cpu"].is_string() && container["resources"]["requests"]["memory"].is_string());
         let installs: Vec<(&str, bool)> = csv["spec"]["installModes"].as_array().unwrap().iter().map(|m| (m["type"].as_str().unwrap(), m["supported"] == true)).collect();
         assert!(installs.contains(&("AllNamespaces", true)) && installs.len() == 4);
+    }
+}
+
+/// From the release in development on, a bundle carries a disruption budget for its Deployment
+/// (OLM creates it in the install namespace): drains evict one of the two replicas at a time.
+#[test]
+fn the_release_in_development_bounds_disruptions_of_its_deployment() {
+    let index = OPERATOR_RELEASES.len() - 1;
+    for package in all_packages() {
+        let manifests: Vec<Value> = bundle_manifests(&bundle_dir(), package, index).unwrap().into_iter().map(|(_, o)| o).collect();
+        let deployment = &manifests[0]["spec"]["install"]["spec"]["deployments"][0];
+        let budgets: Vec<&Value> = manifests.iter().filter(|o| o["kind"] == "PodDisruptionBudget").collect();
+        assert_eq!(budgets.len(), 1, "{}", package.name);
+        assert_eq!(budgets[0]["apiVersion"], "policy/v1");
+        assert_eq!(budgets[0]["metadata"]["name"], deployment["name"], "{}", package.name);
+        assert!(budgets[0]["metadata"]["namespace"].is_null(), "{}: OLM chooses the namespace", package.name);
+        assert_eq!(budgets[0]["spec"]["selector"], deployment["spec"]["selector"], "{}", package.name);
+        assert_eq!(budgets[0]["spec"]["maxUnavailable"], 1, "{}", package.name);
+        assert_eq!(deployment["spec"]["replicas"], 2, "{}", package.name);
     }
 }
 

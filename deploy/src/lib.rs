@@ -137,6 +137,18 @@ pub fn with_endpoints(mut deployment: Value, endpoints: &[component_framework::E
 /// Replicas of every operator Deployment.
 pub const OPERATOR_REPLICAS: i32 = 2;
 
+/// The PodDisruptionBudget of operator `name`'s Deployment: a node drain or cluster upgrade evicts
+/// its replicas one at a time (the next only once the first is replaced and ready), so one
+/// replica is always there to hold or take the Lease, even when both were scheduled on one node.
+pub fn operator_disruption_budget(name: &str) -> Value {
+    json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"}},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}}},
+    })
+}
+
 /// ServiceAccount, ClusterRole and ClusterRoleBinding of operator `name` with `rules`, and the
 /// Role and RoleBinding of its leader election in [`OPERATOR_NAMESPACE`].
 pub fn operator_rbac(name: &str, rules: &[k8s_openapi::api::rbac::v1::PolicyRule]) -> Vec<Value> {
@@ -229,14 +241,15 @@ pub fn meta_operator_package() -> (String, Vec<(String, String)>) {
     ("meta-operator".to_string(), files)
 }
 
-/// Files of a package that installs one operator: its CRDs, RBAC and Deployment.
+/// Files of a package that installs one operator: its CRDs, RBAC, Deployment and its disruption
+/// budget.
 fn operator_package(name: &str, crds: &[Value], rules: &[k8s_openapi::api::rbac::v1::PolicyRule], deployment: Value, services: &[Value]) -> Vec<(String, String)> {
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}});
     vec![
         ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operator.yaml"])),
         ("crd.yaml".to_string(), yaml_docs(crds)),
         ("rbac.yaml".to_string(), yaml_docs(&operator_rbac(name, rules))),
-        ("operator.yaml".to_string(), yaml_docs(&[vec![namespace, deployment], services.to_vec()].concat())),
+        ("operator.yaml".to_string(), yaml_docs(&[vec![namespace, deployment, operator_disruption_budget(name)], services.to_vec()].concat())),
     ]
 }
 
@@ -256,11 +269,13 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
     let mut deployments = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
     deployments.extend(provision::server_objects(OPERATOR_NAMESPACE, NATS_REPLICAS));
     deployments.push(with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION")), Identity::MetaOperator));
+    deployments.push(operator_disruption_budget("meta-operator"));
     for component in kubeflow_component_registry::all() {
         crds.push(component.crd);
         rbac.extend(operator_rbac(&component.operator, &component.rules));
         let (deployment, services) = with_endpoints(with_nats(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION")), Identity::Component(component.kind)), component.endpoints);
         deployments.push(deployment);
+        deployments.push(operator_disruption_budget(&component.operator));
         deployments.extend(services);
     }
     let files = vec![
@@ -360,6 +375,31 @@ mod tests {
     #[should_panic(expected = "run `make images-lock generate`")]
     fn an_image_of_another_version_is_refused() {
         operator_image("meta-operator", "99.0.0");
+    }
+
+    /// Every operator Deployment of every package has a budget that selects exactly its pods and
+    /// lets a drain evict one replica, never both at once.
+    #[test]
+    fn every_operator_deployment_is_evicted_one_replica_at_a_time() {
+        for (dir, files) in render_all().into_iter().filter(|(dir, _)| dir != "nats") {
+            let objects: Vec<Value> = files
+                .iter()
+                .filter(|(f, _)| f.starts_with("operator"))
+                .flat_map(|(_, text)| text.split("\n---\n").skip(1).map(|doc| serde_yaml_ng::from_str::<Value>(doc).unwrap()).collect::<Vec<_>>())
+                .collect();
+            let deployments: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Deployment").collect();
+            assert!(!deployments.is_empty(), "{dir}");
+            for deployment in deployments {
+                let name = &deployment["metadata"]["name"];
+                let budgets: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "PodDisruptionBudget" && o["metadata"]["name"] == *name).collect();
+                assert_eq!(budgets.len(), 1, "{dir}: {name} has no disruption budget");
+                let budget = budgets[0];
+                assert_eq!(budget["metadata"]["namespace"], deployment["metadata"]["namespace"], "{dir}: {name}");
+                assert_eq!(budget["spec"]["selector"], deployment["spec"]["selector"], "{dir}: {name}");
+                assert_eq!(budget["spec"]["maxUnavailable"], 1, "{dir}: {name}");
+                assert_eq!(deployment["spec"]["replicas"], 2, "{dir}: {name}");
+            }
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use component_framework::api::component::{ComponentPhase, ComponentResource};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use kubeflow_crds::{Istio, KfDef};
@@ -116,6 +117,17 @@ impl Subscribed {
         }
     }
 
+    /// The PodDisruptionBudget OLM created from the bundle: the disruption controller counts the
+    /// operator's two pods under it and allows evicting one of them, not both.
+    async fn disruptions_bounded(&self, operator: &str) {
+        let budgets: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &self.namespace.name);
+        eventually(&format!("PodDisruptionBudget {operator} allows one disruption of two pods"), || async {
+            let status = budgets.get(operator).await.map_err(|e| e.to_string())?.status.unwrap_or_default();
+            if status.expected_pods == 2 && status.current_healthy == 2 && status.disruptions_allowed == 1 { Ok(()) } else { Err(format!("{status:?}")) }
+        })
+        .await;
+    }
+
     /// Removes the operator as a user would (Subscription and CSV); its CRDs and resources stay.
     async fn uninstall(&self, csv: &str) {
         let subscriptions = olm_api(&self.client, &self.namespace.name, "v1alpha1", "Subscription", "subscriptions");
@@ -153,13 +165,14 @@ async fn install_oldest(client: &Client, package: &str, operator: &str) -> (Olm,
 }
 
 /// Publishes the newer releases and waits for OLM to move the subscription to `newer`, replacing
-/// `older`; returns the new CSV's examples.
+/// `older`, with the newer bundle's disruption budget in place; returns the new CSV's examples.
 async fn upgrade_to(olm: &mut Olm, subscribed: &Subscribed, operator: &str, older: &str, newer: &str) -> Vec<Value> {
     subscribed.publish_newer(olm).await;
     let csv = subscribed.succeeded(newer).await;
     assert_eq!(csv.data["spec"]["replaces"], older);
     gone(&subscribed.csvs(), older).await;
     subscribed.deployment_at(operator, &csv).await;
+    subscribed.disruptions_bounded(operator).await;
     subscribed.examples_are_valid(&csv).await
 }
 
