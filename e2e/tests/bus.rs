@@ -241,7 +241,8 @@ async fn the_meta_operator_provisions_a_working_bus_and_rotates_an_identity_on_r
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), n);
     eventually(&format!("the NATS server provisioned (log: {})", meta.log.display()), || async { statefulsets.get("nats").await.map(|_| ()).map_err(|e| e.to_string()) }).await;
     let policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> = Api::namespaced(client.clone(), n);
-    policies.get("nats").await.expect("the NetworkPolicy");
+    // Applied after the StatefulSet.
+    eventually("the NetworkPolicy", || async { policies.get("nats").await.map(|_| ()).map_err(|e| e.to_string()) }).await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), n);
     let katib = provision::identity_secret(Identity::Component(ComponentKind::Katib));
     eventually("every identity Secret", || async {

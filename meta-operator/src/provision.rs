@@ -280,7 +280,7 @@ pub async fn provision(client: &Client, namespace: &str, server_replicas: Option
 pub async fn rotate_on_request(client: Client, namespace: String) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let config = watcher::Config::default().labels(IDENTITY_LABEL);
-    let mut changes = std::pin::pin!(watcher(secrets.clone(), config).backoff(operator_runtime::watches::backoff()).applied_objects());
+    let mut changes = std::pin::pin!(operator_runtime::watches::watch(secrets.clone(), config).applied_objects());
     while let Some(change) = changes.next().await {
         let Ok(secret) = change else { continue };
         let annotations = secret.annotations();

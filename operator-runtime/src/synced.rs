@@ -46,7 +46,7 @@ impl WatchesSynced {
     {
         let writer = reflector::store::Writer::default();
         let store = writer.as_reader();
-        let events = watcher(api, config).backoff(watches::backoff()).reflect(writer);
+        let events = watches::watch(api, config).reflect(writer);
         let changes = watches::changes(self.track(events), store.clone());
         (store, changes.try_filter_map(|change| std::future::ready(Ok(change.applied()))))
     }

@@ -1,7 +1,7 @@
 //! Watches that recover quickly and completely from a gap: an API server restart, a dropped
 //! connection, an expired resource version.
 //!
-//! - [`backoff`]: reconnects within a few seconds. kube-runtime's default waits up to 30 s, so one
+//! - [`watch`]: a watch that reconnects within a few seconds ([`backoff`]). kube-runtime's default waits up to 30 s, so one
 //!   API server restart left a watch blind for half a minute.
 //! - [`changes`]: what a reflected watch tells a controller, in an order that is safe to act on.
 //!   After a gap the watcher lists again, and an object deleted during the gap yields no event of
@@ -16,10 +16,12 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, stream};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::Backoff;
-use kube::runtime::watcher::{self, Event};
-use kube::{Resource, ResourceExt};
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 
 use crate::retry;
 
@@ -49,6 +51,26 @@ impl Backoff for WatchBackoff {
     fn reset(&mut self) {
         backoff::backoff::Backoff::reset(&mut self.0);
     }
+}
+
+/// A watch of `api` whose reconnects wait [`backoff`].
+pub fn watch<K>(api: Api<K>, config: watcher::Config) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher(api, config).backoff(backoff())
+}
+
+/// A [`watch`] of `api` reflected into a new store (of objects of `dyntype`): the store, and the
+/// watch's [`changes`], which must be polled to keep the store current.
+pub fn reflect<K>(api: Api<K>, config: watcher::Config, dyntype: K::DynamicType) -> (Store<K>, impl Stream<Item = Result<Change<K>, watcher::Error>> + Send + 'static)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::new(dyntype);
+    let store = writer.as_reader();
+    (store.clone(), changes(watch(api, config).reflect(writer), store))
 }
 
 /// A change a reflected watch reports.

@@ -45,7 +45,7 @@ impl LiveObjects {
         let store = writer.as_reader();
         self.stores.insert(info.kind, (info, store.clone()));
         let config = watcher::Config::default().labels(selector).any_semantic();
-        let events = watcher(api, config).backoff(watches::backoff()).reflect(writer);
+        let events = watches::watch(api, config).reflect(writer);
         let deleted = self.deleted.clone();
         // Deletions include the objects a relist no longer has (deleted while the watch was down).
         watches::changes(self.synced.track(events), store).map_ok(move |change| {

@@ -19,7 +19,7 @@ use component_framework::api::ProfileController;
 use component_framework::api::common::ConditionStatus;
 use component_framework::api::component::ManagementState;
 use component_framework::api::profile::{self, Profile};
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::RoleBinding;
@@ -29,13 +29,13 @@ use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, List
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::core::DeserializeGuard;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use operator_runtime::finalizer::{Step, with_finalizer};
 use operator_runtime::retry::Backoffs;
 use operator_runtime::synced::WatchesSynced;
-use operator_runtime::watches;
+use operator_runtime::watches::{self, Change};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -306,13 +306,16 @@ fn error_policy(profile: Arc<DeserializeGuard<Profile>>, error: &Error, ctx: Arc
     Action::requeue(ctx.backoffs.next(&profile.name_any()))
 }
 
-/// A watch with backoff: kinds whose CRD is not installed yet keep retrying quietly.
-fn owned<K>(api: Api<K>) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+/// The objects of `api` the operator manages, changed or deleted — also those deleted while the
+/// watch was down, so the Profile that owned one puts it back. Kinds whose CRD is not installed
+/// yet keep retrying quietly.
+fn owned<K>(api: Api<K>, dyntype: K::DynamicType) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    watches::log_errors(watcher(api, config).backoff(watches::backoff()).touched_objects())
+    watches::reflect(api, config, dyntype).1.map_ok(Change::object)
 }
 
 /// A mapper from any event to every Profile.
@@ -334,10 +337,10 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let (settings_writer, crd_writer) = (reflector::store::Writer::default(), reflector::store::Writer::default());
-    let (settings, crd_store) = (settings_writer.as_reader(), crd_writer.as_reader());
-    let settings_changes = watches::log_errors(watcher(settings_api, watcher::Config::default()).backoff(watches::backoff()).reflect(settings_writer).touched_objects());
-    let crd_changes = watches::log_errors(watcher(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default()).backoff(watches::backoff()).reflect(crd_writer).touched_objects());
+    // A relist triggers the Profiles only once these stores hold it (`watches::changes`).
+    let (settings, settings_changes) = watches::reflect(settings_api, watcher::Config::default(), ());
+    let (crd_store, crd_changes) = watches::reflect(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default(), ());
+    let (settings_changes, crd_changes) = (settings_changes.map_ok(Change::object), crd_changes.map_ok(Change::object));
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings,
@@ -357,14 +360,14 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
         mesh_resource("rbac.istio.io", "v1alpha1", "ServiceRole", "serviceroles"),
         mesh_resource("rbac.istio.io", "v1alpha1", "ServiceRoleBinding", "servicerolebindings"),
     );
-    let dynamic = |r: &ApiResource| owned(Api::<DynamicObject>::all_with(client.clone(), r));
+    let dynamic = |r: &ApiResource| owned(Api::<DynamicObject>::all_with(client.clone(), r), r.clone());
     controller
-        .owns_stream(owned(Api::<Namespace>::all(client.clone())))
-        .owns_stream(owned(Api::<RoleBinding>::all(client.clone())))
-        .owns_stream(owned(Api::<ServiceAccount>::all(client.clone())))
-        .owns_stream(owned(Api::<ResourceQuota>::all(client.clone())))
-        .owns_stream(owned(Api::<LimitRange>::all(client.clone())))
-        .owns_stream(owned(Api::<NetworkPolicy>::all(client.clone())))
+        .owns_stream(owned(Api::<Namespace>::all(client.clone()), ()))
+        .owns_stream(owned(Api::<RoleBinding>::all(client.clone()), ()))
+        .owns_stream(owned(Api::<ServiceAccount>::all(client.clone()), ()))
+        .owns_stream(owned(Api::<ResourceQuota>::all(client.clone()), ()))
+        .owns_stream(owned(Api::<LimitRange>::all(client.clone()), ()))
+        .owns_stream(owned(Api::<NetworkPolicy>::all(client.clone()), ()))
         .owns_stream_with(dynamic(&ap), ap.clone())
         .owns_stream_with(dynamic(&sr), sr.clone())
         .owns_stream_with(dynamic(&srb), srb.clone())
