@@ -308,7 +308,36 @@ impl OperatorProcess {
 impl Drop for OperatorProcess {
     fn drop(&mut self) {
         self.kill();
+        // A failed test shows what the operator said, since CI keeps no files; a passed one
+        // leaves no log behind.
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("--- {} (last lines, NATS connection events left out) ---\n{}", self.log.display(), log_excerpt(&text, 60));
+        } else {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
+}
+
+/// The last `lines` lines of an operator log without colour codes and without the client's NATS
+/// connection events, which repeat every few milliseconds while a server is down.
+pub fn log_excerpt(text: &str, lines: usize) -> String {
+    let plain: Vec<String> = text.lines().map(strip_ansi).filter(|l| !l.is_empty() && !l.contains("async_nats") && !l.contains("NATS connection event")).collect();
+    plain[plain.len().saturating_sub(lines)..].join("\n")
+}
+
+/// `line` without ANSI escape sequences (`ESC [ … letter`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|c| c.is_ascii_alphabetic());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Minimal HTTP/1.1 GET over loopback; errors on non-200 answers.
@@ -550,6 +579,12 @@ pub struct OperatorStack {
     binaries: BTreeMap<ComponentKind, String>,
 }
 
+impl Drop for OperatorStack {
+    fn drop(&mut self) {
+        self.kubeconfigs.values().for_each(|path| drop(std::fs::remove_file(path)));
+    }
+}
+
 impl OperatorStack {
     pub async fn start(client: &Client, without: &[ComponentKind]) -> Self {
         Self::start_with_binaries(client, without, &[]).await
@@ -753,4 +788,21 @@ where
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_excerpt_keeps_the_last_lines_without_colours_or_connection_events() {
+        let log = "\u{1b}[2m2026-11-24T17:14:07Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m listing desired state\n\
+                   2026-11-24T17:14:08Z  INFO async_nats: event: disconnected\n\
+                   2026-11-24T17:14:08Z  INFO operator_runtime::nats: NATS connection event event=disconnected\n\
+                   \n\
+                   2026-11-24T17:14:09Z  WARN cannot publish heartbeat\n\
+                   2026-11-24T17:14:10Z  INFO applied\n";
+        assert_eq!(log_excerpt(log, 2), "2026-11-24T17:14:09Z  WARN cannot publish heartbeat\n2026-11-24T17:14:10Z  INFO applied");
+        assert_eq!(log_excerpt(log, 10).lines().next(), Some("2026-11-24T17:14:07Z  INFO listing desired state"));
+    }
 }

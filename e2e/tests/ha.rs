@@ -10,6 +10,7 @@ use kubeflow_crds::bus::{self, Identity, StatusReport};
 use kubeflow_crds::kfdef::KfDefPhase;
 use kubeflow_crds::{ComponentKind, Katib, KfDef};
 use kubeflow_e2e::*;
+use futures::StreamExt;
 use serde_json::json;
 
 const APPLICATION: &str = "katib-controller";
@@ -200,4 +201,32 @@ async fn a_status_report_written_over_by_a_deposed_leader_is_put_back() {
     })
     .await;
     converged(&client, &ns.name, 0, "after the stale report").await;
+}
+
+/// A watch is an ephemeral consumer that the cluster places on a random replica of its bucket,
+/// and for minutes after a node is killed the others still count it as online: a consumer placed
+/// there is never answered for. `nats::watch` asks again instead of waiting, so every watch is
+/// made, and each delivers the bucket's entries.
+#[tokio::test]
+async fn watches_are_made_while_a_killed_nats_node_still_counts_as_online() {
+    let mut nats = NatsServer::start_cluster(3).await;
+    let js = async_nats::jetstream::new(nats.client(Identity::MetaOperator).await);
+    let (desired, _, _) = operator_runtime::nats::ensure_buckets(&js, 3).await.unwrap();
+    let bucket = &desired[&ComponentKind::Katib];
+    let key = bus::key(ComponentKind::Katib, "kubeflow", "kubeflow");
+    bucket.put(&key, "{}".into()).await.unwrap();
+    // Kill a node this client is not connected to: no reconnect is involved.
+    let mut killed = None;
+    for i in 0..nats.nodes.len() {
+        if nats.connections(i).await == 0 {
+            killed = Some(i);
+        }
+    }
+    nats.stop_node(killed.expect("a node without clients"));
+    // With no retry, each creation has a one-in-three chance of going unanswered.
+    for attempt in 1..=15 {
+        let mut watch = operator_runtime::nats::watch(|| bucket.watch_all_from_revision(1)).await.unwrap_or_else(|e| panic!("watch {attempt} not made: {e}"));
+        let entry = watch.next().await.expect("the watch ends").expect("a watch error");
+        assert_eq!(entry.key, key, "watch {attempt} delivered another entry");
+    }
 }

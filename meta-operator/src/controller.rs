@@ -323,8 +323,8 @@ pub async fn watch_bus(url: String, credentials: nats::BusCredentials, replicas:
     loop {
         let watches = async {
             let (desired, status, operators) = nats::ensure_buckets(&js, replicas).await?;
-            let reports = status.watch_all_from_revision(1).await?;
-            let beats = operators.watch_all_from_revision(1).await?;
+            let reports = nats::watch(|| status.watch_all_from_revision(1)).await?;
+            let beats = nats::watch(|| operators.watch_all_from_revision(1)).await?;
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>((desired, reports, beats))
         };
         let (desired, mut reports, mut beats) = match watches.await {

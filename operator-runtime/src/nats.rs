@@ -3,6 +3,7 @@
 //! id (deduplication) and W3C trace context.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -111,6 +112,33 @@ pub async fn ensure_buckets(js: &jetstream::Context, replicas: usize) -> Result<
 /// meta-operator creates: a component's identity may not.
 pub async fn component_buckets(js: &jetstream::Context, component: ComponentKind) -> Result<(kv::Store, kv::Store, kv::Store), BusError> {
     Ok((open_bucket(js, &bus::desired_bucket(component)).await?, open_bucket(js, STATUS_BUCKET).await?, open_bucket(js, OPERATORS_BUCKET).await?))
+}
+
+/// How long a watch's creation may go unanswered before it is asked for again (see [`watch`]).
+const WATCH_ANSWER_WITHIN: Duration = Duration::from_secs(2);
+/// Creations [`watch`] asks for before it gives up; its callers then back off and retry.
+const WATCH_ASKS: u32 = 10;
+
+/// Creates a key-value watch with `create`, asking again whenever the server has not answered
+/// within [`WATCH_ANSWER_WITHIN`].
+///
+/// A watch is an ephemeral JetStream consumer, and a clustered server places it on a random
+/// replica of the bucket's stream. A replica whose process was killed (not shut down) still counts
+/// as online to the others for minutes, and a consumer placed on it is never answered for: with
+/// one node of three killed, one watch creation in three waited out async-nats's 10 s request
+/// timeout, and a process needing two watches often went a minute without any. A live replica
+/// answers within milliseconds, and asking again draws the replica again.
+pub async fn watch<F, Fut>(mut create: F) -> Result<kv::Watch, kv::WatchError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<kv::Watch, kv::WatchError>>,
+{
+    for _ in 0..WATCH_ASKS {
+        if let Ok(created) = tokio::time::timeout(WATCH_ANSWER_WITHIN, create()).await {
+            return created;
+        }
+    }
+    Err(kv::WatchError::new(kv::WatchErrorKind::TimedOut))
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -115,7 +115,7 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
     loop {
         let (desired, _, _) = open_buckets(&js, component).await;
         connected.mark_unchanged();
-        let mut watch = match desired.watch_with_history(&filter).await {
+        let mut watch = match nats::watch(|| desired.watch_with_history(&filter)).await {
             Ok(w) => w,
             Err(e) => {
                 warn!(error = %e, "cannot watch desired state; retrying");
