@@ -309,11 +309,11 @@ impl Drop for OperatorProcess {
     fn drop(&mut self) {
         self.kill();
         // A failed test shows what the operator said, since CI keeps no files; a passed one
-        // leaves no log behind.
+        // leaves no log behind unless KFOP_KEEP_LOGS is set.
         if std::thread::panicking() {
             let text = std::fs::read_to_string(&self.log).unwrap_or_default();
             eprintln!("--- {} (last lines, NATS connection events left out) ---\n{}", self.log.display(), log_excerpt(&text, 60));
-        } else {
+        } else if std::env::var_os("KFOP_KEEP_LOGS").is_none() {
             let _ = std::fs::remove_file(&self.log);
         }
     }

@@ -113,6 +113,16 @@ async fn the_katib_identity_can_neither_write_nor_read_istios_desired_state() {
     assert!(status.get(&istio_key).await.unwrap().is_none(), "a status report for Istio was stored");
 }
 
+/// A nats-server and a Katib operator on it confined to `namespace`: an operator of the whole
+/// cluster would also act on the Katib resources of the tests running beside, and remove those
+/// its bus has no desired state for.
+async fn confined_katib_operator(namespace: &str) -> (NatsServer, OperatorProcess) {
+    let server = NatsServer::start().await;
+    let katib = OperatorProcess::on_bus("katib-operator", &server, Identity::Component(ComponentKind::Katib), &["--namespace", namespace], &[]);
+    katib.wait_ready().await;
+    (server, katib)
+}
+
 /// Waits for the Katib operator's report on `key` and returns it.
 async fn reported(status: &async_nats::jetstream::kv::Store, key: &str) -> StatusReport {
     eventually(&format!("status report {key}"), || async {
@@ -127,12 +137,9 @@ async fn desired_state_that_does_not_decode_or_names_an_unknown_field_is_reporte
     let client = client().await;
     let ns = TestNamespace::create(&client, "e2e-bus-refusal").await;
     let n = ns.name.as_str();
-    let others: Vec<ComponentKind> = ComponentKind::ALL.into_iter().filter(|c| *c != ComponentKind::Katib).collect();
-    let mut stack = OperatorStack::start(&client, &others).await;
     // The desired state here is the test's: no meta-operator writes over it.
-    stack.meta.kill();
-    stack.components[&ComponentKind::Katib].wait_ready().await;
-    let meta = jetstream::new(stack.nats.client(Identity::MetaOperator).await);
+    let (server, _katib) = confined_katib_operator(n).await;
+    let meta = jetstream::new(server.client(Identity::MetaOperator).await);
     let (desired, status, _) = nats::ensure_buckets(&meta, 1).await.unwrap();
     let katib_desired = &desired[&ComponentKind::Katib];
 
@@ -170,6 +177,48 @@ async fn desired_state_that_does_not_decode_or_names_an_unknown_field_is_reporte
     for name in ["garbage", "extra-field", "unknown-spec-field"] {
         assert!(katibs.get_opt(name).await.unwrap().is_none(), "Katib {name} was applied from a refused message");
     }
+}
+
+/// The Katib operator's report on `key` once it satisfies `wanted`.
+async fn reported_when(status: &async_nats::jetstream::kv::Store, key: &str, what: &str, wanted: impl Fn(&StatusReport) -> bool) -> StatusReport {
+    eventually(what, || async {
+        let entry = status.get(key).await.map_err(|e| e.to_string())?.ok_or("no report")?;
+        let report: StatusReport = serde_json::from_slice(&entry).map_err(|e| e.to_string())?;
+        if wanted(&report) { Ok(report) } else { Err(format!("{report:?}")) }
+    })
+    .await
+}
+
+/// A refused message, then the value already applied put back (as the meta-operator does): the
+/// write changes nothing on the resource, so no reconcile follows, and the operator itself must
+/// withdraw its refusal.
+#[tokio::test]
+async fn a_refusal_is_withdrawn_when_the_applied_value_is_put_back() {
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "e2e-bus-withdrawn").await;
+    let n = ns.name.as_str();
+    let (server, katib) = confined_katib_operator(n).await;
+    let meta = jetstream::new(server.client(Identity::MetaOperator).await);
+    let (desired, status, _) = nats::ensure_buckets(&meta, 1).await.unwrap();
+    let kfdef: KfDef = serde_json::from_value(json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "kubeflow"}, "spec": {}})).unwrap();
+    let uid = Api::<KfDef>::namespaced(client.clone(), n).create(&PostParams::default(), &kfdef).await.unwrap().uid().unwrap();
+    let key = bus::key(ComponentKind::Katib, n, "kubeflow");
+    let value = serde_json::to_vec(&json!({"kfdef": {"namespace": n, "name": "kubeflow", "uid": uid, "generation": 1}, "component": "katib", "specHash": "h-1", "spec": {"version": "v0.11.0", "targetNamespace": n}})).unwrap();
+    let healthy = |r: &StatusReport| r.spec_hash == "h-1" && r.ready && !r.degraded;
+
+    desired[&ComponentKind::Katib].put(&key, value.clone().into()).await.unwrap();
+    reported_when(&status, &key, "Katib Ready on its desired state", healthy).await;
+    // No reconcile left to report over the refusal below.
+    katib.quiescent().await;
+    let katibs: Api<Katib> = Api::namespaced(client.clone(), n);
+    let generation = katibs.get("kubeflow").await.unwrap().metadata.generation;
+
+    desired[&ComponentKind::Katib].put(&key, b"{not json".as_slice().into()).await.unwrap();
+    reported_when(&status, &key, "the refusal reported", |r| r.degraded && r.message.contains("does not decode")).await;
+
+    desired[&ComponentKind::Katib].put(&key, value.into()).await.unwrap();
+    reported_when(&status, &key, "the refusal withdrawn once the applied value is back", healthy).await;
+    assert_eq!(katibs.get("kubeflow").await.unwrap().metadata.generation, generation, "putting the value back changed the resource");
 }
 
 /// The material of Secret `name`, key `key`.

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -228,7 +228,7 @@ async fn announce(kfdef: &KfDef, next: &kubeflow_crds::kfdef::KfDefStatus, ctx: 
         events.push((type_, reason, note));
     }
     for (type_, reason, note) in events {
-        let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        let event = operator_runtime::event(type_, reason, note, "Reconcile");
         if let Err(e) = ctx.recorder.publish(&event, &kfdef.object_ref(&())).await {
             warn!(error = %e, reason, "cannot publish event");
         }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
@@ -112,7 +112,7 @@ async fn reconcile_upgrade(up: Arc<KfUpgrade>, ctx: Arc<Context>) -> Result<Acti
 
 async fn event(ctx: &Context, up: &KfUpgrade, type_: EventType, reason: &str, note: String) {
     info!(reason, %note, "upgrade event");
-    let event = Event { type_, reason: reason.into(), note: Some(note), action: "Upgrade".into(), secondary: None };
+    let event = operator_runtime::event(type_, reason, note, "Upgrade");
     if let Err(e) = ctx.recorder.publish(&event, &up.object_ref(&())).await {
         warn!(error = %e, reason, "cannot publish event");
     }

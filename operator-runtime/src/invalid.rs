@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::core::error_boundary::InvalidObject;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use tracing::warn;
 
 /// Reason of the Warning Event an undecodable object gets.
@@ -38,13 +38,7 @@ pub async fn report<K: Resource<DynamicType = ()>>(recorder: &Recorder, invalid:
         resource_version: invalid.metadata.resource_version.clone(),
         ..Default::default()
     };
-    let event = Event {
-        type_: EventType::Warning,
-        reason: REASON.into(),
-        note: Some(format!("cannot be decoded, so it is skipped until it changes (other objects are unaffected): {error}")),
-        action: "Decode".into(),
-        secondary: None,
-    };
+    let event = crate::event(EventType::Warning, REASON, format!("cannot be decoded, so it is skipped until it changes (other objects are unaffected): {error}"), "Decode");
     if let Err(e) = recorder.publish(&event, &reference).await {
         warn!(error = %e, "cannot publish the InvalidObject event");
     }

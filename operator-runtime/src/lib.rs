@@ -32,9 +32,44 @@ pub fn content_hash(value: &Value) -> String {
     format!("{:016x}", hasher.finish())
 }
 
+/// The longest Event note the API server accepts, in bytes; it refuses a longer one, and the
+/// event is lost.
+pub const EVENT_NOTE_MAX: usize = 1024;
+
+/// An Event whose note is cut to [`EVENT_NOTE_MAX`] bytes (at a character boundary, ending in
+/// "…"): notes carry error messages, and an API server's message can run to kilobytes.
+pub fn event(type_: kube::runtime::events::EventType, reason: &str, note: String, action: &str) -> kube::runtime::events::Event {
+    kube::runtime::events::Event { type_, reason: reason.into(), note: Some(bounded_note(note)), action: action.into(), secondary: None }
+}
+
+fn bounded_note(mut note: String) -> String {
+    const ELLIPSIS: &str = "…";
+    if note.len() > EVENT_NOTE_MAX {
+        let mut end = EVENT_NOTE_MAX - ELLIPSIS.len();
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str(ELLIPSIS);
+    }
+    note
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn event_notes_are_cut_to_what_the_api_server_accepts() {
+        assert_eq!(super::bounded_note("short".into()), "short");
+        let exact = "a".repeat(1024);
+        assert_eq!(super::bounded_note(exact.clone()), exact);
+        // 1021 bytes of 'a', then a 2-byte character across the cut: it goes whole.
+        let long = format!("{}é{}", "a".repeat(1020), "b".repeat(2000));
+        let cut = super::bounded_note(long);
+        assert_eq!(cut, format!("{}…", "a".repeat(1020)));
+        assert!(cut.len() <= 1024);
+    }
 
     #[test]
     fn content_hash_values_are_stable() {

@@ -109,9 +109,7 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
         None => format!("{}.>", component.name()),
     };
     let mut watch_retry = nats_retry();
-    // Revision of each key whose value this process applied, so a relist after a reconnect does
-    // not apply the same value again.
-    let mut applied: BTreeMap<String, u64> = BTreeMap::new();
+    let mut ledger = Ledger { applied: BTreeMap::new(), failed: BTreeSet::new(), reports: failures };
     loop {
         let (desired, _, _) = open_buckets(&js, component).await;
         connected.mark_unchanged();
@@ -138,7 +136,7 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
                 entry = watch.next() => {
                     let Some(Ok(entry)) = entry else { break };
                     retry.remove(&entry.key);
-                    if !handle_entry::<C>(&client, &entry, &mut present, &mut applied, &failures).await {
+                    if !handle_entry::<C>(&client, &entry, &mut present, &mut ledger).await {
                         if retry.is_empty() {
                             retry_at.as_mut().reset(tokio::time::Instant::now() + write_retry.next_backoff().unwrap_or(retry::MAX));
                         }
@@ -151,7 +149,7 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
                 }
                 _ = &mut retry_at, if !retry.is_empty() => {
                     for (key, entry) in std::mem::take(&mut retry) {
-                        if !handle_entry::<C>(&client, &entry, &mut present, &mut applied, &failures).await {
+                        if !handle_entry::<C>(&client, &entry, &mut present, &mut ledger).await {
                             retry.insert(key, entry);
                         }
                     }
@@ -167,6 +165,44 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
                     break;
                 }
             }
+        }
+    }
+}
+
+/// What this process did with each desired key, kept across relists.
+struct Ledger {
+    /// Revision of each key whose value this process applied, so a relist after a reconnect does
+    /// not apply the same value again.
+    applied: BTreeMap<String, u64>,
+    /// Keys whose last report is a failure this process sent (refused, or could not be written).
+    failed: BTreeSet<String>,
+    reports: StatusSender,
+}
+
+impl Ledger {
+    fn failed(&mut self, key: &str, report: StatusReport) {
+        self.failed.insert(key.to_string());
+        let _ = self.reports.send((key.to_string(), Some(report)));
+    }
+
+    /// `resource` was written from `key`'s value at `revision`. A failure reported for the key is
+    /// over; when the write changed nothing (a retry, or the value put back after a refused one)
+    /// no reconcile follows to say so, so the resource's own report is sent again.
+    fn applied<K: ComponentResource>(&mut self, key: &str, revision: u64, resource: &K) {
+        self.applied.insert(key.to_string(), revision);
+        if self.failed.remove(key)
+            && let Some((key, report)) = resource.component_status().and_then(|status| report(resource, status))
+        {
+            let _ = self.reports.send((key, Some(report)));
+        }
+    }
+
+    /// `key` was deleted: a failure reported for it goes too (its resource's own report goes
+    /// with the resource).
+    fn deleted(&mut self, key: &str) {
+        self.applied.remove(key);
+        if self.failed.remove(key) {
+            let _ = self.reports.send((key.to_string(), None));
         }
     }
 }
@@ -188,7 +224,7 @@ fn accept<C: Component>(key: &str, value: &[u8]) -> Result<DesiredComponent, Str
 }
 
 /// Applies one desired-state entry; `false` when it should be retried.
-async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present: &mut BTreeSet<String>, applied: &mut BTreeMap<String, u64>, failures: &StatusSender) -> bool {
+async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present: &mut BTreeSet<String>, ledger: &mut Ledger) -> bool {
     let Some((_, namespace, name)) = bus::parse_key(&entry.key) else {
         warn!(key = %entry.key, "ignoring desired key that is not <component>.<namespace>.<name>");
         return true;
@@ -203,12 +239,12 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                 Err(reason) => {
                     warn!(key = %entry.key, %reason, "refusing desired state");
                     let claimed = serde_json::from_slice::<serde_json::Value>(&entry.value).ok().and_then(|v| v["specHash"].as_str().map(String::from));
-                    let _ = failures.send((entry.key.clone(), Some(refused_report(claimed.unwrap_or_default(), format!("desired state refused: {reason}")))));
+                    ledger.failed(&entry.key, refused_report(claimed.unwrap_or_default(), format!("desired state refused: {reason}")));
                     return true;
                 }
             };
             present.insert(entry.key.clone());
-            if applied.get(&entry.key) == Some(&entry.revision) && made_from(&api, &name, &desired.spec_hash).await {
+            if ledger.applied.get(&entry.key) == Some(&entry.revision) && made_from(&api, &name, &desired.spec_hash).await {
                 return true;
             }
             let span = info_span!("apply_desired", key = %entry.key, kfdef_generation = desired.kfdef.generation);
@@ -238,12 +274,12 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                 match api.patch(&name, &params, &Patch::Apply(&object)).await {
                     Ok(resource) => {
                         info!(generation = resource.meta().generation, "component resource applied from desired state");
-                        applied.insert(entry.key.clone(), entry.revision);
+                        ledger.applied(&entry.key, entry.revision, &resource);
                         true
                     }
                     Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => {
                         warn!(error = %s.message, "desired spec refused by the API server; not retrying");
-                        let _ = failures.send((entry.key.clone(), Some(refused_report(desired.spec_hash.clone(), format!("desired state refused: {}", s.message)))));
+                        ledger.failed(&entry.key, refused_report(desired.spec_hash.clone(), format!("desired state refused: {}", s.message)));
                         true
                     }
                     Err(e) => {
@@ -256,7 +292,7 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                             message: format!("cannot write {} {namespace}/{name}: {}", C::Resource::kind(&()), short_error(&e)),
                             ..Default::default()
                         };
-                        let _ = failures.send((entry.key.clone(), Some(report)));
+                        ledger.failed(&entry.key, report);
                         false
                     }
                 }
@@ -266,7 +302,7 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
         }
         kv::Operation::Delete | kv::Operation::Purge => {
             present.remove(&entry.key);
-            applied.remove(&entry.key);
+            ledger.deleted(&entry.key);
             match api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {
                     info!(key = %entry.key, "component removed from its KfDef; deleting the resource");

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_crds::component::{ComponentResource, ComponentStatus, CrdRemovalPolicy, InventoryEntry, ManagementState};
 use operator_runtime::finalizer::{Step, with_finalizer};
@@ -168,7 +168,7 @@ impl<C: Component> Context<C> {
     }
 
     async fn event(&self, resource: &C::Resource, type_: EventType, reason: &str, note: String) {
-        let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        let event = operator_runtime::event(type_, reason, note, "Reconcile");
         if let Err(e) = self.recorder.publish(&event, &resource.object_ref(&())).await {
             warn!(error = %e, "cannot publish event");
         }

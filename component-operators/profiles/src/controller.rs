@@ -27,7 +27,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PartialObjectMeta, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
@@ -141,7 +141,7 @@ impl Context {
     }
 
     async fn event(&self, profile: &Profile, type_: EventType, reason: &str, note: String) {
-        let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        let event = operator_runtime::event(type_, reason, note, "Reconcile");
         if let Err(e) = self.recorder.publish(&event, &profile.object_ref(&())).await {
             warn!(error = %e, "cannot publish event");
         }
