@@ -116,7 +116,8 @@ async fn the_katib_identity_can_neither_write_nor_read_istios_desired_state() {
 /// A nats-server and a Katib operator on it confined to `namespace`: an operator of the whole
 /// cluster would also act on the Katib resources of the tests running beside, and remove those
 /// its bus has no desired state for.
-async fn confined_katib_operator(namespace: &str) -> (NatsServer, OperatorProcess) {
+async fn confined_katib_operator(client: &kube::Client, namespace: &str) -> (NatsServer, OperatorProcess) {
+    install_crds(client).await;
     let server = NatsServer::start().await;
     let katib = OperatorProcess::on_bus("katib-operator", &server, Identity::Component(ComponentKind::Katib), &["--namespace", namespace], &[]);
     katib.wait_ready().await;
@@ -138,7 +139,7 @@ async fn desired_state_that_does_not_decode_or_names_an_unknown_field_is_reporte
     let ns = TestNamespace::create(&client, "e2e-bus-refusal").await;
     let n = ns.name.as_str();
     // The desired state here is the test's: no meta-operator writes over it.
-    let (server, _katib) = confined_katib_operator(n).await;
+    let (server, _katib) = confined_katib_operator(&client, n).await;
     let meta = jetstream::new(server.client(Identity::MetaOperator).await);
     let (desired, status, _) = nats::ensure_buckets(&meta, 1).await.unwrap();
     let katib_desired = &desired[&ComponentKind::Katib];
@@ -197,7 +198,7 @@ async fn a_refusal_is_withdrawn_when_the_applied_value_is_put_back() {
     let client = client().await;
     let ns = TestNamespace::create(&client, "e2e-bus-withdrawn").await;
     let n = ns.name.as_str();
-    let (server, katib) = confined_katib_operator(n).await;
+    let (server, katib) = confined_katib_operator(&client, n).await;
     let meta = jetstream::new(server.client(Identity::MetaOperator).await);
     let (desired, status, _) = nats::ensure_buckets(&meta, 1).await.unwrap();
     let kfdef: KfDef = serde_json::from_value(json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "kubeflow"}, "spec": {}})).unwrap();
