@@ -126,11 +126,7 @@ async fn confined_katib_operator(client: &kube::Client, namespace: &str) -> (Nat
 
 /// Waits for the Katib operator's report on `key` and returns it.
 async fn reported(status: &async_nats::jetstream::kv::Store, key: &str) -> StatusReport {
-    eventually(&format!("status report {key}"), || async {
-        let entry = status.get(key).await.map_err(|e| e.to_string())?.ok_or("no report")?;
-        serde_json::from_slice::<StatusReport>(&entry).map_err(|e| e.to_string())
-    })
-    .await
+    reported_when(status, key, &format!("status report {key}"), |_| true).await
 }
 
 #[tokio::test]
