@@ -333,7 +333,9 @@ pub fn component_package(component: RegisteredComponent) -> Package {
         crds: vec![component.crd],
         rules: component.rules,
         created_kinds,
-        env: Vec::new(),
+        // Resources naming no account install as their namespace's installer; an OLM install
+        // ships none bound to anything: the cluster's admins bind what each namespace may do.
+        env: vec![json!({"name": "DEFAULT_SERVICE_ACCOUNT", "value": kubeflow_crds::kfdef::DEFAULT_INSTALLER})],
         bus_identity: None,
         namespaced_rules: operator_runtime::leader::lease_rules(),
         first_release: releases::first_release(&format!("kubeflow-{name}-operator")),

@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub struct NameValue {
     /// Parameter name.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = crate::validation::PARAMETER_NAME))]
     pub name: String,
-    /// Parameter value.
+    /// Parameter value: one line (it becomes a `params.env` line).
     #[serde(default)]
+    #[schemars(length(max = crate::validation::PARAMETER_VALUE_MAX_LENGTH), regex(pattern = crate::validation::ONE_LINE))]
     pub value: String,
 }
 

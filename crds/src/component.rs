@@ -222,18 +222,39 @@ pub struct ComponentSpecCore {
     pub version: String,
     #[serde(default)]
     pub management_state: ManagementState,
-    /// Namespace the component's namespaced objects go to; each component has a default.
+    /// Namespace the component's namespaced objects go to; each component has a default. Never
+    /// one of the cluster's own (`kube-system`, `kube-public`, `kube-node-lease`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = crate::validation::DNS_LABEL), length(max = 63))]
+    #[schemars(
+        regex(pattern = crate::validation::DNS_LABEL),
+        length(max = 63),
+        extend("x-kubernetes-validations" = [{"rule": crate::validation::NOT_A_SYSTEM_NAMESPACE, "message": "must not be one of the cluster's own namespaces (kube-system, kube-public, kube-node-lease)"}])
+    )]
     pub target_namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Overrides::is_empty")]
     pub overrides: Overrides,
     /// Kustomize packages of the KfDef applications this component was built from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["application"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["application"]), length(max = 256))]
     pub sources: Vec<KustomizeSource>,
     #[serde(default)]
     pub crd_removal_policy: CrdRemovalPolicy,
+    /// Whether objects the component renders that already exist, made by someone else (no
+    /// `components.kubeflow.org/part-of` label and owner annotation of this resource), are taken
+    /// over: applied, labelled as this resource's, and so later pruned or deleted with it. Off by
+    /// default: such an object is left as it is and reported. One object can be handed over
+    /// instead by annotating it `components.kubeflow.org/adopt: <namespace>/<name>` of this
+    /// resource (as Helm adopts an object annotated with its release).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopt_existing: bool,
+    /// ServiceAccount in this resource's namespace whose rights install, prune and delete the
+    /// component's objects and read the Secrets the spec references: the operator impersonates
+    /// it, and what it may not do is reported (object and verb), never done with the operator's
+    /// own rights. Unset: the operator's `--default-service-account`. The meta-operator sets it
+    /// from the KfDef (`spec.serviceAccountName`, default [`crate::kfdef::DEFAULT_INSTALLER`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
     /// Platform the objects are built for; `OpenShift` drops fixed user and group ids from pods so
     /// the restricted SCC can assign them. The meta-operator sets it from API discovery.
     #[serde(default)]
@@ -303,13 +324,20 @@ pub struct KustomizeSource {
     #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(min = 1, max = 253))]
     pub application: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::validation::URI_MAX_LENGTH), regex(pattern = crate::validation::NO_WHITESPACE))]
     pub repo_uri: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = crate::validation::PATH_MAX_LENGTH),
+        regex(pattern = crate::validation::PACKAGE_PATH),
+        extend("x-kubernetes-validations" = [{"rule": crate::validation::NO_PARENT_SEGMENT, "message": "must stay inside the repository: no '..' segments"}])
+    )]
     pub path: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::validation::OVERLAYS_MAX), inner(length(max = 253), regex(pattern = crate::validation::OVERLAY_NAME)))]
     pub overlays: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]), length(max = crate::validation::PARAMETERS_MAX))]
     pub parameters: Vec<NameValue>,
     /// SHA-256 (lowercase hex) the repository archive must have; checked before unpacking.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -758,6 +786,13 @@ pub struct ProfileControllerSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub cluster_admins: Vec<String>,
+    /// Identities (TokenReview usernames, e.g. `system:serviceaccount:kubeflow:centraldashboard`)
+    /// allowed to call the KFAM API on a user's behalf: only their requests may name the caller
+    /// in `userIdHeader` and `groupsHeader`. Empty (the default): those headers are refused and
+    /// every caller is the owner of its bearer token.
+    #[serde(default = "default_trusted_proxies", skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set", "maxItems" = 64, "items" = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": r"^\S+$"}))]
+    pub trusted_proxies: Vec<String>,
     /// Header carrying the caller's groups (comma-separated), for owners that are Groups.
     #[serde(default = "default_groups_header")]
     #[schemars(regex(pattern = r"^[A-Za-z0-9-]+$"), length(max = 256))]
@@ -793,6 +828,10 @@ fn default_groups_header() -> String {
 }
 fn default_groups_claim() -> String {
     "groups".into()
+}
+/// No proxy is trusted unless the ProfileController names it: KFAM callers bring their own token.
+fn default_trusted_proxies() -> Vec<String> {
+    Vec::new()
 }
 /// The ingress gateway and the Pipelines UI, as in Kubeflow's own profile controller.
 pub fn default_trusted_principals() -> Vec<String> {

@@ -36,7 +36,7 @@ pub struct KfDefSpec {
     pub version: Option<String>,
     /// Applications to install; each maps to one component (see the README's mapping table).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]), length(max = 256))]
     pub applications: Vec<Application>,
     /// kfctl platform plugins (`KfGcpPlugin`, `KfAwsPlugin`, …); kept as written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -47,9 +47,25 @@ pub struct KfDefSpec {
     pub secrets: Vec<KfSecret>,
     /// Manifest repositories the applications' `repoRef`s point into.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]), length(max = 64))]
     pub repos: Vec<Repo>,
+    /// ServiceAccount in the KfDef's namespace whose rights install its applications (every
+    /// component operator impersonates it); default [`DEFAULT_INSTALLER`]. Not in kfctl's format:
+    /// kfctl installed with its user's rights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
+    /// Whether objects the applications render that already exist, made by someone else (kfctl,
+    /// by hand), are taken over instead of left as they are and reported (see the component
+    /// resources' `spec.adoptExisting`). For moving an existing kfctl install under the operators.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopt_existing: bool,
 }
+
+/// The ServiceAccount a KfDef's packages are installed as when it names none: in the KfDef's own
+/// namespace, so what a KfDef may install is what its namespace's account may do. `deploy/`
+/// ships it in `kubeflow`, bound to `cluster-admin`, for the platform admin's KfDef.
+pub const DEFAULT_INSTALLER: &str = "kubeflow-installer";
 
 /// One kfctl application: a kustomize package and how to configure it.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -69,13 +85,14 @@ pub struct Application {
 pub struct KustomizeConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo_ref: Option<RepoRef>,
-    /// Kustomize overlays to apply, in order (e.g. `istio`, `application`).
+    /// Kustomize overlays to apply, in order (e.g. `istio`, `application`): folder names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::validation::OVERLAYS_MAX), inner(length(max = 253), regex(pattern = crate::validation::OVERLAY_NAME)))]
     pub overlays: Vec<String>,
     /// Parameters substituted into the package (kfctl `params.env`); names are unique, as kfctl
     /// itself keeps them (it replaces a parameter by name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]), length(max = crate::validation::PARAMETERS_MAX))]
     pub parameters: Vec<NameValue>,
 }
 
@@ -85,8 +102,13 @@ pub struct RepoRef {
     /// Name of an entry in `spec.repos`.
     #[serde(default)]
     pub name: String,
-    /// Path of the package inside the repository.
+    /// Path of the package inside the repository: relative, without `..` segments.
     #[serde(default)]
+    #[schemars(
+        length(max = crate::validation::PATH_MAX_LENGTH),
+        regex(pattern = crate::validation::PACKAGE_PATH),
+        extend("x-kubernetes-validations" = [{"rule": crate::validation::NO_PARENT_SEGMENT, "message": "must stay inside the repository: no '..' segments"}])
+    )]
     pub path: String,
 }
 
@@ -98,6 +120,7 @@ pub struct Repo {
     pub name: String,
     /// Archive or repository URI, e.g. `https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz`.
     #[serde(default)]
+    #[schemars(length(max = crate::validation::URI_MAX_LENGTH), regex(pattern = crate::validation::NO_WHITESPACE))]
     pub uri: String,
     /// Optional SHA-256 (lowercase hex) of the archive `uri` names. Not in kfctl's format (kfctl
     /// ignores unknown fields, so a KfDef with it still works there); when set, a downloaded archive

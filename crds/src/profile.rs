@@ -5,7 +5,7 @@
 //! the same schema (the two upstream versions differ only in name).
 
 use k8s_openapi::api::core::v1::ResourceQuotaSpec;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, ValidationRule};
 use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -99,6 +99,19 @@ pub fn crd() -> CustomResourceDefinition {
     let mut crd = kube::core::crd::merge_crds(vec![v1::Profile::crd(), v1beta1::Profile::crd()], "v1").expect("both Profile versions share names and scope");
     // Upstream's Profile is cluster-scoped; kube-derive makes a CRD namespaced unless told otherwise.
     crd.spec.scope = "Cluster".into();
+    // A Profile's namespace is named after it: none of the cluster's or Kubeflow's own.
+    let rule = ValidationRule {
+        rule: crate::validation::profile_name_rule(),
+        message: Some(format!(
+            "metadata.name: a Profile's namespace is named after it, so it may not be a system or platform namespace; reserved: {}",
+            crate::validation::RESERVED_PROFILE_NAMES.join(", ")
+        )),
+        ..Default::default()
+    };
+    for version in &mut crd.spec.versions {
+        let schema = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()).expect("kube-derive writes a schema");
+        schema.x_kubernetes_validations.get_or_insert_with(Vec::new).push(rule.clone());
+    }
     crd
 }
 

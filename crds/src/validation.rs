@@ -33,6 +33,62 @@ pub const IMAGE_WITH_REGISTRY: &str = concat!(
     "(@sha256:[a-f0-9]{64})?$",
 );
 
+/// The cluster's own namespaces: no component resource installs into them.
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+/// CEL: a namespace name that is none of [`SYSTEM_NAMESPACES`].
+pub const NOT_A_SYSTEM_NAMESPACE: &str = "!(self in ['kube-system', 'kube-public', 'kube-node-lease'])";
+
+/// Names no Profile may have (a trailing `*` matches any suffix): a Profile owns its namespace,
+/// named after it, so these would be namespaces the cluster, the operators (`kubeflow-operators`,
+/// where deploy/ runs them) or Kubeflow's shared services live in. Checked at admission (CEL,
+/// [`profile_name_rule`]) and again by the profiles operator.
+pub const RESERVED_PROFILE_NAMES: [&str; 10] = ["kube-*", "default", "kubeflow", "kubeflow-operators", "istio-system", "auth", "cert-manager", "knative-*", "olm", "operators"];
+
+/// The entry of [`RESERVED_PROFILE_NAMES`] that `name` matches, if any.
+pub fn reserved_profile_name(name: &str) -> Option<&'static str> {
+    RESERVED_PROFILE_NAMES.into_iter().find(|pattern| match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == *pattern,
+    })
+}
+
+/// CEL (at a Profile's root): no name [`reserved_profile_name`] matches.
+pub fn profile_name_rule() -> String {
+    let checks: Vec<String> = RESERVED_PROFILE_NAMES
+        .iter()
+        .map(|pattern| match pattern.strip_suffix('*') {
+            Some(prefix) => format!("!self.metadata.name.startsWith('{prefix}')"),
+            None => format!("self.metadata.name != '{pattern}'"),
+        })
+        .collect();
+    checks.join(" && ")
+}
+
+/// Longest repository URI accepted.
+pub const URI_MAX_LENGTH: usize = 2048;
+/// Longest package path or overlay name accepted.
+pub const PATH_MAX_LENGTH: usize = 1024;
+/// Most overlays an application takes, and most parameters.
+pub const OVERLAYS_MAX: usize = 32;
+pub const PARAMETERS_MAX: usize = 128;
+/// Longest parameter value (one `params.env` line).
+pub const PARAMETER_VALUE_MAX_LENGTH: usize = 4096;
+
+/// A package path inside a repository: relative, no whitespace (CEL then refuses `..`).
+pub const PACKAGE_PATH: &str = r"^([^/\s][^\s]*)?$";
+/// CEL: a path with no `..` segment (it would leave the repository).
+pub const NO_PARENT_SEGMENT: &str = "!self.matches('(^|/)[.][.](/|$)')";
+/// An overlay: a folder name under the package's `overlays/`.
+pub const OVERLAY_NAME: &str = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
+/// A parameter name as `params.env` has them.
+pub const PARAMETER_NAME: &str = r"^[A-Za-z0-9_.-]+$";
+/// A parameter value: one line (a newline would add lines to `params.env`).
+pub const ONE_LINE: &str = r"^[^
+]*$";
+/// A repository URI: no whitespace.
+pub const NO_WHITESPACE: &str = r"^\S*$";
+
 /// Longest image reference accepted (bounds the cost of the CEL rule that checks it).
 pub const IMAGE_MAX_LENGTH: usize = 512;
 
@@ -41,6 +97,19 @@ pub const OVERRIDE_MAX_ENTRIES: usize = 128;
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn reserved_profile_names_are_the_clusters_and_kubeflows_own() {
+        for reserved in ["kube-system", "kube-anything", "default", "kubeflow", "istio-system", "kubeflow-operators", "knative-serving"] {
+            assert!(super::reserved_profile_name(reserved).is_some(), "{reserved}");
+        }
+        for free in ["alice", "team-kube", "kubeflow-user-alice", "defaults", "knative"] {
+            assert_eq!(super::reserved_profile_name(free), None, "{free}");
+        }
+        let rule = super::profile_name_rule();
+        assert!(rule.starts_with("!self.metadata.name.startsWith('kube-') && self.metadata.name != 'default' && "), "{rule}");
+        assert!(rule.contains("!self.metadata.name.startsWith('knative-')"), "{rule}");
+    }
+
     #[test]
     fn is_version_accepts_what_the_version_pattern_accepts() {
         for good in ["v1.2.0", "1.2", "v0.15.0-rc.1", "v1.3-branch", "10.20.30"] {

@@ -253,6 +253,34 @@ fn operator_package(name: &str, crds: &[Value], rules: &[k8s_openapi::api::rbac:
     ]
 }
 
+/// The namespace of the platform admin's KfDef, where [`installer_objects`] puts its installer.
+pub const PLATFORM_NAMESPACE: &str = "kubeflow";
+
+/// `deployment` of a component operator: resources that name no installer account install as
+/// [`kubeflow_crds::kfdef::DEFAULT_INSTALLER`] of their namespace.
+fn with_default_installer(mut deployment: Value) -> Value {
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array_mut().expect("operator args");
+    args.push(format!("--default-service-account={}", kubeflow_crds::kfdef::DEFAULT_INSTALLER).into());
+    deployment
+}
+
+/// The platform admin's installer: ServiceAccount [`kubeflow_crds::kfdef::DEFAULT_INSTALLER`] in
+/// [`PLATFORM_NAMESPACE`], bound to `cluster-admin`, which a KfDef in that namespace installs
+/// as. Every other namespace's KfDef installs as its own namespace's account, with what the
+/// cluster's admins bound to it (nothing, until they do).
+pub fn installer_objects() -> Vec<Value> {
+    let account = kubeflow_crds::kfdef::DEFAULT_INSTALLER;
+    vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLATFORM_NAMESPACE}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account, "namespace": PLATFORM_NAMESPACE}}),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{account}-{PLATFORM_NAMESPACE}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": PLATFORM_NAMESPACE}],
+        }),
+    ]
+}
+
 /// `deploy/nats/`: the NATS server alone (its Secrets come from the meta-operator), for operators
 /// installed one by one.
 pub fn nats_package() -> (String, Vec<(String, String)>) {
@@ -271,26 +299,32 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
     deployments.push(with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION")), Identity::MetaOperator));
     deployments.push(operator_disruption_budget("meta-operator"));
     for component in kubeflow_component_registry::all() {
-        crds.push(component.crd);
         rbac.extend(operator_rbac(&component.operator, &component.rules));
-        let (deployment, services) = with_endpoints(with_nats(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION")), Identity::Component(component.kind)), component.endpoints);
+        let deployment = with_default_installer(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION")));
+        crds.push(component.crd);
+        let (deployment, services) = with_endpoints(with_nats(deployment, Identity::Component(component.kind)), component.endpoints);
         deployments.push(deployment);
         deployments.push(operator_disruption_budget(&component.operator));
         deployments.extend(services);
     }
     let files = vec![
-        ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operators.yaml"])),
+        ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operators.yaml", "installer.yaml"])),
         ("crd.yaml".to_string(), yaml_docs(&crds)),
         ("rbac.yaml".to_string(), yaml_docs(&rbac)),
         ("operators.yaml".to_string(), yaml_docs(&deployments)),
+        ("installer.yaml".to_string(), yaml_docs(&installer_objects())),
     ];
     ("all".to_string(), files)
 }
 
 /// Files of `deploy/<component>/` for `component`.
 pub fn component_package(component: &RegisteredComponent) -> (String, Vec<(String, String)>) {
-    let (deployment, services) = with_endpoints(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION")), component.endpoints);
-    (component.kind.name().to_string(), operator_package(&component.operator, std::slice::from_ref(&component.crd), &component.rules, deployment, &services))
+    let deployment = with_default_installer(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION")));
+    let (deployment, services) = with_endpoints(deployment, component.endpoints);
+    let mut files = operator_package(&component.operator, std::slice::from_ref(&component.crd), &component.rules, deployment, &services);
+    files[0].1 = kustomization(&["crd.yaml", "rbac.yaml", "operator.yaml", "installer.yaml"]);
+    files.push(("installer.yaml".to_string(), yaml_docs(&installer_objects())));
+    (component.kind.name().to_string(), files)
 }
 
 /// Every package: `(directory under deploy/, files)`.
@@ -304,11 +338,63 @@ pub fn write_all() -> Result<(), CrdgenError> {
     for (dir, files) in render_all() {
         crdgen::write_files(&deploy_dir().join(dir), &files)?;
     }
-    Ok(())
+    let readme = read_readme()?;
+    let updated = with_powers(&readme);
+    std::fs::write(readme_path(), updated).map_err(|source| CrdgenError::Io { action: "write", path: readme_path(), source })
 }
 
 pub fn check_all() -> Result<(), CrdgenError> {
-    render_all().into_iter().try_for_each(|(dir, files)| crdgen::check_files(&deploy_dir().join(dir), &files))
+    render_all().into_iter().try_for_each(|(dir, files)| crdgen::check_files(&deploy_dir().join(dir), &files))?;
+    let readme = read_readme()?;
+    if with_powers(&readme) != readme {
+        return Err(CrdgenError::Drift(vec![readme_path().display().to_string()]));
+    }
+    Ok(())
+}
+
+/// The README, whose table of operator powers is generated from the RBAC above.
+fn readme_path() -> PathBuf {
+    deploy_dir().join("../README.md")
+}
+
+fn read_readme() -> Result<String, CrdgenError> {
+    std::fs::read_to_string(readme_path()).map_err(|source| CrdgenError::Io { action: "read", path: readme_path(), source })
+}
+
+const POWERS_BEGIN: &str = "<!-- operator powers: generated from the code by `make generate`; do not edit -->";
+const POWERS_END: &str = "<!-- end of operator powers -->";
+
+/// `readme` with the text between the powers markers replaced by [`powers_table`].
+pub fn with_powers(readme: &str) -> String {
+    let (Some(begin), Some(end)) = (readme.find(POWERS_BEGIN), readme.find(POWERS_END)) else {
+        panic!("README.md has no `{POWERS_BEGIN}` … `{POWERS_END}` block for the operators' powers");
+    };
+    format!("{}{POWERS_BEGIN}\n{}{}", &readme[..begin], powers_table(), &readme[end..])
+}
+
+/// What each operator may do with its own rights, from its ClusterRole and the Roles in
+/// [`OPERATOR_NAMESPACE`]: one Markdown table row each.
+pub fn powers_table() -> String {
+    use k8s_openapi::api::rbac::v1::PolicyRule;
+    let resources = |rule: &PolicyRule| -> Vec<String> {
+        let group = rule.api_groups.as_ref().and_then(|g| g.first()).cloned().unwrap_or_default();
+        let names = rule.resource_names.as_ref().map(|n| format!(" ({})", n.join(", "))).unwrap_or_default();
+        rule.resources.iter().flatten().map(|r| if group.is_empty() { format!("`{r}`{names}") } else { format!("`{r}.{group}`{names}") }).collect()
+    };
+    let read_only = |rule: &PolicyRule| rule.verbs.iter().all(|v| ["get", "list", "watch"].contains(&v.as_str()));
+    let row = |name: &str, rules: &[PolicyRule], namespaced: &[PolicyRule]| -> String {
+        let reads: Vec<String> = rules.iter().filter(|r| read_only(r)).flat_map(resources).collect();
+        let writes: Vec<String> = rules.iter().filter(|r| !read_only(r)).map(|r| format!("{} {}", r.verbs.join("/"), resources(r).join(", "))).collect();
+        let local: Vec<String> = namespaced.iter().map(|r| format!("{} {}", r.verbs.join("/"), resources(r).join(", "))).collect();
+        format!("| `{name}` | {} | {} | {} |\n", writes.join("; "), reads.join(", "), local.join("; "))
+    };
+    let mut table = format!("| operator | may do cluster-wide (besides reading) | may read cluster-wide | in `{OPERATOR_NAMESPACE}` |\n| --- | --- | --- | --- |\n");
+    let meta_local = [operator_runtime::leader::lease_rules(), provision::namespaced_rules()].concat();
+    table.push_str(&row("meta-operator", &meta_operator_rules(), &meta_local));
+    for component in kubeflow_component_registry::all() {
+        table.push_str(&row(&component.operator, &component.rules, &operator_runtime::leader::lease_rules()));
+    }
+    table
 }
 
 #[cfg(test)]
@@ -409,5 +495,49 @@ mod tests {
             assert!(!rbac.contains("'*'") && !rbac.contains("\"*\""), "{dir}: wildcard in RBAC");
             assert!(rbac.contains("finalizers") && rbac.contains("events"), "{dir}");
         }
+    }
+
+    /// A component operator installs as its resources' accounts, so it holds no right to write
+    /// what it installs: it reads what it watches and acts as the resource's account. (The
+    /// profiles operator also reconciles Profiles itself: its own rules are checked apart.)
+    #[test]
+    fn component_operators_write_nothing_with_their_own_rights_and_read_no_secrets() {
+        for component in kubeflow_component_registry::all().into_iter().filter(|c| c.kind != kubeflow_crds::ComponentKind::ProfileController) {
+            only_reads_and_impersonates(&component);
+        }
+        // The profiles operator makes tenant namespaces and their bindings itself: it may bind
+        // Kubeflow's three roles and no other, escalate nothing, and read no Secret.
+        let profiles = kubeflow_component_registry::get(kubeflow_crds::ComponentKind::ProfileController);
+        for rule in &profiles.rules {
+            let resources = rule.resources.clone().unwrap_or_default();
+            assert!(!rule.verbs.iter().any(|v| v == "escalate"), "{rule:?}");
+            assert!(!resources.iter().any(|r| r == "secrets" || r == "pods" || r == "clusterrolebindings"), "{rule:?}");
+            if rule.verbs.iter().any(|v| v == "bind") {
+                assert_eq!(rule.resource_names.as_deref(), Some(&["kubeflow-admin".to_string(), "kubeflow-edit".into(), "kubeflow-view".into()][..]), "{rule:?}");
+            }
+        }
+    }
+
+    fn only_reads_and_impersonates(component: &kubeflow_component_registry::RegisteredComponent) {
+        let own_group = "components.kubeflow.org";
+        for rule in &component.rules {
+            let groups = rule.api_groups.clone().unwrap_or_default();
+            let resources = rule.resources.clone().unwrap_or_default();
+            let writes = rule.verbs.iter().any(|v| !["get", "list", "watch"].contains(&v.as_str()));
+            let allowed_write = groups == [own_group]
+                || groups == ["events.k8s.io"]
+                || (groups == [""] && resources == ["serviceaccounts"] && rule.verbs == ["impersonate"]);
+            assert!(!writes || allowed_write, "{} may write {groups:?} {resources:?}: {:?}", component.operator, rule.verbs);
+            assert!(!(groups.contains(&String::new()) && resources.iter().any(|r| r == "secrets")), "{} reads Secrets: {rule:?}", component.operator);
+            assert!(!rule.verbs.iter().any(|v| v == "escalate" || v == "bind"), "{}: {rule:?}", component.operator);
+        }
+        let impersonate: Vec<_> = component.rules.iter().filter(|r| r.verbs == ["impersonate"]).collect();
+        assert_eq!(impersonate.len(), 1, "{} cannot act as an account", component.operator);
+        assert_eq!(impersonate[0].resource_names.as_deref(), Some(&["kubeflow-installer".to_string()][..]), "{} may act as any account", component.operator);
+        let (_, files) = component_package(component);
+        let operator = &files.iter().find(|(f, _)| f == "operator.yaml").unwrap().1;
+        assert!(operator.contains("--default-service-account=kubeflow-installer"), "{operator}");
+        let installer = &files.iter().find(|(f, _)| f == "installer.yaml").unwrap().1;
+        assert!(installer.contains("name: cluster-admin") && installer.contains("namespace: kubeflow"), "{installer}");
     }
 }

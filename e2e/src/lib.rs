@@ -176,12 +176,62 @@ impl TestNamespace {
         Self { name }
     }
 
+    /// A namespace for a platform admin's KfDef: its installer account (`kubeflow-installer`,
+    /// which the component operators act as) is bound to `cluster-admin`, as deploy/ binds the
+    /// one in `kubeflow`.
     pub async fn create(client: &Client, prefix: &str) -> Self {
+        let ns = Self::create_tenant(client, prefix).await;
+        ns.grant_installer(client, "ClusterRoleBinding", "cluster-admin").await;
+        ns
+    }
+
+    /// A tenant's namespace: its installer account exists and may do nothing yet.
+    pub async fn create_tenant(client: &Client, prefix: &str) -> Self {
         let name = unique_name(prefix);
         let ns = Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() }, ..Default::default() };
         Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create test namespace");
+        create_installer(client, &name).await;
         Self { name }
     }
+
+    /// Binds the namespace's installer account to ClusterRole `role` (see [`grant_installer`]).
+    pub async fn grant_installer(&self, client: &Client, kind: &str, role: &str) {
+        grant_installer(client, &self.name, kind, role).await;
+    }
+}
+
+/// Creates `namespace`'s installer account, `kubeflow-installer`, with no rights yet.
+pub async fn create_installer(client: &Client, namespace: &str) {
+    let account = serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": kubeflow_crds::kfdef::DEFAULT_INSTALLER, "namespace": namespace}});
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &serde_json::from_value(account).unwrap())
+        .await
+        .expect("create the installer account");
+}
+
+/// Binds `namespace`'s installer account to ClusterRole `role`: cluster-wide with `kind`
+/// `ClusterRoleBinding` (owned by the namespace, so it goes with it), else in the namespace.
+pub async fn grant_installer(client: &Client, namespace: &str, kind: &str, role: &str) {
+    use kube::api::DynamicObject;
+    use kube::core::ApiResource;
+    let uid = Api::<Namespace>::all(client.clone()).get(namespace).await.expect("the test namespace").metadata.uid;
+    let cluster_wide = kind == "ClusterRoleBinding";
+    let mut binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+        "metadata": {"name": format!("{}-{role}", kubeflow_crds::kfdef::DEFAULT_INSTALLER)},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": kubeflow_crds::kfdef::DEFAULT_INSTALLER, "namespace": namespace}],
+    });
+    if cluster_wide {
+        binding["metadata"]["name"] = format!("{}-{}-{role}", kubeflow_crds::kfdef::DEFAULT_INSTALLER, namespace).into();
+        binding["metadata"]["ownerReferences"] = serde_json::json!([{"apiVersion": "v1", "kind": "Namespace", "name": namespace, "uid": uid}]);
+    } else {
+        binding["metadata"]["namespace"] = namespace.to_string().into();
+    }
+    let plural = if cluster_wide { "clusterrolebindings" } else { "rolebindings" };
+    let resource = ApiResource { group: "rbac.authorization.k8s.io".into(), version: "v1".into(), api_version: "rbac.authorization.k8s.io/v1".into(), kind: kind.into(), plural: plural.into() };
+    let api: Api<DynamicObject> = if cluster_wide { Api::all_with(client.clone(), &resource) } else { Api::namespaced_with(client.clone(), namespace, &resource) };
+    api.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.expect("bind the installer account");
 }
 
 impl Drop for TestNamespace {
@@ -245,6 +295,8 @@ impl OperatorProcess {
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             // KFOP_OPERATOR_LOG overrides the operators' log filter (e.g. `component_framework=debug`).
             .env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
+            // As deploy/ runs every operator: resources naming no installer account use this one.
+            .env("DEFAULT_SERVICE_ACCOUNT", kubeflow_crds::kfdef::DEFAULT_INSTALLER)
             .envs(env.iter().copied())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -634,7 +686,9 @@ impl OperatorStack {
     pub fn start_component(&mut self, component: ComponentKind) {
         let operator = format!("{component}-operator");
         let binary = self.binaries.get(&component).cloned().unwrap_or_else(|| operator.clone());
-        let process = Self::spawn(&binary, &self.nats, Identity::Component(component), &self.kubeconfigs[&operator]);
+        // The generic operator fetches the tests' repositories from loopback, which its fence refuses.
+        let args: &[&str] = if component == ComponentKind::GENERIC { &["--allow-fetch-from", "127.0.0.1"] } else { &[] };
+        let process = OperatorProcess::on_bus(&binary, &self.nats, Identity::Component(component), args, &[("KUBECONFIG", self.kubeconfigs[&operator].to_str().unwrap())]);
         self.components.insert(component, process);
     }
 }
@@ -710,10 +764,16 @@ pub async fn warning_events(client: &Client, namespace: &str, name: &str, reason
 pub async fn serve_kind(client: &Client, group: &str, kind: &str, plural: &str, version: &str) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = format!("{plural}.{group}");
+    // Labelled as the component that ships this CRD would label it (e.g. the Istio operator),
+    // which then takes it for its own; nobody takes over an unlabelled one.
+    let shipped_by = kubeflow_component_registry::all()
+        .into_iter()
+        .find(|c| (c.shipped_objects)().iter().any(|o| o["kind"] == "CustomResourceDefinition" && o["metadata"]["name"] == name.as_str()))
+        .map(|c| serde_json::json!({component_framework::build::PART_OF_LABEL: c.kind.name()}));
     // Groups under k8s.io are protected: the real app.k8s.io CRD says it is not approved, too.
     let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": name, "annotations": {"api-approved.kubernetes.io": "unapproved, community CRD"}},
+        "metadata": {"name": name, "labels": shipped_by.unwrap_or_default(), "annotations": {"api-approved.kubernetes.io": "unapproved, community CRD"}},
         "spec": {"group": group, "scope": "Namespaced", "names": {"kind": kind, "plural": plural},
                  "versions": [{"name": version, "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
     }))

@@ -53,7 +53,8 @@ async fn kfctl_applications_install_from_their_kustomize_packages() {
     let server = fixtures::Server::start(BTreeMap::from([("archive/v1.0.2.tar.gz".to_string(), fixtures::repo_tarball())])).await;
     let uri = server.url("archive/v1.0.2.tar.gz");
     let cache = std::env::temp_dir().join(unique_name("kustomize-cache"));
-    let operator = OperatorProcess::start("kustomize-operator", &["--namespace", &ns.name], &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap())]);
+    // The fixture repository is served on loopback, which the operator's fetch fence refuses.
+    let operator = OperatorProcess::start("kustomize-operator", &["--namespace", &ns.name, "--allow-fetch-from", "127.0.0.1"], &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap())]);
     operator.wait_ready().await;
 
     let target = TestNamespace::adopt(format!("{}-apps", ns.name));
@@ -128,5 +129,48 @@ async fn kfctl_applications_install_from_their_kustomize_packages() {
     gone(&Api::<MutatingWebhookConfiguration>::all(client.clone()), "tenant-defaulter").await;
     assert!(Api::<CustomResourceDefinition>::all(client.clone()).get_opt("tenants.demo.kubeflow.org").await.unwrap().is_some(), "a CRD was deleted");
     assert!(Api::<Namespace>::all(client.clone()).get_opt("demo-tenants").await.unwrap().is_some(), "a namespace was deleted");
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// Fetching and rendering are fenced: a repository at the cloud metadata address is refused
+/// without a request, the status naming the address and the rule; a repository whose
+/// kustomization is not valid YAML is refused before kustomize runs.
+#[tokio::test]
+async fn fenced_repositories_and_unparsable_kustomizations_are_refused() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create_tenant(&client, "e2e-kustomize-fence").await;
+    let kubeconfig = install_package(&client, "kustomize").await;
+    let broken = fixtures::edited_repo_tarball(&[("demo/webhook/kustomization.yaml", "kind: Kustomization\n", "kind: Kustomization: [\n")]);
+    let server = fixtures::Server::start(BTreeMap::from([("archive/broken.tar.gz".to_string(), broken)])).await;
+    let cache = std::env::temp_dir().join(unique_name("kustomize-fence-cache"));
+    let operator = OperatorProcess::start("kustomize-operator", &["--namespace", &ns.name, "--allow-fetch-from", "127.0.0.1"], &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap())]);
+    operator.wait_ready().await;
+    let api: Api<KustomizeApplication> = Api::namespaced(client.clone(), &ns.name);
+
+    let metadata = "http://169.254.169.254/latest/meta-data.tar.gz";
+    api.create(&PostParams::default(), &resource("metadata", &ns.name, json!([{"application": "meta", "repoUri": metadata, "path": "demo/webhook"}]))).await.unwrap();
+    let status = wait_status(&api, "metadata", &format!("metadata Degraded (log: {})", operator.log.display()), |s| degraded_message(s).is_some()).await;
+    let message = degraded_message(&status).unwrap();
+    assert!(message.starts_with("spec.sources[0].repoUri: ") && message.contains(metadata), "{message}");
+    assert!(message.contains("refused: 169.254.169.254 is link-local (169.254.0.0/16") && message.contains("--allow-fetch-from"), "{message}");
+    assert!(status.inventory.is_empty(), "{:?}", status.inventory);
+    // Nothing was fetched: no download begun, nothing unpacked.
+    let held = |sub: &str| std::fs::read_dir(cache.join("repos").join(sub)).map(|d| d.count()).unwrap_or(0);
+    assert_eq!((held("repos"), held("tmp")), (0, 0));
+
+    // Stacks mode builds the path as it is: its kustomization is checked before kustomize runs.
+    let mut unparsable = resource("unparsable", &ns.name, json!([{"application": "broken", "repoUri": server.url("archive/broken.tar.gz"), "path": "demo/webhook"}]));
+    unparsable.spec.mode = kubeflow_crds::component::RenderMode::Stacks;
+    api.create(&PostParams::default(), &unparsable).await.unwrap();
+    let status = wait_status(&api, "unparsable", "unparsable Degraded", |s| degraded_message(s).is_some()).await;
+    let message = degraded_message(&status).unwrap();
+    assert!(message.starts_with("spec.sources[0]: ") && message.contains("demo/webhook/kustomization.yaml is refused: it is not valid YAML"), "{message}");
+    assert!(status.inventory.is_empty(), "{:?}", status.inventory);
+
+    for name in ["metadata", "unparsable"] {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+        gone(&api, name).await;
+    }
     let _ = std::fs::remove_dir_all(&cache);
 }

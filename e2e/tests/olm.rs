@@ -235,12 +235,17 @@ async fn component_operator_package_installs_alone_with_olm_and_upgrades_along_t
     let _serial = SERIAL.lock().await;
     let client = client().await;
     let (mut olm, subscribed, older, newer, examples) = install_oldest(&client, "kubeflow-istio-operator", "istio-operator").await;
+    let newer_examples = upgrade_to(&mut olm, &subscribed, "istio-operator", &older, &newer).await;
 
-    // Standalone (no NATS): the operator installs the component from the CSV's example with
-    // nothing but the CSV's RBAC — CRDs, cluster roles, webhooks and the workloads.
+    // Standalone (no NATS): the operator installs the component from the CSV's examples with
+    // nothing but the CSV's RBAC, acting as the namespace's installer account (bound to
+    // cluster-admin by the admin, here TestNamespace) — CRDs, cluster roles, webhooks and the
+    // workloads. The binary under test is this revision's, so it runs with the newest release's
+    // RBAC (the oldest predates installing as an account): the older release's example first, then
+    // the component moved to the newer release's.
     let ns = subscribed.namespace.name.clone();
     let kubeconfig = service_account_kubeconfig(&client, &ns, "istio-operator").await;
-    let mut operator = OperatorProcess::start("istio-operator", &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    let operator = OperatorProcess::start("istio-operator", &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
     let istios: Api<Istio> = Api::namespaced(client.clone(), &ns);
     let mut istio: Istio = serde_json::from_value(examples[0].clone()).unwrap();
     istio.metadata.namespace = Some(ns.clone());
@@ -261,12 +266,8 @@ async fn component_operator_package_installs_alone_with_olm_and_upgrades_along_t
     };
     ready_at(older_version, operator.log.display().to_string()).await;
 
-    let examples = upgrade_to(&mut olm, &subscribed, "istio-operator", &older, &newer).await;
-
     // The newer operator release ships a newer Istio; move the component to it.
-    operator.kill();
-    let kubeconfig = service_account_kubeconfig(&client, &ns, "istio-operator").await;
-    let operator = OperatorProcess::start("istio-operator", &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    let examples = newer_examples;
     let newer_version = examples[0]["spec"]["version"].as_str().unwrap().to_string();
     istios.patch("istio", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": newer_version}}))).await.unwrap();
     ready_at(newer_version, operator.log.display().to_string()).await;

@@ -1,14 +1,20 @@
 //! The profiles operator, installed from deploy/profiles and run on the host with that package's
 //! ServiceAccount, against the real control plane: the component installs the Profile CRD and the
-//! Kubeflow roles; each Profile gets upstream's objects; deletes heal, quota edits apply, a
-//! foreign namespace and a bad Profile are refused without changes; contributors come and go
-//! through the KFAM API (header required, owners and admins only); deleting a Profile deletes its
-//! namespace; uninstalling the component keeps the CRD and every Profile.
+//! Kubeflow roles; each Profile gets upstream's objects; deletes heal, quota edits apply; a
+//! foreign namespace, a reserved name and a bad Profile are refused without changes; contributors
+//! come and go through the KFAM API — every route needs a bearer token (TokenReview), the user-id
+//! header counts only from a trusted proxy, owners and admins only, bindings only in namespaces a
+//! Profile made; deleting a Profile deletes its namespace; uninstalling the component keeps the
+//! CRD and every Profile.
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, ResourceQuota, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use kubeflow_crds::component::ComponentPhase;
 use kubeflow_crds::profile::Profile;
@@ -18,22 +24,7 @@ use serde_json::{Value, json};
 
 /// Istio's AuthorizationPolicy API, as an installed Istio (1.4+) would serve it.
 async fn ensure_authorization_policy_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "authorizationpolicies.security.istio.io"},
-        "spec": {"group": "security.istio.io", "scope": "Namespaced",
-                 "names": {"kind": "AuthorizationPolicy", "plural": "authorizationpolicies", "singular": "authorizationpolicy", "listKind": "AuthorizationPolicyList"},
-                 "versions": [{"name": "v1beta1", "served": true, "storage": true,
-                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
-    }))
-    .unwrap();
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => panic!("create the AuthorizationPolicy CRD: {e}"),
-    }
-    within("AuthorizationPolicy CRD established", kube::runtime::wait::await_condition(crds, "authorizationpolicies.security.istio.io", kube::runtime::conditions::is_crd_established())).await.unwrap();
+    serve_kind(client, "security.istio.io", "AuthorizationPolicy", "authorizationpolicies", "v1beta1").await;
 }
 
 fn authorization_policies(client: &Client, namespace: &str) -> Api<DynamicObject> {
@@ -63,6 +54,71 @@ async fn delete_profile(profiles: &Api<Profile>, name: &str) {
     gone(profiles, name).await;
 }
 
+/// A token of ServiceAccount `namespace/name`, made for the test: a bearer token the API server's
+/// TokenReview accepts (username `system:serviceaccount:<namespace>:<name>`).
+async fn token_of(client: &Client, namespace: &str, name: &str) -> String {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    match accounts.create(&PostParams::default(), &account).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("create ServiceAccount {namespace}/{name}: {e}"),
+    }
+    let request = TokenRequest { spec: TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }, ..Default::default() };
+    accounts.create_token_request(name, &PostParams::default(), &request).await.unwrap().status.unwrap().token
+}
+
+/// Who a KFAM request comes from: a bearer token, and the user a proxy says it acts for.
+#[derive(Clone, Copy)]
+struct Identity<'a> {
+    token: Option<&'a str>,
+    user: Option<&'a str>,
+}
+
+/// Names the token by its length only, so failure messages carry no credential.
+impl std::fmt::Debug for Identity<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity").field("token", &self.token.map(|t| format!("<{} bytes>", t.len()))).field("user", &self.user).finish()
+    }
+}
+
+const NOBODY: Identity<'static> = Identity { token: None, user: None };
+
+async fn kfam(method: &str, url: &str, who: Identity<'_>, body: Option<&Value>) -> (u16, String) {
+    let authorization = who.token.map(|t| format!("Bearer {t}"));
+    let mut headers: Vec<(&str, &str)> = Vec::new();
+    if let Some(authorization) = &authorization {
+        headers.push(("Authorization", authorization));
+    }
+    if let Some(user) = who.user {
+        headers.push(("kubeflow-userid", user));
+    }
+    http_request(method, url, &headers, body).await
+}
+
+/// The (subject, role) of every KFAM listing entry, sorted.
+fn entries(listed: &str) -> Vec<(String, String)> {
+    let listed: Value = serde_json::from_str(listed).unwrap_or_else(|e| panic!("{e}: {listed}"));
+    let mut entries: Vec<(String, String)> = listed["bindings"].as_array().unwrap().iter().map(|b| (b["user"]["name"].as_str().unwrap().into(), b["RoleRef"]["name"].as_str().unwrap().into())).collect();
+    entries.sort();
+    entries
+}
+
+fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+    p.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+}
+
+/// The RoleBindings KFAM made in `namespace` for `user` as `role`, found by label and annotations.
+async fn kfam_role_bindings(client: &Client, namespace: &str, user: &str, role: &str) -> Vec<RoleBinding> {
+    let all = Api::<RoleBinding>::namespaced(client.clone(), namespace).list(&ListParams::default().labels("app.kubernetes.io/managed-by=kfam")).await.unwrap().items;
+    all.into_iter().filter(|rb| rb.annotations().get("user").map(String::as_str) == Some(user) && rb.annotations().get("role").map(String::as_str) == Some(role)).collect()
+}
+
+/// A namespace's labels, annotations and owner references: what a refused Profile must not change.
+fn shape(ns: &Namespace) -> (BTreeMap<String, String>, BTreeMap<String, String>, usize) {
+    (ns.labels().clone(), ns.annotations().clone(), ns.owner_references().len())
+}
+
 #[tokio::test]
 async fn profiles_make_tenants_and_kfam_shares_them() {
     let client = client().await;
@@ -71,18 +127,26 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
     let ns = TestNamespace::create(&client, "e2e-profiles").await;
     let kubeconfig = install_package(&client, "profiles").await;
     let kfam_port = free_port();
-    let kfam = format!("http://127.0.0.1:{kfam_port}/kfam/v1");
+    let kfam_url = format!("http://127.0.0.1:{kfam_port}/kfam/v1");
     let kfam_addr = format!("--kfam-addr=127.0.0.1:{kfam_port}");
     let start_operator = || OperatorProcess::start("profiles-operator", &["--namespace", &ns.name, &kfam_addr], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
     let operator = start_operator();
     operator.wait_ready().await;
+
+    // Test identities, all ServiceAccounts of the test namespace: the dashboard (a trusted proxy),
+    // carol (owns a Profile as herself) and mallory (trusted with nothing).
+    let dashboard_user = format!("system:serviceaccount:{}:dashboard", ns.name);
+    let dashboard = token_of(&client, &ns.name, "dashboard").await;
+    let carol = token_of(&client, &ns.name, "carol").await;
+    let mallory = token_of(&client, &ns.name, "mallory").await;
+    let via_dashboard = |user| Identity { token: Some(&dashboard), user: Some(user) };
 
     // The component: Profile CRD (v1 stored, v1beta1 served) and the Kubeflow roles.
     let target = TestNamespace::adopt(format!("{}-kf", ns.name));
     let controllers: Api<ProfileController> = Api::namespaced(client.clone(), &ns.name);
     let resource: ProfileController = serde_json::from_value(json!({
         "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "ProfileController", "metadata": {"name": "profiles"},
-        "spec": {"version": "v1.3.0", "targetNamespace": target.name, "clusterAdmins": ["admin@example.com"]},
+        "spec": {"version": "v1.3.0", "targetNamespace": target.name, "clusterAdmins": ["admin@example.com"], "trustedProxies": [dashboard_user]},
     }))
     .unwrap();
     controllers.create(&PostParams::default(), &resource).await.unwrap();
@@ -139,17 +203,42 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
 
     // A namespace made by someone else is never adopted, and is left as it was.
     let foreign = unique_name("foreign");
-    let foreign_ns: Namespace = serde_json::from_value(json!({"metadata": {"name": foreign, "annotations": {"owner": "bob@example.com"}}})).unwrap();
+    let foreign_ns: Namespace = serde_json::from_value(json!({"metadata": {"name": foreign, "annotations": {"owner": "bob@example.com"}, "labels": {"team": "bob"}}})).unwrap();
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces.create(&PostParams::default(), &foreign_ns).await.unwrap();
+    let foreign_before = shape(&namespaces.create(&PostParams::default(), &foreign_ns).await.unwrap());
     profiles.create(&PostParams::default(), &profile(&foreign, json!({"owner": {"kind": "User", "name": "alice@example.com"}}))).await.unwrap();
     let refused = ready_condition(&profiles, &foreign, false).await;
     assert_eq!(refused.reason, "NamespaceOwnedByOther");
     assert!(refused.message.contains("never adopted"), "{}", refused.message);
-    let untouched = namespaces.get(&foreign).await.unwrap();
-    assert_eq!(untouched.annotations().get("owner").map(String::as_str), Some("bob@example.com"));
-    assert!(untouched.labels().get("istio-injection").is_none() && untouched.owner_references().is_empty());
+    assert_eq!(shape(&namespaces.get(&foreign).await.unwrap()), foreign_before, "a refused Profile changed the namespace");
     assert!(Api::<RoleBinding>::namespaced(client.clone(), &foreign).get_opt("namespaceAdmin").await.unwrap().is_none());
+
+    // A reserved name: refused, whether its namespace exists (left exactly as it was) or not
+    // (never made). The CRD refuses it at admission; the controller's own refusal (a condition
+    // and a Warning Event, for a Profile stored before that rule) takes the other branch.
+    let reserved_existing = unique_name("knative-e2e");
+    let reserved_ns: Namespace = serde_json::from_value(json!({"metadata": {"name": reserved_existing, "labels": {"serving": "system"}}})).unwrap();
+    let reserved_before = shape(&namespaces.create(&PostParams::default(), &reserved_ns).await.unwrap());
+    let reserved_missing = unique_name("knative-e2e");
+    let mut refused_reserved = Vec::new();
+    for name in [&reserved_existing, &reserved_missing] {
+        match profiles.create(&PostParams::default(), &profile(name, json!({"owner": {"kind": "User", "name": "alice@example.com"}}))).await {
+            Ok(_) => {
+                let condition = ready_condition(&profiles, name, false).await;
+                assert_eq!(condition.reason, "ReservedName", "{}", condition.message);
+                assert!(condition.message.starts_with(&format!("metadata.name: {name:?} is reserved (matches \"knative-*\")")), "{}", condition.message);
+                eventually(&format!("a ReservedName Warning Event for Profile {name}"), || async {
+                    if warning_events(&client, "default", name, "ReservedName").await.is_empty() { Err("none yet") } else { Ok(()) }
+                })
+                .await;
+                refused_reserved.push(name.clone());
+            }
+            Err(kube::Error::Api(e)) if e.code == 422 => assert!(e.message.contains("metadata.name"), "{}", e.message),
+            Err(e) => panic!("create Profile {name}: {e}"),
+        }
+    }
+    assert_eq!(shape(&namespaces.get(&reserved_existing).await.unwrap()), reserved_before, "a reserved-name Profile changed the namespace");
+    assert!(namespaces.get_opt(&reserved_missing).await.unwrap().is_none(), "a namespace was made for a reserved name");
 
     // A bad Profile: a condition naming the field, nothing created.
     let bad = unique_name("bad");
@@ -158,42 +247,151 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
     assert_eq!((invalid.reason.as_str(), invalid.message.as_str()), ("InvalidSpec", "spec.plugins[0].kind: unknown plugin \"AzureMagic\"; allowed: WorkloadIdentity, AwsIamForServiceAccount"));
     assert!(namespaces.get_opt(&bad).await.unwrap().is_none(), "a namespace was made for an invalid Profile");
 
-    // Contributors through KFAM: identity required, owners and admins only.
+    // KFAM: no route answers without a token, nor on a header alone, nor on a header from a
+    // token that is not a trusted proxy's, nor on a token the API server does not accept.
     let binding = json!({"user": {"kind": "User", "name": "bob@example.com"}, "referredNamespace": alice, "RoleRef": {"kind": "ClusterRole", "name": "edit"}});
-    let bindings_url = format!("{kfam}/bindings");
-    let post = |headers: &'static [(&'static str, &'static str)]| http_request("POST", &bindings_url, headers, Some(&binding));
-    assert_eq!(post(&[]).await.0, 401);
-    assert_eq!(post(&[("kubeflow-userid", "bob@example.com")]).await.0, 403);
-    let (status, body) = post(&[("kubeflow-userid", "alice@example.com")]).await;
+    let admin_binding = json!({"user": {"kind": "User", "name": "mallory@example.com"}, "referredNamespace": alice, "RoleRef": {"kind": "ClusterRole", "name": "admin"}});
+    let new_profile = json!({"apiVersion": "kubeflow.org/v1", "kind": "Profile", "metadata": {"name": unique_name("kfam")}, "spec": {"owner": {"kind": "User", "name": "admin@example.com"}}});
+    let bindings_url = format!("{kfam_url}/bindings");
+    let routes: Vec<(&str, String, Option<&Value>)> = vec![
+        ("GET", format!("http://127.0.0.1:{kfam_port}/kfam/"), None),
+        ("GET", bindings_url.clone(), None),
+        ("GET", format!("{bindings_url}?namespace={alice}"), None),
+        ("POST", bindings_url.clone(), Some(&admin_binding)),
+        ("DELETE", bindings_url.clone(), Some(&binding)),
+        ("POST", format!("{kfam_url}/profiles"), Some(&new_profile)),
+        ("DELETE", format!("{kfam_url}/profiles/{alice}"), None),
+        ("GET", format!("{kfam_url}/role/clusteradmin?user=admin@example.com"), None),
+    ];
+    let forged = [
+        NOBODY,
+        Identity { token: None, user: Some("admin@example.com") },
+        Identity { token: Some(&mallory), user: Some("admin@example.com") },
+        Identity { token: Some(&carol), user: Some("admin@example.com") },
+        Identity { token: Some("not-a-token"), user: None },
+        Identity { token: Some("not-a-token"), user: Some("admin@example.com") },
+    ];
+    for (method, url, body) in &routes {
+        for who in forged {
+            let (status, message) = kfam(method, url, who, *body).await;
+            assert_eq!(status, 401, "{method} {url} as {who:?}: {message}");
+        }
+    }
+    let (_, message) = kfam("GET", &bindings_url, Identity { token: Some(&mallory), user: Some("admin@example.com") }, None).await;
+    assert!(message.contains("trustedProxies"), "{message}");
+    // None of those requests changed anything.
+    assert!(profiles.get_opt(&alice).await.unwrap().is_some_and(|p| p.metadata.deletion_timestamp.is_none()));
+    assert!(kfam_role_bindings(&client, &alice, "mallory@example.com", "admin").await.is_empty());
+    assert!(profiles.get_opt(new_profile["metadata"]["name"].as_str().unwrap()).await.unwrap().is_none());
+
+    // Contributors through KFAM: owners and admins only.
+    assert_eq!(kfam("POST", &bindings_url, via_dashboard("bob@example.com"), Some(&binding)).await.0, 403);
+    assert_eq!(kfam("POST", &bindings_url, Identity { token: Some(&mallory), user: None }, Some(&binding)).await.0, 403);
+    let (status, body) = kfam("POST", &bindings_url, via_dashboard("alice@example.com"), Some(&binding)).await;
     assert_eq!(status, 200, "{body}");
-    let contributor = role_bindings.get("user-bob-example-com-clusterrole-edit").await.unwrap();
-    assert_eq!(contributor.role_ref.name, "kubeflow-edit");
-    assert_eq!((contributor.annotations()["user"].as_str(), contributor.annotations()["role"].as_str()), ("bob@example.com", "edit"));
-    let contributor_policy = authorization_policies(&client, &alice).get("user-bob-example-com-clusterrole-edit").await.unwrap();
+    let contributor = kfam_role_bindings(&client, &alice, "bob@example.com", "edit").await;
+    assert_eq!(contributor.len(), 1);
+    let contributor_name = contributor[0].name_any();
+    assert!(contributor_name.starts_with("user-bob-example-com-clusterrole-edit-"), "{contributor_name}");
+    assert_eq!(contributor[0].role_ref.name, "kubeflow-edit");
+    let contributor_policy = authorization_policies(&client, &alice).get(&contributor_name).await.unwrap();
     assert_eq!(contributor_policy.data["spec"]["rules"][0]["when"][0]["values"], json!(["bob@example.com"]));
-    let (status, listed) = http_request("GET", &format!("{kfam}/bindings?namespace={alice}"), &[], None).await;
-    assert_eq!(status, 200);
-    let listed: Value = serde_json::from_str(&listed).unwrap();
-    let mut entries: Vec<(String, String)> = listed["bindings"].as_array().unwrap().iter().map(|b| (b["user"]["name"].as_str().unwrap().into(), b["RoleRef"]["name"].as_str().unwrap().into())).collect();
-    entries.sort();
-    assert_eq!(entries, [("alice@example.com".to_string(), "admin".to_string()), ("bob@example.com".to_string(), "edit".to_string())]);
+
+    // Names never collide: `bob.smith` and `bob-smith` (one KFAM name upstream) get one binding each,
+    // and removing one leaves the other.
+    let smith = |name: &str| json!({"user": {"kind": "User", "name": name}, "referredNamespace": alice, "RoleRef": {"kind": "ClusterRole", "name": "view"}});
+    for name in ["bob.smith@example.com", "bob-smith@example.com"] {
+        assert_eq!(kfam("POST", &bindings_url, via_dashboard("alice@example.com"), Some(&smith(name))).await.0, 200);
+    }
+    let dotted = kfam_role_bindings(&client, &alice, "bob.smith@example.com", "view").await;
+    let dashed = kfam_role_bindings(&client, &alice, "bob-smith@example.com", "view").await;
+    assert_eq!((dotted.len(), dashed.len()), (1, 1));
+    assert_ne!(dotted[0].name_any(), dashed[0].name_any());
+    assert_eq!(dotted[0].subjects.as_ref().unwrap()[0].name, "bob.smith@example.com");
+    assert_eq!(kfam("DELETE", &bindings_url, via_dashboard("alice@example.com"), Some(&smith("bob.smith@example.com"))).await.0, 200);
+    gone(&role_bindings, &dotted[0].name_any()).await;
+    assert!(role_bindings.get_opt(&dashed[0].name_any()).await.unwrap().is_some(), "removing bob.smith removed bob-smith");
+    assert_eq!(kfam("DELETE", &bindings_url, via_dashboard("alice@example.com"), Some(&smith("bob-smith@example.com"))).await.0, 200);
+    gone(&role_bindings, &dashed[0].name_any()).await;
+
+    // Listing shows each caller only what it may see.
+    let list_alice = format!("{bindings_url}?namespace={alice}");
+    let (status, listed) = kfam("GET", &list_alice, via_dashboard("alice@example.com"), None).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(entries(&listed), pairs(&[("alice@example.com", "admin"), ("bob@example.com", "edit")]));
+    assert_eq!(entries(&kfam("GET", &list_alice, via_dashboard("admin@example.com"), None).await.1).len(), 2);
+    assert_eq!(entries(&kfam("GET", &list_alice, via_dashboard("bob@example.com"), None).await.1), pairs(&[("bob@example.com", "edit")]));
+    assert!(entries(&kfam("GET", &bindings_url, via_dashboard("eve@example.com"), None).await.1).is_empty());
+    assert!(entries(&kfam("GET", &bindings_url, Identity { token: Some(&mallory), user: None }, None).await.1).is_empty());
+
+    // Only cluster admins ask about others.
+    let is_admin = |user: &str| format!("{kfam_url}/role/clusteradmin?user={user}");
+    assert_eq!(kfam("GET", &is_admin("admin@example.com"), via_dashboard("bob@example.com"), None).await.0, 403);
+    assert_eq!(kfam("GET", &is_admin("bob@example.com"), via_dashboard("bob@example.com"), None).await, (200, "false".to_string()));
+    assert_eq!(kfam("GET", &is_admin("admin@example.com"), via_dashboard("admin@example.com"), None).await, (200, "true".to_string()));
+    assert_eq!(kfam("GET", &is_admin("bob@example.com"), via_dashboard("admin@example.com"), None).await, (200, "false".to_string()));
+
+    // A Profile owned by a ServiceAccount: its own token, no proxy.
+    let carols = unique_name("carol");
+    profiles.create(&PostParams::default(), &profile(&carols, json!({"owner": {"kind": "ServiceAccount", "name": "carol", "namespace": ns.name}}))).await.unwrap();
+    ready_condition(&profiles, &carols, true).await;
+    let dan = json!({"user": {"kind": "User", "name": "dan@example.com"}, "referredNamespace": carols, "RoleRef": {"kind": "ClusterRole", "name": "view"}});
+    assert_eq!(kfam("POST", &bindings_url, Identity { token: Some(&mallory), user: None }, Some(&dan)).await.0, 403);
+    let (status, body) = kfam("POST", &bindings_url, Identity { token: Some(&carol), user: None }, Some(&dan)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(kfam_role_bindings(&client, &carols, "dan@example.com", "view").await.len(), 1);
+    let (_, listed) = kfam("GET", &format!("{bindings_url}?namespace={carols}"), Identity { token: Some(&carol), user: None }, None).await;
+    assert_eq!(entries(&listed), pairs(&[("carol", "admin"), ("dan@example.com", "view")]));
+    assert_eq!(kfam("DELETE", &bindings_url, Identity { token: Some(&carol), user: None }, Some(&dan)).await.0, 200);
+
+    // Bindings only in namespaces a Profile made: the refused Profile's namespace is not one.
+    let into_foreign = json!({"user": {"kind": "User", "name": "bob@example.com"}, "referredNamespace": foreign, "RoleRef": {"kind": "ClusterRole", "name": "admin"}});
+    let (status, message) = kfam("POST", &bindings_url, via_dashboard("alice@example.com"), Some(&into_foreign)).await;
+    assert_eq!(status, 409, "{message}");
+    assert!(message.contains("was not made by Profile"), "{message}");
+    assert!(Api::<RoleBinding>::namespaced(client.clone(), &foreign).list(&ListParams::default()).await.unwrap().items.iter().all(|rb| rb.annotations().get("user").is_none()));
+    assert!(authorization_policies(&client, &foreign).list(&ListParams::default()).await.unwrap().items.is_empty());
+    assert_eq!(shape(&namespaces.get(&foreign).await.unwrap()), foreign_before);
+    // ... nor does the listing show anything of that namespace.
+    assert!(entries(&kfam("GET", &format!("{bindings_url}?namespace={foreign}"), via_dashboard("admin@example.com"), None).await.1).is_empty());
+
+    // KFAM's profile creation refuses what the controller would: a reserved name, an existing namespace.
+    let plain = unique_name("plain");
+    namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": plain}})).unwrap()).await.unwrap();
+    let proposed = |name: &str| json!({"apiVersion": "kubeflow.org/v1", "kind": "Profile", "metadata": {"name": name}, "spec": {"owner": {"kind": "User", "name": "alice@example.com"}}});
+    let (status, message) = kfam("POST", &format!("{kfam_url}/profiles"), via_dashboard("alice@example.com"), Some(&proposed("knative-mine"))).await;
+    assert_eq!(status, 400, "{message}");
+    assert!(message.starts_with("metadata.name: \"knative-mine\" is reserved"), "{message}");
+    let (status, message) = kfam("POST", &format!("{kfam_url}/profiles"), via_dashboard("alice@example.com"), Some(&proposed(&plain))).await;
+    assert_eq!(status, 409, "{message}");
+    assert!(profiles.get_opt("knative-mine").await.unwrap().is_none() && profiles.get_opt(&plain).await.unwrap().is_none());
+    namespaces.delete(&plain, &DeleteParams::default()).await.unwrap();
+
     // The contributor's binding is not the Profile's: reconciles leave it alone.
     profiles.patch(&alice, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
     ready_condition(&profiles, &alice, true).await;
-    assert!(role_bindings.get_opt("user-bob-example-com-clusterrole-edit").await.unwrap().is_some());
-    let delete = |headers: &'static [(&'static str, &'static str)]| http_request("DELETE", &bindings_url, headers, Some(&binding));
-    assert_eq!(delete(&[("kubeflow-userid", "bob@example.com")]).await.0, 403);
-    assert_eq!(delete(&[("kubeflow-userid", "admin@example.com")]).await.0, 200);
-    gone(&role_bindings, "user-bob-example-com-clusterrole-edit").await;
-    gone(&authorization_policies(&client, &alice), "user-bob-example-com-clusterrole-edit").await;
+    assert!(role_bindings.get_opt(&contributor_name).await.unwrap().is_some());
+    assert_eq!(kfam("DELETE", &bindings_url, via_dashboard("bob@example.com"), Some(&binding)).await.0, 403);
+    assert_eq!(kfam("DELETE", &bindings_url, via_dashboard("admin@example.com"), Some(&binding)).await.0, 200);
+    gone(&role_bindings, &contributor_name).await;
+    gone(&authorization_policies(&client, &alice), &contributor_name).await;
 
-    // Deleting a Profile deletes its namespace.
+    // Deleting a Profile deletes its namespace; a refused Profile's namespace survives it.
     delete_profile(&profiles, &alice).await;
     gone(&namespaces, &alice).await;
     delete_profile(&profiles, &bad).await;
+    delete_profile(&profiles, &carols).await;
     delete_profile(&profiles, &foreign).await;
-    assert!(namespaces.get_opt(&foreign).await.unwrap().is_some(), "the foreign namespace was deleted with the refused Profile");
-    namespaces.delete(&foreign, &DeleteParams::default()).await.unwrap();
+    for name in &refused_reserved {
+        delete_profile(&profiles, name).await;
+    }
+    for (name, before) in [(&foreign, &foreign_before), (&reserved_existing, &reserved_before)] {
+        holds_for(&namespaces, name, Duration::from_secs(3), |live| {
+            if live.metadata.deletion_timestamp.is_some() || shape(live) != *before { Err(format!("{:?}", live.metadata)) } else { Ok(()) }
+        })
+        .await;
+        namespaces.delete(name, &DeleteParams::default()).await.unwrap();
+    }
 
     // Uninstalling the component keeps the CRD and every Profile with its namespace.
     let dave = unique_name("dave");

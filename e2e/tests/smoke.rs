@@ -265,6 +265,63 @@ async fn schema_and_cel_rules_reject_bad_names_images_duplicates_and_impossible_
     api.create(&PostParams::default(), &valid).await.expect("a valid KfUpgrade is accepted");
 }
 
+/// A shared cluster's bounds (README "Who may install what"): what a KfDef may name for fetching
+/// and rendering is bounded in size and shape, no component resource installs into the cluster's
+/// own namespaces, and no Profile takes a reserved namespace's name.
+#[tokio::test]
+async fn tenancy_bounds_reject_system_namespaces_escaping_paths_and_reserved_profile_names() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-bounds").await;
+    let n = &ns.name;
+    let katib = json!({"apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib", "metadata": {"name": "bad"}, "spec": {"version": "v0.11.0", "targetNamespace": "kube-system"}});
+    let msg = rejection::<Katib>(&client, n, katib).await;
+    assert!(msg.contains("spec.targetNamespace") && msg.contains("cluster's own namespaces"), "{msg}");
+    let generic = |source: Value| json!({"apiVersion": "components.kubeflow.org/v1alpha1", "kind": "KustomizeApplication", "metadata": {"name": "bad"}, "spec": {"version": "v1.0.2", "sources": [source]}});
+    let msg = rejection::<kubeflow_crds::KustomizeApplication>(&client, n, generic(json!({"application": "a", "repoUri": "https://x/a.tar.gz", "path": "apps/../../etc"}))).await;
+    assert!(msg.contains("spec.sources[0].path") && msg.contains("no '..' segments"), "{msg}");
+
+    let kfdef = |application: Value, uri: &str| json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "bad"}, "spec": {"applications": [application], "repos": [{"name": "manifests", "uri": uri}]}});
+    let app = |config: Value| json!({"name": "web", "kustomizeConfig": config});
+    let msg = rejection::<KfDef>(&client, n, kfdef(app(json!({"repoRef": {"name": "manifests", "path": "../outside"}})), "https://x/a.tar.gz")).await;
+    assert!(msg.contains("spec.applications[0].kustomizeConfig.repoRef.path") && msg.contains("no '..' segments"), "{msg}");
+    let msg = rejection::<KfDef>(&client, n, kfdef(app(json!({"repoRef": {"name": "manifests", "path": "/etc/passwd"}})), "https://x/a.tar.gz")).await;
+    assert!(msg.contains("spec.applications[0].kustomizeConfig.repoRef.path") && msg.contains("should match"), "{msg}");
+    let msg = rejection::<KfDef>(&client, n, kfdef(app(json!({"overlays": ["../../base"]})), "https://x/a.tar.gz")).await;
+    assert!(msg.contains("spec.applications[0].kustomizeConfig.overlays[0]") && msg.contains("should match"), "{msg}");
+    let msg = rejection::<KfDef>(&client, n, kfdef(app(json!({"overlays": vec!["a"; 33]})), "https://x/a.tar.gz")).await;
+    assert!(msg.contains("spec.applications[0].kustomizeConfig.overlays") && msg.contains("must have at most 32 items"), "{msg}");
+    // A value with a newline would add lines to params.env.
+    let msg = rejection::<KfDef>(&client, n, kfdef(app(json!({"parameters": [{"name": "a", "value": "x\nnamespace=kube-system"}]})), "https://x/a.tar.gz")).await;
+    assert!(msg.contains("spec.applications[0].kustomizeConfig.parameters[0].value") && msg.contains("should match"), "{msg}");
+    let msg = rejection::<KfDef>(&client, n, kfdef(app(json!({})), &format!("https://x/{}.tar.gz", "a".repeat(2100)))).await;
+    assert!(msg.contains("spec.repos[0].uri") && msg.contains("may not be more than 2048"), "{msg}");
+    let msg = rejection::<KfDef>(&client, n, kfdef(app(json!({})), "https://x/a b.tar.gz")).await;
+    assert!(msg.contains("spec.repos[0].uri") && msg.contains("should match"), "{msg}");
+
+    // The Profile CRD as the profiles operator installs it (it is not among the operators' own).
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+    let mut crd = serde_json::to_value(kubeflow_crds::profile::crd()).unwrap();
+    crd["metadata"]["labels"] = json!({component_framework::build::PART_OF_LABEL: "profiles"});
+    crds.patch(kubeflow_crds::profile::CRD_NAME, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd)).await.unwrap();
+    within("the Profile CRD Established", kube::runtime::wait::await_condition(crds, kubeflow_crds::profile::CRD_NAME, kube::runtime::conditions::is_crd_established())).await.unwrap();
+    let profiles: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::erase::<kubeflow_crds::profile::Profile>(&()));
+    let profile = |name: &str| serde_json::from_value::<DynamicObject>(json!({"apiVersion": "kubeflow.org/v1", "kind": "Profile", "metadata": {"name": name}, "spec": {"owner": {"kind": "User", "name": "mallory@example.com"}}})).unwrap();
+    for reserved in ["kube-system", "kube-public", "default", "kubeflow", "istio-system"] {
+        match profiles.create(&PostParams::default(), &profile(reserved)).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422, "{status:?}");
+                assert!(status.message.contains("may not be a system or platform namespace; reserved: kube-*, default, kubeflow"), "{}", status.message);
+            }
+            other => panic!("Profile {reserved} was not refused: {other:?}"),
+        }
+    }
+    // A Profile of its own name is accepted (and removed again).
+    let free = unique_name("e2e-bounds-profile");
+    profiles.create(&PostParams::default(), &profile(&free)).await.expect("a Profile with a free name is accepted");
+    profiles.delete(&free, &DeleteParams::default()).await.unwrap();
+}
+
 #[tokio::test]
 async fn deployment_becomes_available_on_kwok_nodes() {
     let client = client().await;

@@ -154,8 +154,9 @@ async fn desired(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) 
         return Ok((objects, Vec::new()));
     }
     let resource: KustomizeApplication = serde_json::from_value(resource(registered, kfdef, spec)).map_err(|e| e.to_string())?;
-    // The KfDef file is the user's own: local repositories are fine here.
-    let fetch = kubeflow_manifests::FetchOptions { allow_local: true, ..Default::default() };
+    // The KfDef file is the user's own: local repositories are fine here, and so is any address
+    // (see `unfenced`).
+    let fetch = kubeflow_manifests::FetchOptions { allow_local: true, ..unfenced() };
     let rendered = kustomize_operator::render(&resource, Discovery::Offline, fetch).await.map_err(|e| e.to_string())?;
     let failed = rendered.failed.iter().map(|f| format!("application {:?}: {}", f.application, f.error)).collect();
     let inputs = Inputs { rendered: Some(rendered), ..Default::default() };
@@ -185,10 +186,21 @@ async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> R
 }
 
 /// Runs the controllers of `components` in this process, for resources in `namespace`.
+/// How kfop fetches repositories: from anywhere. The operators fence fetches to public addresses
+/// because a resource's author is not the operator's; kfop runs as the user, on the user's own
+/// KfDef, and fetches only what the user can fetch anyway (an internal mirror, a local server).
+fn unfenced() -> kubeflow_manifests::FetchOptions {
+    kubeflow_manifests::FetchOptions { address_fence: false, ..Default::default() }
+}
+
 fn run_controllers(registry: &[RegisteredComponent], components: &[ComponentKind], namespace: &str) {
+    // The generic component's controller runs here, in kfop: unfenced too (the first call sets it).
+    let _ = kustomize_operator::set_fetch_options(unfenced());
     for component in components {
         let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
-        let args = OperatorArgs { namespace: Some(namespace.to_string()), nats_url: None, nats_credentials: Default::default(), leader_election: Default::default(), metrics_addr: "127.0.0.1:0".parse().expect("an address") };
+        let args = OperatorArgs { namespace: Some(namespace.to_string()), nats_url: None, nats_credentials: Default::default(), leader_election: Default::default(), metrics_addr: "127.0.0.1:0".parse().expect("an address"), default_service_account: None,
+            // kfop runs as the very user asking for the install: their rights, not an account's.
+            install_as_self: true };
         let run = (registered.run)(args);
         let name = registered.operator.clone();
         tokio::spawn(async move {

@@ -1,5 +1,6 @@
 //! Typed errors: each says which repository, application, file or field failed and why.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 /// Fetching one repository of `spec.repos` failed.
@@ -42,8 +43,53 @@ pub enum RepoErrorReason {
     UnpackedTooLarge { limit: u64 },
     #[error("archive has more than {limit} entries")]
     TooManyEntries { limit: u64 },
+    #[error("refused: {0}")]
+    Fenced(Box<FenceRefusal>),
+    #[error("more than {limit} redirects")]
+    TooManyRedirects { limit: usize },
     #[error("{0}")]
     Io(String),
+}
+
+/// A destination the address fence ([`crate::fetch::fence`]) refused: where, which address, which
+/// rule.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[error("{}", self.describe())]
+pub struct FenceRefusal {
+    /// Set when a redirect led there: the URL redirected to.
+    pub redirected_to: Option<String>,
+    /// The host as the URL names it (a name or an address).
+    pub host: String,
+    /// The refused address; `None` when the name itself is refused (a cloud metadata name).
+    pub address: Option<IpAddr>,
+    /// The rule, e.g. `link-local (169.254.0.0/16, ...)`.
+    pub rule: String,
+}
+
+impl FenceRefusal {
+    fn describe(&self) -> String {
+        let redirect = match &self.redirected_to {
+            Some(url) => format!("redirected to {url}: "),
+            None => String::new(),
+        };
+        let literal = self.host.trim_matches(['[', ']']).parse::<IpAddr>().ok();
+        let what = match self.address {
+            Some(a) if literal.is_some() => format!("{a} is"),
+            Some(a) => format!("{} resolves to {a}, which is", self.host),
+            None => format!("{} is", self.host),
+        };
+        // The name is what to allow when one is named (its addresses may change), else the address.
+        let allow = match literal {
+            Some(a) => a.to_string(),
+            None => self.host.clone(),
+        };
+        format!(
+            "{redirect}{what} {}; repositories are fetched from public addresses only \
+             (to allow this destination, start the generic operator with --allow-fetch-from {allow}, \
+             or set KFOP_ALLOW_FETCH_FROM)",
+            self.rule
+        )
+    }
 }
 
 /// Running kustomize failed.
@@ -108,7 +154,9 @@ pub enum RenderError {
         parameter: String,
         reason: String,
     },
-    #[error("application {app:?}: {file} refers to {reference:?}, which is not allowed: {reason}")]
+    /// `reference` is empty when the kustomization file itself is refused (it cannot be read or
+    /// parsed, so what it refers to cannot be checked).
+    #[error("application {app:?}: {}", forbidden(file, reference, reason))]
     ForbiddenReference {
         app: String,
         file: String,
@@ -125,6 +173,14 @@ pub enum RenderError {
         context: String,
         error: String,
     },
+}
+
+fn forbidden(file: &str, reference: &str, reason: &str) -> String {
+    if reference.is_empty() {
+        format!("{file} is refused: {reason}")
+    } else {
+        format!("{file} refers to {reference:?}, which is not allowed: {reason}")
+    }
 }
 
 impl RenderError {

@@ -18,14 +18,29 @@
 //! digest or a tag to make updates explicit. Keys do not depend on the KfDef, so KfDefs that share a
 //! repository share one copy. Concurrent fetches of one key each unpack into a private temporary
 //! directory and the first to rename it into place wins.
+//!
+//! **Quota.** The unpacked entries together may hold [`FetchOptions::max_cache_bytes`]. Each
+//! entry's use is recorded as the modification time of `<cache>/used/<key>` (which also holds its
+//! size), touched whenever a fetch finds or stores it; storing an entry that brings the cache over
+//! the quota evicts the least recently used others — never the one just stored. A render still
+//! reading an entry evicted under it fails and is retried by the next reconcile; keep the quota
+//! well above the repositories one resource uses.
+//!
+//! **Fence.** With [`FetchOptions::address_fence`] (the default), http(s) downloads may only reach
+//! public addresses, redirects included, except the destinations of
+//! [`FetchOptions::allow_fetch_from`]: see [`fence`].
+
+pub mod fence;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
 use crate::archive::{self, UnpackLimits};
 use crate::error::{RepoError, RepoErrorReason};
+pub use fence::AllowEntry;
+use fence::Fence;
 
 /// One entry of `spec.repos`.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -58,7 +73,17 @@ pub struct FetchOptions {
     pub max_entries: u64,
     /// Whether local paths and `file://` URIs are accepted (the CLI: yes; an operator: no).
     pub allow_local: bool,
+    /// Whether http(s) downloads are fenced to public addresses (default: yes; only a command run
+    /// by the user for themselves, `kfop`, turns it off).
+    pub address_fence: bool,
+    /// Destinations the fence lets through (hosts, addresses, CIDRs); none by default.
+    pub allow_fetch_from: Vec<AllowEntry>,
+    /// Most bytes the cache's unpacked repositories may hold together (default 4 GiB).
+    pub max_cache_bytes: u64,
 }
+
+/// Default of [`FetchOptions::max_cache_bytes`]: four repositories of the largest size accepted.
+pub const DEFAULT_MAX_CACHE_BYTES: u64 = 4 << 30;
 
 impl Default for FetchOptions {
     fn default() -> Self {
@@ -68,6 +93,9 @@ impl Default for FetchOptions {
             max_unpacked_bytes: 1 << 30,
             max_entries: 100_000,
             allow_local: false,
+            address_fence: true,
+            allow_fetch_from: Vec::new(),
+            max_cache_bytes: DEFAULT_MAX_CACHE_BYTES,
         }
     }
 }
@@ -160,19 +188,32 @@ pub struct RepoCache {
     dir: PathBuf,
     options: FetchOptions,
     client: reqwest::Client,
+    fence: Option<Fence>,
 }
 
 impl RepoCache {
     /// A cache under `dir` (created when missing).
     pub fn new(dir: impl Into<PathBuf>, options: FetchOptions) -> Result<Self, String> {
         crate::install_crypto_provider();
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(30))
-            .user_agent(concat!("kubeflow-manifests/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("kubeflow-manifests/", env!("CARGO_PKG_VERSION")));
+        let fence = options
+            .address_fence
+            .then(|| Fence::new(options.allow_fetch_from.clone()));
+        let builder = match &fence {
+            // Every name is resolved, every redirect judged, by the fence; no proxy connects for us.
+            Some(fence) => builder
+                .dns_resolver(fence.clone())
+                .redirect(fence.redirect_policy())
+                .no_proxy(),
+            None => builder.redirect(reqwest::redirect::Policy::limited(fence::MAX_REDIRECTS)),
+        };
+        let client = builder
             .build()
             .map_err(|e| format!("building the HTTP client: {e}"))?;
         let dir = dir.into();
-        for sub in ["repos", "tmp"] {
+        for sub in ["repos", "tmp", "used"] {
             std::fs::create_dir_all(dir.join(sub))
                 .map_err(|e| format!("creating {}: {e}", dir.join(sub).display()))?;
         }
@@ -180,6 +221,7 @@ impl RepoCache {
             dir,
             options,
             client,
+            fence,
         })
     }
 
@@ -244,6 +286,13 @@ impl RepoCache {
                 Ok(done(root, Some(key)))
             }
             Location::Http(url) => {
+                // Before the cache too: a fenced URI is refused the same way whether or not a
+                // process without the fence (kfop) cached it.
+                if let Some(fence) = &self.fence {
+                    fence
+                        .check_url(&url)
+                        .map_err(|r| RepoErrorReason::Fenced(Box::new(r)))?;
+                }
                 let key = match &source.sha256 {
                     Some(pin) => format!("sha256-{pin}"),
                     None => format!("uri-{}", hex(&Sha256::digest(source.uri.trim().as_bytes()))),
@@ -287,16 +336,18 @@ impl RepoCache {
         if !unpacked.is_dir() {
             return Ok(None);
         }
-        archive::repository_root(&unpacked)
-            .map(Some)
-            .map_err(|e| RepoErrorReason::Io(format!("{}: {e}", unpacked.display())))
+        let root = archive::repository_root(&unpacked)
+            .map_err(|e| RepoErrorReason::Io(format!("{}: {e}", unpacked.display())))?;
+        touch(&self.dir, key);
+        Ok(Some(root))
     }
 
     /// Streams `url` into `dest`, bounded in size, and returns the body's SHA-256.
     async fn download(&self, url: reqwest::Url, dest: &Path) -> Result<String, RepoErrorReason> {
         use std::io::Write;
         let limit = self.options.max_download_bytes;
-        let transport = |e: reqwest::Error| RepoErrorReason::Transport(e.without_url().to_string());
+        let requested = url.clone();
+        let transport = |e: reqwest::Error| transport_error(e, &requested);
         let mut response = self.client.get(url).send().await.map_err(transport)?;
         if !response.status().is_success() {
             return Err(RepoErrorReason::HttpStatus(response.status().as_u16()));
@@ -332,8 +383,13 @@ impl RepoCache {
             max_bytes: self.options.max_unpacked_bytes,
             max_entries: self.options.max_entries,
         };
+        let (cache, quota, key) = (
+            self.dir.clone(),
+            self.options.max_cache_bytes,
+            key.to_string(),
+        );
         let tmp_root = self.dir.join("tmp");
-        let final_dir = self.dir.join("repos").join(key);
+        let final_dir = self.dir.join("repos").join(&key);
         let final_dir2 = final_dir.clone();
         tokio::task::spawn_blocking(move || -> Result<PathBuf, RepoErrorReason> {
             let staging = tempfile::Builder::new()
@@ -354,8 +410,11 @@ impl RepoCache {
                     )));
                 }
             }
-            archive::repository_root(&final_dir2)
-                .map_err(|e| RepoErrorReason::Io(format!("{}: {e}", final_dir2.display())))
+            let root = archive::repository_root(&final_dir2)
+                .map_err(|e| RepoErrorReason::Io(format!("{}: {e}", final_dir2.display())))?;
+            record_use(&cache, &key, tree_size(&final_dir2));
+            evict(&cache, quota, &key);
+            Ok(root)
         })
         .await
         .map_err(|e| RepoErrorReason::Io(e.to_string()))?
@@ -363,8 +422,127 @@ impl RepoCache {
     }
 }
 
+/// A download error as a reason: the fence's refusals and the redirect bound by name, the rest as
+/// the transport's message.
+fn transport_error(e: reqwest::Error, requested: &reqwest::Url) -> RepoErrorReason {
+    let failed_at = e.url().filter(|u| *u != requested).map(ToString::to_string);
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        if let Some(refusal) = err.downcast_ref::<crate::error::FenceRefusal>() {
+            let mut refusal = refusal.clone();
+            // A name refused by the resolver after a redirect: say where the redirect led.
+            if refusal.redirected_to.is_none() {
+                refusal.redirected_to = failed_at;
+            }
+            return RepoErrorReason::Fenced(Box::new(refusal));
+        }
+        if err.is::<fence::TooManyRedirects>() {
+            return RepoErrorReason::TooManyRedirects {
+                limit: fence::MAX_REDIRECTS,
+            };
+        }
+        source = err.source();
+    }
+    RepoErrorReason::Transport(e.without_url().to_string())
+}
+
+/// Records that entry `key` was used now; `size` (bytes) when it was just stored. An entry
+/// without a record (a cache written before quotas) gets one, measured.
+fn touch(cache: &Path, key: &str) {
+    let marker = cache.join("used").join(key);
+    let touched = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&marker)
+        .and_then(|f| f.set_modified(SystemTime::now()));
+    if touched.is_err() {
+        record_use(cache, key, tree_size(&cache.join("repos").join(key)));
+    }
+}
+
+fn record_use(cache: &Path, key: &str, size: u64) {
+    let marker = cache.join("used").join(key);
+    if let Err(e) = std::fs::write(&marker, size.to_string()) {
+        tracing::warn!(marker = %marker.display(), error = %e, "cannot record a repository's use");
+    }
+}
+
+/// Bytes of the files under `dir` (links not followed).
+fn tree_size(dir: &Path) -> u64 {
+    walkdir::WalkDir::new(dir)
+        .follow_links(false)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Evicts the least recently used entries until the cache holds at most `quota` bytes, `keep`
+/// excepted (it stays even when it alone exceeds the quota).
+fn evict(cache: &Path, quota: u64, keep: &str) {
+    let Ok(dirs) = std::fs::read_dir(cache.join("repos")) else {
+        return;
+    };
+    let mut entries: Vec<(SystemTime, u64, String)> = Vec::new();
+    for dir in dirs.filter_map(Result::ok) {
+        let key = dir.file_name().to_string_lossy().into_owned();
+        let marker = cache.join("used").join(&key);
+        let recorded = std::fs::read_to_string(&marker)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        let size = recorded.unwrap_or_else(|| {
+            let size = tree_size(&dir.path());
+            record_use(cache, &key, size);
+            size
+        });
+        let used = std::fs::metadata(&marker)
+            .and_then(|m| m.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        entries.push((used, size, key));
+    }
+    let mut total: u64 = entries.iter().map(|(_, size, _)| size).sum();
+    entries.sort();
+    for (_, size, key) in entries {
+        if total <= quota {
+            break;
+        }
+        if key == keep {
+            continue;
+        }
+        // Moved aside first, so a concurrent fetch sees the entry whole or not at all.
+        let entry = cache.join("repos").join(&key);
+        let aside = cache
+            .join("tmp")
+            .join(format!("evicted-{key}-{}", std::process::id()));
+        match std::fs::rename(&entry, &aside) {
+            Ok(()) => {
+                let _ = std::fs::remove_dir_all(&aside);
+                let _ = std::fs::remove_file(cache.join("used").join(&key));
+                total = total.saturating_sub(size);
+                tracing::info!(
+                    key,
+                    bytes = size,
+                    quota,
+                    "evicted a repository from the cache"
+                );
+            }
+            Err(e) => tracing::warn!(key, error = %e, "cannot evict a repository from the cache"),
+        }
+    }
+    if total > quota {
+        tracing::warn!(
+            total,
+            quota,
+            "the repository cache exceeds its quota with only the newest repository left"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     #[test]
@@ -411,5 +589,242 @@ mod tests {
         assert!(!valid_pin(&"A".repeat(64)));
         assert!(!valid_pin(&"a".repeat(63)));
         assert!(!valid_pin("../../etc"));
+    }
+
+    /// A gzip tar holding `top/file.txt` with `size` bytes of `fill`.
+    fn tarball(fill: u8, size: usize) -> Vec<u8> {
+        let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let mut b = tar::Builder::new(gz);
+        let mut header = tar::Header::new_gnu();
+        header.set_size(size as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        b.append_data(&mut header, "top/file.txt", &vec![fill; size][..])
+            .unwrap();
+        b.into_inner().unwrap().finish().unwrap()
+    }
+
+    /// A loopback HTTP server: `GET /archive.tar.gz` is a small tarball, `GET /to?<url>` a 302 to
+    /// `<url>`, `GET /loop` a 302 to itself; anything else 404. Returns its port.
+    async fn serve() -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&request);
+                    let path = text.split(' ').nth(1).unwrap_or("/").to_string();
+                    let (head, body) = if path == "/archive.tar.gz" {
+                        ("200 OK".to_string(), tarball(b'x', 100))
+                    } else if let Some(target) = path.strip_prefix("/to?") {
+                        (format!("302 Found\r\nLocation: {target}"), Vec::new())
+                    } else if path == "/loop" {
+                        ("302 Found\r\nLocation: /loop".to_string(), Vec::new())
+                    } else {
+                        ("404 Not Found".to_string(), Vec::new())
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(head.as_bytes()).await;
+                    let _ = stream.write_all(&body).await;
+                });
+            }
+        });
+        port
+    }
+
+    fn cache(dir: &Path, allow: &[&str]) -> RepoCache {
+        let allow_fetch_from = allow.iter().map(|e| e.parse().unwrap()).collect();
+        RepoCache::new(
+            dir,
+            FetchOptions {
+                allow_fetch_from,
+                ..FetchOptions::default()
+            },
+        )
+        .unwrap()
+    }
+
+    async fn fetch(cache: &RepoCache, uri: &str) -> Result<FetchedRepo, RepoErrorReason> {
+        let source = RepoSource {
+            name: "manifests".into(),
+            uri: uri.into(),
+            sha256: None,
+        };
+        cache.fetch(&source).await.map_err(|e| e.reason)
+    }
+
+    fn stored(cache: &RepoCache) -> usize {
+        std::fs::read_dir(cache.dir().join("repos"))
+            .unwrap()
+            .count()
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_a_fenced_address_is_refused() {
+        let port = serve().await;
+        let tmp = tempfile::tempdir().unwrap();
+        let repos = cache(tmp.path(), &["127.0.0.1"]);
+        let base = format!("http://127.0.0.1:{port}");
+        // The loopback server itself is allowed, and serves.
+        fetch(&repos, &format!("{base}/archive.tar.gz"))
+            .await
+            .unwrap();
+        assert_eq!(stored(&repos), 1);
+
+        let metadata = "http://169.254.169.254/latest/meta-data.tar.gz";
+        match fetch(&repos, &format!("{base}/to?{metadata}")).await {
+            Err(RepoErrorReason::Fenced(refusal)) => {
+                assert_eq!(refusal.redirected_to.as_deref(), Some(metadata));
+                assert_eq!(refusal.address, Some("169.254.169.254".parse().unwrap()));
+                assert!(refusal.rule.starts_with("link-local"), "{refusal}");
+                assert!(
+                    refusal.to_string().starts_with(&format!(
+                        "redirected to {metadata}: 169.254.169.254 is link-local"
+                    )),
+                    "{refusal}"
+                );
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // Mapped IPv6, a metadata name, another loopback address: refused as well.
+        for target in [
+            "http://[::ffff:169.254.169.254]/x.tar.gz",
+            "http://metadata.google.internal/x.tar.gz",
+            "http://127.0.0.2/x.tar.gz",
+        ] {
+            let got = fetch(&repos, &format!("{base}/to?{target}")).await;
+            assert!(
+                matches!(&got, Err(RepoErrorReason::Fenced(r)) if r.redirected_to.is_some()),
+                "{target}: {got:?}"
+            );
+        }
+        // Redirects between allowed destinations are followed, boundedly.
+        fetch(&repos, &format!("{base}/to?{base}/archive.tar.gz#again"))
+            .await
+            .unwrap();
+        assert_eq!(
+            fetch(&repos, &format!("{base}/loop")).await.unwrap_err(),
+            RepoErrorReason::TooManyRedirects {
+                limit: fence::MAX_REDIRECTS
+            }
+        );
+        assert_eq!(stored(&repos), 2, "nothing was stored from a refused fetch");
+    }
+
+    #[tokio::test]
+    async fn the_fence_checks_resolved_addresses_and_literals() {
+        let port = serve().await;
+        let tmp = tempfile::tempdir().unwrap();
+        // A name: refused by what it resolves to, not by what it is called.
+        let by_name = format!("http://localhost:{port}/archive.tar.gz");
+        match fetch(&cache(&tmp.path().join("a"), &[]), &by_name).await {
+            Err(RepoErrorReason::Fenced(refusal)) => {
+                assert_eq!(refusal.host, "localhost");
+                assert!(
+                    refusal.address.is_some_and(|a| a.is_loopback()),
+                    "{refusal}"
+                );
+                assert!(refusal.rule.starts_with("loopback"), "{refusal}");
+                assert!(
+                    refusal.to_string().contains("--allow-fetch-from localhost"),
+                    "{refusal}"
+                );
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // Allowed by the name, or by the network of the address it resolves to.
+        fetch(&cache(&tmp.path().join("b"), &["LOCALHOST"]), &by_name)
+            .await
+            .unwrap();
+        fetch(&cache(&tmp.path().join("c"), &["127.0.0.0/8"]), &by_name)
+            .await
+            .unwrap();
+        // A literal never reaches a resolver: the URL is checked.
+        let literal = format!("http://127.0.0.1:{port}/archive.tar.gz");
+        let refused = fetch(&cache(&tmp.path().join("d"), &[]), &literal).await;
+        assert!(
+            matches!(&refused, Err(RepoErrorReason::Fenced(r)) if r.redirected_to.is_none()),
+            "{refused:?}"
+        );
+        assert!(matches!(
+            fetch(
+                &cache(&tmp.path().join("e"), &["10.0.0.0/8", "127.0.0.2"]),
+                &literal
+            )
+            .await,
+            Err(RepoErrorReason::Fenced(_))
+        ));
+        // Without the fence (kfop), loopback is fine.
+        let open = RepoCache::new(
+            tmp.path().join("f"),
+            FetchOptions {
+                address_fence: false,
+                ..FetchOptions::default()
+            },
+        )
+        .unwrap();
+        fetch(&open, &literal).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_least_recently_used_repositories_are_evicted_over_the_quota() {
+        let tmp = tempfile::tempdir().unwrap();
+        let options = FetchOptions {
+            allow_local: true,
+            max_cache_bytes: 2500,
+            ..FetchOptions::default()
+        };
+        let repos = RepoCache::new(tmp.path().join("cache"), options).unwrap();
+        let archive = |name: &str, fill: u8, size: usize| {
+            let path = tmp.path().join(name);
+            std::fs::write(&path, tarball(fill, size)).unwrap();
+            path.display().to_string()
+        };
+        let (a, b, c) = (
+            archive("a", b'a', 1000),
+            archive("b", b'b', 1000),
+            archive("c", b'c', 1000),
+        );
+        let key = |r: FetchedRepo| r.cache_key.unwrap();
+        let mut keys = BTreeMap::new();
+        for (name, uri) in [("a", &a), ("b", &b)] {
+            keys.insert(name, key(fetch(&repos, uri).await.unwrap()));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Found in the cache: a is now used more recently than b.
+        fetch(&repos, &a).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        keys.insert("c", key(fetch(&repos, &c).await.unwrap()));
+        let present = |name: &str| repos.dir().join("repos").join(&keys[name]).is_dir();
+        assert_eq!(
+            (present("a"), present("b"), present("c")),
+            (true, false, true)
+        );
+        assert!(!repos.dir().join("used").join(&keys["b"]).exists());
+
+        // An entry over the quota on its own is kept; everything else goes.
+        let big = archive("big", b'd', 3000);
+        let root = fetch(&repos, &big).await.unwrap().root;
+        assert_eq!(std::fs::read(root.join("file.txt")).unwrap().len(), 3000);
+        assert_eq!((present("a"), present("c")), (false, false));
+        assert_eq!(stored(&repos), 1);
+        // b comes back when fetched again.
+        fetch(&repos, &b).await.unwrap();
+        assert!(present("b"));
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use serde_yaml_ng::Value;
+use serde_yaml_ng::{Mapping, Value};
 
 /// The kustomization file in `dir`, if any (kustomize accepts these three names).
 pub fn kustomization_file(dir: &Path) -> Option<PathBuf> {
@@ -32,19 +32,97 @@ fn is_remote(r: &str) -> bool {
         || r.contains("?ref=")
 }
 
-/// Paths one kustomization refers to, relative to its folder.
-fn references(doc: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    let strs = |v: Option<&Value>| -> Vec<String> {
-        v.and_then(Value::as_sequence)
-            .map(|s| {
-                s.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
+/// How Go's `encoding/json` compares a key with a field name — kustomize decodes a kustomization
+/// as YAML turned into JSON, so `Resources:` and `reſources:` are `resources` to it: ASCII case
+/// and the two non-ASCII letters that fold to ASCII ones (ſ to s, the Kelvin sign to k).
+fn fold(key: &str) -> String {
+    key.chars()
+        .map(|c| match c {
+            'ſ' => 's',
+            '\u{212A}' => 'k',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect()
+}
+
+/// The values of `map` under keys kustomize reads as field `name`, with the key as written.
+fn fields<'a>(map: &'a Mapping, name: &str) -> Vec<(&'a str, &'a Value)> {
+    let name = fold(name);
+    map.iter()
+        .filter_map(|(k, v)| Some((k.as_str()?, v)))
+        .filter(|(k, _)| fold(k) == name)
+        .collect()
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+fn shape(field: &str, expected: &str, found: &Value) -> String {
+    format!("{field}: expected {expected}, found {}", kind(found))
+}
+
+/// A list of strings (null: none).
+fn strings(field: &str, v: &Value) -> Result<Vec<String>, String> {
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::Sequence(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(shape(field, "a list of strings", other)),
             })
-            .unwrap_or_default()
+            .collect(),
+        other => Err(shape(field, "a list of strings", other)),
+    }
+}
+
+/// A string (null: none).
+fn string(field: &str, v: &Value) -> Result<Option<String>, String> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s.clone())),
+        other => Err(shape(field, "a string", other)),
+    }
+}
+
+/// A list of mappings (null: none).
+fn mappings<'a>(field: &str, v: &'a Value) -> Result<Vec<&'a Mapping>, String> {
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::Sequence(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::Mapping(m) => Ok(m),
+                other => Err(shape(field, "a list of mappings", other)),
+            })
+            .collect(),
+        other => Err(shape(field, "a list of mappings", other)),
+    }
+}
+
+/// Paths one kustomization refers to, relative to its folder; an error when a field kustomize
+/// reads paths from does not have the shape kustomize reads.
+fn references(doc: &Value) -> Result<Vec<String>, String> {
+    let doc = match doc {
+        Value::Null => return Ok(Vec::new()),
+        Value::Mapping(m) => m,
+        other => {
+            return Err(format!(
+                "expected a mapping of kustomization fields, found {}",
+                kind(other)
+            ));
+        }
     };
+    let mut out = Vec::new();
     for f in [
         "resources",
         "bases",
@@ -55,57 +133,121 @@ fn references(doc: &Value) -> Vec<String> {
         "transformers",
         "validators",
     ] {
-        out.extend(strs(doc.get(f)));
+        for (key, v) in fields(doc, f) {
+            out.extend(strings(key, v)?);
+        }
     }
     // Inline strategic-merge patches are YAML text, not paths.
-    out.extend(
-        strs(doc.get("patchesStrategicMerge"))
-            .into_iter()
-            .filter(|p| !p.contains('\n')),
-    );
-    for f in ["patchesJson6902", "patches"] {
-        for p in doc
-            .get(f)
-            .and_then(Value::as_sequence)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(path) = p.get("path").and_then(Value::as_str) {
-                out.push(path.to_string());
+    for (key, v) in fields(doc, "patchesStrategicMerge") {
+        out.extend(strings(key, v)?.into_iter().filter(|p| !p.contains('\n')));
+    }
+    for f in ["patchesJson6902", "patches", "replacements"] {
+        for (key, v) in fields(doc, f) {
+            for item in mappings(key, v)? {
+                for (k, path) in fields(item, "path") {
+                    out.extend(string(&format!("{key}[].{k}"), path)?);
+                }
             }
         }
     }
     for f in ["configMapGenerator", "secretGenerator"] {
-        for g in doc
-            .get(f)
-            .and_then(Value::as_sequence)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(env) = g.get("env").and_then(Value::as_str) {
-                out.push(env.to_string());
-            }
-            out.extend(strs(g.get("envs")));
-            for file in strs(g.get("files")) {
-                out.push(
-                    file.split_once('=')
-                        .map(|(_, p)| p.to_string())
-                        .unwrap_or(file),
-                );
+        for (key, v) in fields(doc, f) {
+            for g in mappings(key, v)? {
+                for (k, env) in fields(g, "env") {
+                    out.extend(string(&format!("{key}[].{k}"), env)?);
+                }
+                for (k, envs) in fields(g, "envs") {
+                    out.extend(strings(&format!("{key}[].{k}"), envs)?);
+                }
+                for (k, files) in fields(g, "files") {
+                    for file in strings(&format!("{key}[].{k}"), files)? {
+                        out.push(
+                            file.split_once('=')
+                                .map(|(_, p)| p.to_string())
+                                .unwrap_or(file),
+                        );
+                    }
+                }
             }
         }
     }
-    if let Some(p) = doc
-        .get("openapi")
-        .and_then(|o| o.get("path"))
-        .and_then(Value::as_str)
-    {
-        out.push(p.to_string());
+    for (key, v) in fields(doc, "openapi") {
+        match v {
+            Value::Null => {}
+            Value::Mapping(m) => {
+                for (k, path) in fields(m, "path") {
+                    out.extend(string(&format!("{key}.{k}"), path)?);
+                }
+            }
+            other => return Err(shape(key, "a mapping", other)),
+        }
     }
-    out
+    Ok(out)
+}
+
+/// Refuses YAML that kustomize's parser reads differently from this one: `!!binary` values
+/// (kustomize's YAML library decodes them, so `!!binary L2V0Yy9wYXNzd2Q=` is `/etc/passwd` to it
+/// while this parser keeps the base64 text) and `%TAG` directives (which can spell that tag
+/// otherwise).
+fn unsupported_yaml(text: &str) -> Option<String> {
+    if text.lines().any(|l| l.starts_with("%TAG")) {
+        return Some("YAML %TAG directives are not accepted in a kustomization".into());
+    }
+    let mut rest = text;
+    while let Some(i) = rest.find('!') {
+        let tag = &rest[i..];
+        let end = if tag.starts_with("!<") {
+            tag.find('>').map_or(tag.len(), |e| e + 1)
+        } else {
+            tag.find(|c: char| c.is_whitespace() || ",[]{}".contains(c))
+                .unwrap_or(tag.len())
+        };
+        // Tags may be %-escaped (`!!bin%61ry`).
+        let token = &tag[..end];
+        let mut decoded = String::new();
+        let mut chars = token.chars();
+        while let Some(c) = chars.next() {
+            let escaped = (c == '%')
+                .then(|| chars.clone().take(2).collect::<String>())
+                .and_then(|h| u8::from_str_radix(&h, 16).ok());
+            match escaped {
+                Some(b) => {
+                    decoded.push(char::from(b));
+                    chars.nth(1);
+                }
+                None => decoded.push(c),
+            }
+        }
+        if (token.starts_with("!!") || token.starts_with("!<"))
+            && decoded.to_ascii_lowercase().contains("binary")
+        {
+            return Some(format!(
+                "YAML tag {token} is not accepted in a kustomization (its value would be read \
+                 differently by kustomize than by this check)"
+            ));
+        }
+        rest = &tag[1..];
+    }
+    None
+}
+
+/// Reads and parses one kustomization; what is wrong with it otherwise.
+fn load(file: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("it cannot be read: {e}"))?;
+    if let Some(why) = unsupported_yaml(&text) {
+        return Err(why);
+    }
+    let mut doc: Value =
+        serde_yaml_ng::from_str(&text).map_err(|e| format!("it is not valid YAML: {e}"))?;
+    // `<<: {resources: [...]}` is `resources` to kustomize too.
+    doc.apply_merge()
+        .map_err(|e| format!("it is not valid YAML: {e}"))?;
+    Ok(doc)
 }
 
 /// Checks every kustomization reachable from `start` (a directory). `roots` must be canonical.
+/// A kustomization that cannot be read or parsed, or whose reference fields do not have the
+/// shape kustomize reads, is refused: what it refers to cannot be checked.
 pub fn check(start: &Path, roots: &[PathBuf]) -> Result<(), Violation> {
     let mut visited = BTreeSet::new();
     let mut queue = vec![start.to_path_buf()];
@@ -119,14 +261,11 @@ pub fn check(start: &Path, roots: &[PathBuf]) -> Result<(), Violation> {
         let Some(file) = kustomization_file(&dir) else {
             continue;
         };
-        // kustomize reports unreadable or malformed files itself.
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            continue;
-        };
-        let Ok(doc) = serde_yaml_ng::from_str::<Value>(&text) else {
-            continue;
-        };
-        for r in references(&doc) {
+        let refused = |why: String| (file.clone(), String::new(), why);
+        let refs = load(&file)
+            .and_then(|doc| references(&doc))
+            .map_err(refused)?;
+        for r in refs {
             if is_remote(&r) {
                 return Err((
                     file,
@@ -167,7 +306,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            references(&doc),
+            references(&doc).unwrap(),
             [
                 "a.yaml",
                 "../base",
@@ -231,6 +370,129 @@ mod tests {
                 .unwrap_err()
                 .2
                 .contains("remote references")
+        );
+    }
+
+    /// One kustomization in its own repository: what `check` says of it.
+    fn check_one(text: &[u8]) -> Result<(), Violation> {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        std::fs::write(repo.join("kustomization.yaml"), text).unwrap();
+        std::fs::write(tmp.path().join("secret.yaml"), "kind: Secret\n").unwrap();
+        let roots = [std::fs::canonicalize(&repo).unwrap()];
+        check(&repo, &roots)
+    }
+
+    #[test]
+    fn a_kustomization_that_cannot_be_parsed_is_refused() {
+        assert_eq!(check_one(b"resources: [cm.yaml]\n"), Ok(()));
+        assert_eq!(check_one(b""), Ok(()), "an empty kustomization");
+        for (text, why) in [
+            (
+                &b"resources: [../secret.yaml\n"[..],
+                "it is not valid YAML: ",
+            ),
+            (
+                b"resources: [a]\nresources: [b]\n",
+                "it is not valid YAML: duplicate entry",
+            ),
+            (
+                b"resources: [a]\n---\nresources: [../secret.yaml]\n",
+                "it is not valid YAML: ",
+            ),
+            (b"\xff\xfe r\x00", "it cannot be read: "),
+            (
+                b"- resources\n",
+                "expected a mapping of kustomization fields, found a list",
+            ),
+            (
+                b"resources: ../secret.yaml\n",
+                "resources: expected a list of strings, found a string",
+            ),
+            (
+                b"resources: [{path: ../secret.yaml}]\n",
+                "resources: expected a list of strings, found a mapping",
+            ),
+            (
+                b"resources: [!file ../secret.yaml]\n",
+                "resources: expected a list of strings, found a tagged value",
+            ),
+            (
+                b"configMapGenerator: [../secret.yaml]\n",
+                "configMapGenerator: expected a list of mappings, found a string",
+            ),
+            (
+                b"configMapGenerator: [{name: x, files: ../secret.yaml}]\n",
+                "configMapGenerator[].files: expected a list of strings",
+            ),
+            (
+                b"patches: [{path: [../secret.yaml]}]\n",
+                "patches[].path: expected a string, found a list",
+            ),
+            (
+                b"openapi: ../secret.yaml\n",
+                "openapi: expected a mapping, found a string",
+            ),
+        ] {
+            let (file, reference, reason) = check_one(text).unwrap_err();
+            assert!(file.ends_with("kustomization.yaml"), "{file:?}");
+            assert_eq!(reference, "", "{}", String::from_utf8_lossy(text));
+            assert!(
+                reason.starts_with(why),
+                "{}: {reason}",
+                String::from_utf8_lossy(text)
+            );
+        }
+        // The file is named in the application's error.
+        let error = crate::RenderError::ForbiddenReference {
+            app: "web".into(),
+            file: "/repo/app/kustomization.yaml".into(),
+            reference: String::new(),
+            reason: "it is not valid YAML: x".into(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "application \"web\": /repo/app/kustomization.yaml is refused: it is not valid YAML: x"
+        );
+    }
+
+    /// What kustomize v3.1.0 reads as a reference to `/tmp/outside-cm.yaml` (each tried against
+    /// the real binary): field names in any case or with ſ, merge keys, `!!binary`.
+    #[test]
+    fn references_are_read_as_kustomize_reads_them() {
+        for text in [
+            "Resources: [../secret.yaml]\n",
+            "RESOURCES: [../secret.yaml]\n",
+            "reſources: [../secret.yaml]\n",
+            "configMapGenerator: [{name: x, FILES: [../secret.yaml]}]\n",
+            "<<: {resources: [../secret.yaml]}\n",
+            "resources: []\n<<: [{bases: [../secret.yaml]}]\n",
+        ] {
+            let (_, reference, reason) = check_one(text.as_bytes()).unwrap_err();
+            assert_eq!(reference, "../secret.yaml", "{text}");
+            assert!(
+                reason.contains("outside the repository"),
+                "{text}: {reason}"
+            );
+        }
+        // "../secret.yaml", base64-encoded.
+        for text in [
+            "resources:\n- !!binary Li4vc2VjcmV0LnlhbWw=\n",
+            "resources:\n- !!bin%61ry Li4vc2VjcmV0LnlhbWw=\n",
+            "resources:\n- !<tag:yaml.org,2002:binary> Li4vc2VjcmV0LnlhbWw=\n",
+            "%TAG !e! tag:yaml.org,2002:\n---\nresources:\n- !e!binary Li4vc2VjcmV0LnlhbWw=\n",
+        ] {
+            let (_, reference, reason) = check_one(text.as_bytes()).unwrap_err();
+            assert_eq!(reference, "", "{text}");
+            assert!(
+                reason.contains("not accepted in a kustomization"),
+                "{text}: {reason}"
+            );
+        }
+        assert_eq!(
+            check_one(b"commonAnnotations: {note: \"hello!\"}\nresources: [!!str cm.yaml]\n"),
+            Ok(())
         );
     }
 }

@@ -10,6 +10,7 @@ use kube::api::DynamicObject;
 use kubeflow_crds::NameValue;
 use kubeflow_manifests::Kustomize;
 use kubeflow_manifests::fixtures::{self, Hostile, Server};
+use kubeflow_manifests::fetch::AllowEntry;
 use kubeflow_manifests::{
     AppSpec, FetchOptions, KustomizeError, Mode, RenderContext, RenderError, Renderer, RepoCache,
     RepoErrorReason, RepoSource,
@@ -22,6 +23,10 @@ struct Env {
     renderer: Renderer,
 }
 
+fn loopback() -> Vec<AllowEntry> {
+    vec!["127.0.0.1".parse().unwrap()]
+}
+
 async fn env(allow_local: bool) -> Env {
     let tmp = tempfile::tempdir().unwrap();
     let kustomize = Kustomize::locate()
@@ -31,6 +36,8 @@ async fn env(allow_local: bool) -> Env {
         tmp.path().join("cache"),
         FetchOptions {
             allow_local,
+            // The fixture repositories are served on loopback, which the fence refuses.
+            allow_fetch_from: loopback(),
             ..FetchOptions::default()
         },
     )
@@ -496,6 +503,7 @@ async fn limits_bound_downloads_and_unpacking() {
     let small = |o: FetchOptions| RepoCache::new(tmp.path().join("c"), o).unwrap();
     let e = small(FetchOptions {
         max_download_bytes: 100,
+        allow_fetch_from: loopback(),
         ..FetchOptions::default()
     })
     .fetch(&source)
@@ -504,6 +512,7 @@ async fn limits_bound_downloads_and_unpacking() {
     assert_eq!(e.reason, RepoErrorReason::DownloadTooLarge { limit: 100 });
     let e = small(FetchOptions {
         max_entries: 5,
+        allow_fetch_from: loopback(),
         ..FetchOptions::default()
     })
     .fetch(&source)
@@ -512,6 +521,7 @@ async fn limits_bound_downloads_and_unpacking() {
     assert_eq!(e.reason, RepoErrorReason::TooManyEntries { limit: 5 });
     let e = small(FetchOptions {
         max_unpacked_bytes: 1000,
+        allow_fetch_from: loopback(),
         ..FetchOptions::default()
     })
     .fetch(&source)
@@ -566,6 +576,30 @@ async fn kustomizations_may_not_reach_files_outside_the_repository() {
             assert!(file.ends_with("demo/webhook/kustomization.yaml"), "{file}");
         }
         other => panic!("expected a forbidden reference, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_kustomization_that_does_not_parse_is_refused_before_kustomize_runs() {
+    let env = env(true).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    fixtures::write_repo(&repo);
+    let uri = format!("file://{}", repo.display());
+    // Reached through a base of a stacks application: kustomize would report it, but what it
+    // refers to cannot be checked, so nothing is built.
+    std::fs::write(
+        repo.join("demo/webhook/kustomization.yaml"),
+        "resources: [deployment.yaml\nconfigMapGenerator: {\n",
+    )
+    .unwrap();
+    match render_err(&env, &fixtures::stacks_kfdef(&uri)).await {
+        RenderError::ForbiddenReference { app, file, reference, reason } => {
+            assert_eq!((app.as_str(), reference.as_str()), ("kubeflow-apps", ""));
+            assert!(file.ends_with("demo/webhook/kustomization.yaml"), "{file}");
+            assert!(reason.starts_with("it is not valid YAML: "), "{reason}");
+        }
+        other => panic!("expected the kustomization to be refused, got {other:?}"),
     }
 }
 

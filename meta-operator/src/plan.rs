@@ -150,6 +150,8 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
         applications.push(ApplicationStatus { name: app.name.clone(), component: Some(component.name().into()), state: "Pending".into(), message: String::new() });
     }
     let namespace = kfdef.namespace().unwrap_or_default();
+    // Every component installs with the rights of this account of the KfDef's namespace.
+    let account = kfdef.spec.service_account_name.as_deref().unwrap_or(kubeflow_crds::kfdef::DEFAULT_INSTALLER);
     let mut components = BTreeMap::new();
     let mut unresolved = BTreeMap::new();
     for (component, sources) in sources {
@@ -160,7 +162,10 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             let version = pins.get(&component).cloned().unwrap_or_else(|| release_version.clone());
             let stacks = kfdef.spec.applications.iter().any(|a| a.name == STACKS_APPLICATION);
             let mode = if stacks { RenderMode::Stacks } else { RenderMode::PerApplication };
-            let spec = json!({"version": version, "targetNamespace": namespace, "platform": platform, "mode": mode, "sources": sources});
+            let mut spec = json!({"version": version, "targetNamespace": namespace, "platform": platform, "mode": mode, "sources": sources, "serviceAccountName": account});
+            if kfdef.spec.adopt_existing {
+                spec["adoptExisting"] = json!(true);
+            }
             let spec_hash = operator_runtime::content_hash(&spec);
             components.insert(component, ComponentPlan { spec, spec_hash, release_version: Some(release_version), version, pinned: pins.contains_key(&component) });
             continue;
@@ -179,7 +184,10 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             }
         };
         let target = sources.iter().flat_map(|s| &s.parameters).find(|p| p.name == "namespace").map_or(namespace.clone(), |p| p.value.clone());
-        let spec = json!({"version": version, "targetNamespace": target, "platform": platform, "sources": sources});
+        let mut spec = json!({"version": version, "targetNamespace": target, "platform": platform, "sources": sources, "serviceAccountName": account});
+        if kfdef.spec.adopt_existing {
+            spec["adoptExisting"] = json!(true);
+        }
         let spec_hash = operator_runtime::content_hash(&spec);
         components.insert(component, ComponentPlan { spec, spec_hash, version, pinned: pins.contains_key(&component), release_version: release_version.ok() });
     }
@@ -203,6 +211,18 @@ mod tests {
     }
 
     #[test]
+    fn the_kfdef_names_the_installer_account_and_whether_existing_objects_are_taken_over() {
+        let mut kfdef = example();
+        kfdef.spec.service_account_name = Some("team-installer".into());
+        kfdef.spec.adopt_existing = true;
+        let plan = plan(&kfdef, Platform::Kubernetes, &catalog()).unwrap();
+        assert_eq!(plan.components[&ComponentKind::GENERIC].spec["serviceAccountName"], "team-installer");
+        assert_eq!(plan.components[&ComponentKind::GENERIC].spec["adoptExisting"], true);
+        assert_eq!(plan.components[&ComponentKind::Katib].spec["adoptExisting"], true);
+        assert_eq!(plan.components[&ComponentKind::Katib].spec["serviceAccountName"], "team-installer", "built-in releases install as the account too");
+    }
+
+    #[test]
     fn kfctl_kfdef_splits_into_components_and_lists_every_application() {
         let kfdef = example();
         let plan = plan(&kfdef, Platform::Kubernetes, &catalog()).unwrap();
@@ -219,6 +239,8 @@ mod tests {
         assert!(generic_apps.contains(&"jupyter-web-app") && generic_apps.contains(&"cert-manager") && generic_apps.contains(&"namespaces"), "{generic_apps:?}");
         assert!(!generic_apps.contains(&"katib-controller"));
         assert_eq!((generic.version.as_str(), &generic.spec["mode"], &generic.spec["targetNamespace"]), ("v1.2.0", &json!("PerApplication"), &json!("kubeflow")));
+        assert_eq!(generic.spec["serviceAccountName"], "kubeflow-installer", "installed as the KfDef namespace's default installer account");
+        assert!(generic.spec.get("adoptExisting").is_none(), "nothing is taken over unless the KfDef asks");
         let web = generic.spec["sources"].as_array().unwrap().iter().find(|s| s["application"] == "jupyter-web-app").unwrap();
         assert_eq!(web["path"], "jupyter/jupyter-web-app");
         assert_eq!(web["repoUri"], "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz");

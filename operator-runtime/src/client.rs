@@ -12,6 +12,12 @@ use crate::metrics::Metrics;
 /// request (any method but GET and HEAD) in [`Metrics::write_by`], by its `fieldManager`.
 pub async fn counted_client(metrics: Arc<Metrics>) -> Result<kube::Client, kube::Error> {
     let config = kube::Config::infer().await.map_err(kube::Error::InferConfig)?;
+    counted_client_for(config, metrics)
+}
+
+/// A client for `config` that counts its writes like [`counted_client`] (e.g. one that
+/// impersonates a ServiceAccount).
+pub fn counted_client_for(config: kube::Config, metrics: Arc<Metrics>) -> Result<kube::Client, kube::Error> {
     let count = MapRequestLayer::new(move |request: Request<Body>| {
         if let Some(field_manager) = written_by(request.method(), request.uri()) {
             tracing::debug!(method = %request.method(), path = request.uri().path(), field_manager, "API write");
@@ -22,9 +28,11 @@ pub async fn counted_client(metrics: Arc<Metrics>) -> Result<kube::Client, kube:
     Ok(ClientBuilder::try_from(config)?.with_layer(&count).build())
 }
 
-/// The field manager a write request is sent as (`"none"` when it names none); `None` for reads.
+/// The field manager a write request is sent as (`"none"` when it names none); `None` for reads,
+/// and for reviews (access and token reviews are POSTed but store nothing).
 fn written_by(method: &Method, uri: &Uri) -> Option<String> {
-    if method == Method::GET || method == Method::HEAD {
+    let review = uri.path().starts_with("/apis/authorization.k8s.io/") || uri.path().starts_with("/apis/authentication.k8s.io/");
+    if method == Method::GET || method == Method::HEAD || review {
         return None;
     }
     let field_manager = uri.query().and_then(|q| form_urlencoded::parse(q.as_bytes()).find(|(key, _)| key == "fieldManager"));
@@ -49,5 +57,7 @@ mod tests {
         assert_eq!(written(Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/a/leases/x?fieldManager=m").as_deref(), Some("m"));
         assert_eq!(written(Method::GET, "/apis/apps/v1/deployments?watch=true&resourceVersion=1"), None);
         assert_eq!(written(Method::HEAD, "/api/v1/namespaces"), None);
+        assert_eq!(written(Method::POST, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"), None, "a review stores nothing");
+        assert_eq!(written(Method::POST, "/apis/authentication.k8s.io/v1/tokenreviews"), None);
     }
 }

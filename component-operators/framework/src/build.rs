@@ -26,6 +26,11 @@ pub const APPLICATION_ANNOTATION: &str = "components.kubeflow.org/application";
 /// roles, which keep their upstream names): it names no owner, any install applies it, and it is
 /// retained when an install goes (removed with the CRDs by `crdRemovalPolicy: Delete`).
 pub const SHARED_ANNOTATION: &str = "components.kubeflow.org/shared";
+/// Annotation (`<namespace>/<name>` of a component resource) by which whoever manages an existing
+/// object hands it over to that resource: the resource then applies it as its own (and may later
+/// prune or delete it). Without it (or the resource's `spec.adoptExisting`), an object someone
+/// else made is never applied over.
+pub const ADOPT_ANNOTATION: &str = "components.kubeflow.org/adopt";
 /// Annotation with the hash of the object as last applied.
 pub const HASH_ANNOTATION: &str = "components.kubeflow.org/applied-hash";
 
@@ -41,6 +46,33 @@ pub fn owner_id<R: ComponentResource>(resource: &R) -> String {
 pub fn made_by(live: &Value, info: &kinds::KindInfo, component: &str, owner: &str) -> bool {
     let metadata = &live["metadata"];
     metadata["labels"][PART_OF_LABEL] == component && (shared_by_installs(info, live) || metadata["annotations"][OWNER_ANNOTATION] == owner)
+}
+
+/// Whose a live object is, as far as its labels and annotations say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Made by the resource asking ([`made_by`]), or shared by every install (namespaces).
+    Ours,
+    /// Made by someone else and handed over: the resource sets `spec.adoptExisting`, or the object
+    /// is annotated [`ADOPT_ANNOTATION`] with the resource.
+    HandedOver,
+    /// Labelled for another component, or for another resource of this one.
+    OtherResource,
+    /// Made by someone else and not handed over: never applied over, pruned or deleted.
+    NotOurs,
+}
+
+/// Whose `live` is, asked by the resource `owner` of `component`.
+pub fn claim(live: &Value, info: &kinds::KindInfo, component: &str, owner: &str, adopt_existing: bool) -> Claim {
+    if info.is_shared() || made_by(live, info, component, owner) {
+        Claim::Ours
+    } else if live["metadata"]["labels"][PART_OF_LABEL].is_string() {
+        Claim::OtherResource
+    } else if adopt_existing || live["metadata"]["annotations"][ADOPT_ANNOTATION] == owner {
+        Claim::HandedOver
+    } else {
+        Claim::NotOurs
+    }
 }
 
 /// Whether `object` is shared by every install of its component: a CRD, or marked
@@ -248,5 +280,24 @@ mod tests {
         assert!(made_by(&object(json!({PART_OF_LABEL: "profiles"}), json!({SHARED_ANNOTATION: "true"})), role, "profiles", "team/profiles"));
         assert!(!made_by(&object(json!({PART_OF_LABEL: "profiles"}), json!({SHARED_ANNOTATION: "true"})), role, "katib", "team/katib"), "another component's");
         assert!(!made_by(&object(json!({PART_OF_LABEL: "profiles"}), json!({OWNER_ANNOTATION: "other/profiles"})), role, "profiles", "team/profiles"));
+    }
+
+    #[test]
+    fn an_existing_object_someone_else_made_is_ours_only_when_handed_over() {
+        let deployment = kinds::lookup("apps/v1", "Deployment").unwrap();
+        let claim_of = |live: &Value, adopt_existing| claim(live, deployment, "kustomize", "team/apps", adopt_existing);
+        let coredns = json!({"metadata": {"name": "coredns", "namespace": "kube-system", "labels": {"k8s-app": "kube-dns"}}});
+        assert_eq!(claim_of(&coredns, false), Claim::NotOurs);
+        assert_eq!(claim_of(&coredns, true), Claim::HandedOver, "spec.adoptExisting");
+        let annotated = |to: &str| object(json!({}), json!({ADOPT_ANNOTATION: to}));
+        assert_eq!(claim_of(&annotated("team/apps"), false), Claim::HandedOver);
+        assert_eq!(claim_of(&annotated("other/apps"), false), Claim::NotOurs, "handed to another resource");
+        assert_eq!(claim_of(&object(json!({PART_OF_LABEL: "kustomize"}), json!({OWNER_ANNOTATION: "team/apps"})), false), Claim::Ours);
+        // Labelled for another resource: never handed over by a flag of this one.
+        assert_eq!(claim_of(&object(json!({PART_OF_LABEL: "kustomize"}), json!({OWNER_ANNOTATION: "other/apps"})), true), Claim::OtherResource);
+        assert_eq!(claim_of(&object(json!({PART_OF_LABEL: "katib"}), json!({ADOPT_ANNOTATION: "team/apps"})), false), Claim::OtherResource);
+        // Namespaces are shared: only ever created, never changed.
+        let namespace = kinds::lookup("v1", "Namespace").unwrap();
+        assert_eq!(claim(&json!({"metadata": {"name": "kube-system"}}), namespace, "kustomize", "team/apps", false), Claim::Ours);
     }
 }

@@ -33,7 +33,7 @@ type ObjectKey = (String, Option<String>, String);
 /// what only it knows (e.g. the ReplicaSets being retired).
 #[derive(Default)]
 pub struct LastDesired {
-    sets: Mutex<HashMap<String, Arc<BTreeMap<ObjectKey, Value>>>>,
+    sets: Mutex<HashMap<String, Arc<DesiredSet>>>,
     deleting: Mutex<HashSet<String>>,
 }
 
@@ -42,11 +42,19 @@ fn key_of(object: &Value) -> ObjectKey {
     (object["kind"].as_str().unwrap_or_default().to_string(), metadata["namespace"].as_str().map(String::from), metadata["name"].as_str().unwrap_or_default().to_string())
 }
 
+/// What one resource last wanted, and the client its writes are made with (see
+/// [`crate::installer`]).
+struct DesiredSet {
+    objects: BTreeMap<ObjectKey, Value>,
+    writer: Client,
+}
+
 impl LastDesired {
-    /// Records what `owner` wants now (before anything that left the set is pruned).
-    pub fn remember(&self, owner: &str, objects: &[Value]) {
-        let set = objects.iter().map(|o| (key_of(o), o.clone())).collect();
-        self.sets.lock().expect("desired sets").insert(owner.to_string(), Arc::new(set));
+    /// Records what `owner` wants now (before anything that left the set is pruned), and who
+    /// writes it.
+    pub fn remember(&self, owner: &str, objects: &[Value], writer: &Client) {
+        let objects = objects.iter().map(|o| (key_of(o), o.clone())).collect();
+        self.sets.lock().expect("desired sets").insert(owner.to_string(), Arc::new(DesiredSet { objects, writer: writer.clone() }));
     }
 
     /// `owner` is being removed or left alone: nothing of it is healed any more.
@@ -64,15 +72,17 @@ impl LastDesired {
         self.deleting.lock().expect("deletions").remove(uid)
     }
 
-    fn get(&self, owner: &str, deleted: &Value) -> Option<Value> {
-        self.sets.lock().expect("desired sets").get(owner)?.get(&key_of(deleted)).cloned()
+    /// The desired state of `deleted` in `owner`'s last set, and who writes it.
+    fn get(&self, owner: &str, deleted: &Value) -> Option<(Value, Client)> {
+        let sets = self.sets.lock().expect("desired sets");
+        let set = sets.get(owner)?;
+        Some((set.objects.get(&key_of(deleted))?.clone(), set.writer.clone()))
     }
 }
 
 /// Re-applies the objects reported on `deleted` (deleted objects of the watched kinds) when the
 /// rules above allow it; runs until the watches end.
 pub async fn run<K: ComponentResource>(
-    client: Client,
     mut deleted: mpsc::UnboundedReceiver<(&'static KindInfo, DynamicObject)>,
     resources: Store<DeserializeGuard<K>>,
     desired: Arc<LastDesired>,
@@ -92,8 +102,8 @@ pub async fn run<K: ComponentResource>(
         if desired.deleted_by_us(&object.uid().unwrap_or_default()) || !managed || !build::made_by(&live, info, component, &owner) {
             continue;
         }
-        let Some(wanted) = desired.get(&owner, &live) else { continue };
-        let api = info.api(&client, live["metadata"]["namespace"].as_str());
+        let Some((wanted, writer)) = desired.get(&owner, &live) else { continue };
+        let api = info.api(&writer, live["metadata"]["namespace"].as_str());
         let what = format!("{} {}", info.kind, live["metadata"]["name"].as_str().unwrap_or_default());
         match api.patch(&object.name_any(), &params, &Patch::Apply(&wanted)).await {
             Ok(_) => {
@@ -112,22 +122,32 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn only_objects_of_the_last_desired_set_of_their_owner_are_healed() {
+    /// A client that is never called: the sets only hand it on (built inside a runtime).
+    fn client() -> Client {
+        Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap()
+    }
+
+    fn wanted(desired: &LastDesired, owner: &str, deleted: &Value) -> Option<Value> {
+        desired.get(owner, deleted).map(|(wanted, _)| wanted)
+    }
+
+    // A runtime only because building a client spawns its request buffer.
+    #[tokio::test]
+    async fn only_objects_of_the_last_desired_set_of_their_owner_are_healed() {
         let desired = LastDesired::default();
         let ui = json!({"kind": "Deployment", "metadata": {"name": "katib-ui", "namespace": "team"}, "spec": {"replicas": 1}});
         let role = json!({"kind": "ClusterRole", "metadata": {"name": "katib-ui-team"}});
-        desired.remember("team/katib", &[ui.clone(), role.clone()]);
+        desired.remember("team/katib", &[ui.clone(), role.clone()], &client());
         let deleted = json!({"kind": "Deployment", "metadata": {"name": "katib-ui", "namespace": "team", "uid": "1"}, "spec": {"replicas": 7}});
-        assert_eq!(desired.get("team/katib", &deleted), Some(ui.clone()), "the desired object, not the deleted state");
-        assert_eq!(desired.get("team/katib", &json!({"kind": "ClusterRole", "metadata": {"name": "katib-ui-team"}})), Some(role));
-        assert_eq!(desired.get("other/katib", &deleted), None, "another resource's set");
-        assert_eq!(desired.get("team/katib", &json!({"kind": "Deployment", "metadata": {"name": "katib-ui", "namespace": "other"}})), None);
+        assert_eq!(wanted(&desired, "team/katib", &deleted), Some(ui.clone()), "the desired object, not the deleted state");
+        assert_eq!(wanted(&desired, "team/katib", &json!({"kind": "ClusterRole", "metadata": {"name": "katib-ui-team"}})), Some(role));
+        assert_eq!(wanted(&desired, "other/katib", &deleted), None, "another resource's set");
+        assert_eq!(wanted(&desired, "team/katib", &json!({"kind": "Deployment", "metadata": {"name": "katib-ui", "namespace": "other"}})), None);
         // A new set (a version switch) replaces the old one before anything is pruned.
-        desired.remember("team/katib", std::slice::from_ref(&ui));
-        assert_eq!(desired.get("team/katib", &json!({"kind": "ClusterRole", "metadata": {"name": "katib-ui-team"}})), None);
+        desired.remember("team/katib", std::slice::from_ref(&ui), &client());
+        assert_eq!(wanted(&desired, "team/katib", &json!({"kind": "ClusterRole", "metadata": {"name": "katib-ui-team"}})), None);
         desired.forget("team/katib");
-        assert_eq!(desired.get("team/katib", &deleted), None);
+        assert_eq!(wanted(&desired, "team/katib", &deleted), None);
         // Deletions the operator makes itself are recognised once.
         desired.deleting("uid-1");
         assert!(desired.deleted_by_us("uid-1"));

@@ -18,6 +18,7 @@ pub mod build;
 pub mod component;
 pub mod handover;
 pub mod heal;
+pub mod installer;
 pub mod kinds;
 pub mod live;
 pub mod manifest;
@@ -51,6 +52,15 @@ pub struct OperatorArgs {
     /// Address of the health and metrics endpoint.
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080")]
     pub metrics_addr: std::net::SocketAddr,
+    /// ServiceAccount (in each resource's namespace) that resources of a component installing as
+    /// a ServiceAccount (the generic one) use when they name none; without it such resources are
+    /// refused, never installed with the operator's own rights.
+    #[arg(long, env = "DEFAULT_SERVICE_ACCOUNT")]
+    pub default_service_account: Option<String>,
+    /// Install with this process's own identity instead of a ServiceAccount's: only for `kfop`,
+    /// which runs as the very user asking for the install. Never set for an operator.
+    #[arg(skip)]
+    pub install_as_self: bool,
 }
 
 /// The whole `main` of a component operator binary: parse the command line (`--help` names the
@@ -62,6 +72,12 @@ pub fn main<C: Component>() -> std::process::ExitCode {
     let command = clap::Command::new(name.clone()).version(env!("CARGO_PKG_VERSION")).about(format!("Kubeflow {} component operator", C::DISPLAY_NAME));
     let args = OperatorArgs::from_arg_matches(&OperatorArgs::augment_args(command).get_matches()).unwrap_or_else(|e| e.exit());
     let _telemetry = telemetry::init(&name);
+    run_until_stopped::<C>(args)
+}
+
+/// Runs the operator of `C` with `args` until a signal (telemetry already set up): the end of
+/// every operator's `main`.
+pub fn run_until_stopped<C: Component>(args: OperatorArgs) -> std::process::ExitCode {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run::<C>(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,

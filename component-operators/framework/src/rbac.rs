@@ -37,34 +37,24 @@ pub fn cluster_role_rules<C: Component>() -> Vec<PolicyRule> {
         // An object labelled for another component resource is left alone while that resource
         // exists (an orphan is adopted): reading whether it does.
         rule(&group, &ComponentKind::ALL.map(|c| component_plural(c)).iter().map(String::as_str).collect::<Vec<_>>(), &["get"]),
-        // Namespaces are created when missing, never changed or deleted.
-        rule("", &["namespaces"], &["get", "create"]),
     ];
-    let managed = watched_kinds::<C>();
-    // Managed kinds: read (watch + diff), apply (create/patch), prune (delete); one rule per group.
+    // Every write, and every read of a Secret, is made as the account a resource names (see
+    // `installer`): the operator itself reads what it watches and acts as accounts. So it needs
+    // no escalate or bind, no pod or ReplicaSet rights for a handover, and no Secrets.
     let mut by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for info in &managed {
+    for info in watched_kinds::<C>() {
         by_group.entry(info.group).or_default().push(info.plural);
     }
     for (group, plurals) in &by_group {
-        rules.push(rule(group, plurals, &["get", "list", "watch", "create", "patch", "update", "delete"]));
+        rules.push(rule(group, plurals, &["get", "list", "watch"]));
     }
-    // A Deployment whose selector changed is replaced with a handover (see `handover`): its
-    // ReplicaSets are orphaned, labelled and later deleted, its pods relabelled.
-    if managed.iter().any(|k| k.kind == "Deployment") {
-        rules.push(rule("apps", &["replicasets"], &["list", "patch", "delete"]));
-        rules.push(rule("", &["pods"], &["list", "patch"]));
-    }
-    // Referenced Secrets are read even when the component ships none of its own.
-    if !managed.iter().any(|k| k.kind == "Secret") {
-        rules.push(rule("", &["secrets"], &["get"]));
-    }
-    // Creating (Cluster)Roles that grant the component's workloads more than its operator holds
-    // needs escalate, and binding them needs bind.
-    let roles: Vec<&str> = managed.iter().filter(|k| k.group == "rbac.authorization.k8s.io" && !k.kind.ends_with("Binding")).map(|k| k.plural).collect();
-    if !roles.is_empty() {
-        rules.push(rule("rbac.authorization.k8s.io", &roles, &["escalate", "bind"]));
-    }
+    rules.push(rule("", &["namespaces"], &["get"]));
+    // Only accounts named as installers: never, say, a kube-system controller's. A KfDef naming
+    // another account needs the operator granted `impersonate` on that name too.
+    rules.push(PolicyRule {
+        resource_names: Some(vec![kubeflow_crds::kfdef::DEFAULT_INSTALLER.to_string()]),
+        ..rule("", &["serviceaccounts"], &["impersonate"])
+    });
     rules.extend(C::extra_rules());
     rules
 }

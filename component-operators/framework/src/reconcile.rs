@@ -21,9 +21,10 @@ use operator_runtime::retry::Backoffs;
 use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
 
-use crate::build::{self, APPLICATION_ANNOTATION, HASH_ANNOTATION, OWNER_ANNOTATION, PART_OF_LABEL};
+use crate::build::{self, APPLICATION_ANNOTATION, Claim, HASH_ANNOTATION, OWNER_ANNOTATION, PART_OF_LABEL};
 use crate::component::{ApplicationFailure, Component, InvalidSpec, Inputs};
 use crate::handover::{self, ReplaceError};
+use crate::installer::{self, Access, Impersonation, Installer};
 use crate::heal::LastDesired;
 use crate::kinds::{self, KindInfo};
 use crate::live::LiveObjects;
@@ -84,12 +85,34 @@ pub struct Context<C> {
     pub desired: Arc<LastDesired>,
     /// Retry delay per resource (`namespace/name`) after failed reconciles.
     backoffs: Backoffs<String>,
+    /// Clients acting as the accounts resources install as (see [`crate::installer`]). `None`
+    /// only in `kfop`, which runs as the user asking: writes then use [`Context::client`].
+    pub impersonation: Option<Impersonation>,
     _component: PhantomData<fn() -> C>,
 }
 
 impl<C: Component> Context<C> {
-    pub fn new(client: Client, field_manager: String, recorder: Recorder, metrics: Arc<Metrics>, status_sender: Option<crate::nats_mode::StatusSender>, live: LiveObjects) -> Self {
-        Self { client, field_manager, recorder, metrics, status_sender, live, desired: Default::default(), backoffs: Backoffs::default(), _component: PhantomData }
+    pub fn new(
+        client: Client,
+        field_manager: String,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        status_sender: Option<crate::nats_mode::StatusSender>,
+        live: LiveObjects,
+        impersonation: Option<Impersonation>,
+    ) -> Self {
+        Self { client, field_manager, recorder, metrics, status_sender, live, desired: Default::default(), backoffs: Backoffs::default(), impersonation, _component: PhantomData }
+    }
+
+    /// Who `resource`'s applies, prunes and deletes are made as (see [`crate::installer`]).
+    pub fn installer(&self, resource: &C::Resource) -> Result<Installer, InvalidSpec> {
+        let Some(impersonation) = &self.impersonation else { return Ok(Installer::Operator(self.client.clone())) };
+        let namespace = resource.namespace().unwrap_or_default();
+        let name = installer::account_name(resource.core().service_account_name.as_deref(), impersonation.default_account.as_deref(), &namespace)?;
+        let client = impersonation
+            .client(&namespace, name)
+            .map_err(|e| InvalidSpec::new("spec.serviceAccountName", format!("cannot act as ServiceAccount {namespace}/{name}: {e}")).retryable())?;
+        Ok(Installer::Account { client, account: format!("{namespace}/{name}") })
     }
 
     /// Hands the resource's status to the NATS publisher (NATS mode, KfDef-made resources only).
@@ -101,41 +124,53 @@ impl<C: Component> Context<C> {
         }
     }
 
+    /// An API for reading objects of `info` with the operator's own rights.
     fn dynamic_api(&self, info: &KindInfo, namespace: Option<&str>) -> Api<DynamicObject> {
         info.api(&self.client, namespace)
     }
 
-    /// The live object at `entry`: from the watch cache, or read once for kinds not watched.
-    async fn live(&self, info: &KindInfo, entry: &InventoryEntry) -> Result<Option<Value>, kube::Error> {
+    /// The live object at `entry`: from the watch cache, or read once by `installer` for kinds
+    /// not watched.
+    async fn live(&self, info: &KindInfo, entry: &InventoryEntry, installer: &Installer) -> Result<Option<Value>, kube::Error> {
         if self.live.caches(info) {
             return Ok(self.live.get(info, entry.namespace.as_deref(), &entry.name));
         }
-        let object = match self.dynamic_api(info, entry.namespace.as_deref()).get_opt(&entry.name).await {
+        // Namespaces the operator may read itself; other kinds it does not watch, the installer.
+        let reader = if info.is_shared() { &self.client } else { installer.client() };
+        let object = match info.api(reader, entry.namespace.as_deref()).get_opt(&entry.name).await {
             Ok(object) => object,
             // The kind itself is not served yet (its CRD comes earlier in this very apply).
             Err(kube::Error::Api(status)) if status.code == 404 => None,
+            // An account that may not read the object: its access review for the write says
+            // whether it may make it.
+            Err(kube::Error::Api(status)) if status.code == 403 && matches!(installer, Installer::Account { .. }) => None,
             Err(e) => return Err(e),
         };
         Ok(object.map(|o| serde_json::to_value(o).expect("objects serialise")))
     }
 
     /// Whether the live object at `entry` was rendered for one of `applications`.
-    async fn held_by(&self, entry: &InventoryEntry, applications: &BTreeSet<&str>) -> Result<bool, Error> {
+    async fn held_by(&self, entry: &InventoryEntry, applications: &BTreeSet<&str>, installer: &Installer) -> Result<bool, Error> {
         let api_version = if entry.group.is_empty() { entry.version.clone() } else { format!("{}/{}", entry.group, entry.version) };
         let Some(info) = kinds::lookup(&api_version, &entry.kind) else { return Ok(false) };
-        let live = self.live(info, entry).await.map_err(|source| Error::Prune { object: describe(info, entry), source })?;
+        let live = self.live(info, entry, installer).await.map_err(|source| Error::Prune { object: describe(info, entry), source })?;
         Ok(live.is_some_and(|live| live["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_some_and(|a| applications.contains(a))))
     }
 
-    /// The live object at `entry` when it is labelled for another component or annotated for
-    /// another resource: then it is not ours to apply. Read from the API server when the watch
-    /// cache (this component's objects only) cannot say, for objects new to the inventory.
-    async fn foreign(&self, info: &KindInfo, entry: &InventoryEntry, live: Option<&Value>, previous: &BTreeSet<InventoryEntry>, owner: &str) -> Result<Option<Value>, kube::Error> {
+    /// Why the live object at `entry` is not ours to apply, if it is not: it exists and was
+    /// neither made by this resource (label and owner annotation, see [`build::made_by`]) nor
+    /// handed to it (`spec.adoptExisting`, or the object annotated [`build::ADOPT_ANNOTATION`] with
+    /// this resource), nor left by a component resource that no longer exists. The watch cache
+    /// holds only this component's objects, so a miss is confirmed with the API server: an
+    /// inventory in status is no proof that a missing object is ours to create over.
+    /// Returns the note saying why.
+    async fn foreign(&self, info: &KindInfo, entry: &InventoryEntry, live: Option<&Value>, owner: &str, adopt_existing: bool) -> Result<Option<String>, kube::Error> {
         let component = C::Resource::COMPONENT.name();
         let read;
         let live = match live {
             Some(live) => live,
-            None if info.is_shared() || previous.contains(entry) || !self.live.caches(info) => return Ok(None),
+            // Namespaces are only ever created; uncached kinds were read from the API server.
+            None if info.is_shared() || !self.live.caches(info) => return Ok(None),
             None => match self.dynamic_api(info, entry.namespace.as_deref()).get_opt(&entry.name).await {
                 Ok(Some(object)) => {
                     read = serde_json::to_value(object).expect("objects serialise");
@@ -143,14 +178,19 @@ impl<C: Component> Context<C> {
                 }
                 Ok(None) => return Ok(None),
                 Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+                // Who made it cannot be told, so it is not written over.
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    return Ok(Some(format!("{}: the operator may not read it to tell who made it ({}); left as it is", describe(info, entry), status.message)));
+                }
                 Err(e) => return Err(e),
             },
         };
-        let labelled = live["metadata"]["labels"][PART_OF_LABEL].is_string();
-        if !labelled || info.is_shared() || build::made_by(live, info, component, owner) {
-            return Ok(None);
-        }
-        Ok((!self.orphan(live).await?).then(|| live.clone()))
+        let note = || foreign_note(&describe(info, entry), live, C::Resource::COMPONENT.kind(), owner);
+        Ok(match build::claim(live, info, component, owner, adopt_existing) {
+            Claim::Ours | Claim::HandedOver => None,
+            Claim::OtherResource => (!self.orphan(live).await?).then(note),
+            Claim::NotOurs => Some(note()),
+        })
     }
 
     /// Whether `live` names, in its labels and owner annotation, a component resource that no
@@ -233,18 +273,28 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
     let core = resource.core();
     let owner = build::owner_id(resource);
     let mut retry_failed = false;
-    let outcome = match core.management_state {
-        ManagementState::Unmanaged => {
+    let installer = match core.management_state {
+        ManagementState::Unmanaged => None,
+        _ => match ctx.installer(resource) {
+            Ok(installer) => Some(installer),
+            Err(invalid) => {
+                write_status(resource, ctx, &Outcome::Invalid { field: invalid.field.clone(), message: invalid.message.clone() }, Some(&invalid)).await?;
+                return Ok(if invalid.retry { Action::requeue(Duration::from_secs(10)) } else { Action::await_change() });
+            }
+        },
+    };
+    let outcome = match (core.management_state, installer) {
+        (ManagementState::Unmanaged, _) | (_, None) => {
             ctx.desired.forget(&owner);
             Outcome::Unmanaged
         }
-        ManagementState::Removed => {
+        (ManagementState::Removed, Some(installer)) => {
             ctx.desired.forget(&owner);
             let inventory = resource.component_status().map(|s| s.inventory.clone()).unwrap_or_default();
-            delete_entries(resource, ctx, &inventory, core.crd_removal_policy).await?;
+            delete_entries(resource, ctx, &installer, &inventory, core.crd_removal_policy).await?;
             Outcome::Removed
         }
-        ManagementState::Managed => match desired::<C>(resource, ctx).await? {
+        (ManagementState::Managed, Some(installer)) => match desired::<C>(resource, ctx, &installer).await? {
             Err(invalid) => {
                 let retry = invalid.retry;
                 write_status(resource, ctx, &Outcome::Invalid { field: invalid.field.clone(), message: invalid.message.clone() }, Some(&invalid)).await?;
@@ -253,8 +303,8 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
             }
             Ok(desired) => {
                 // Before anything that left the set is pruned: the heal fast path must not bring it back.
-                ctx.desired.remember(&owner, &desired.objects);
-                let mut outcome = match apply_objects(resource, ctx, &desired).await {
+                ctx.desired.remember(&owner, &desired.objects, installer.client());
+                let mut outcome = match apply_objects(resource, ctx, &installer, &desired).await {
                     Ok(outcome) => outcome,
                     Err(Error::Apply { object, source }) if refused(&source) => {
                         let message = match &source {
@@ -274,13 +324,13 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                 retry_failed = failed.iter().any(|f| f.retry);
                 let mut left = Vec::new();
                 for entry in previous.into_iter().filter(|e| !keep.contains(e)) {
-                    if !held.is_empty() && ctx.held_by(&entry, &held).await? {
+                    if !held.is_empty() && ctx.held_by(&entry, &held, &installer).await? {
                         inventory.push(entry);
                     } else {
                         left.push(entry);
                     }
                 }
-                delete_entries(resource, ctx, &left, core.crd_removal_policy).await?;
+                delete_entries(resource, ctx, &installer, &left, core.crd_removal_policy).await?;
                 outcome
             }
         },
@@ -304,8 +354,8 @@ struct Desired {
 }
 
 /// Dereference and build; the inner error is bad input (nothing touched), the outer an API failure.
-async fn desired<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Result<Desired, InvalidSpec>, Error> {
-    let inputs = match dereference::<C>(resource, ctx).await? {
+async fn desired<C: Component>(resource: &C::Resource, ctx: &Context<C>, installer: &Installer) -> Result<Result<Desired, InvalidSpec>, Error> {
+    let inputs = match dereference::<C>(resource, ctx, installer).await? {
         Ok(inputs) => inputs,
         Err(invalid) => return Ok(Err(invalid)),
     };
@@ -317,12 +367,20 @@ async fn desired<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
     Ok(Ok(Desired { objects, applications, failed }))
 }
 
-async fn dereference<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Result<Inputs, InvalidSpec>, Error> {
+/// Reads what the spec references, as the installer: the operator itself reads no Secrets, and a
+/// spec can only name what its account may read.
+async fn dereference<C: Component>(resource: &C::Resource, ctx: &Context<C>, installer: &Installer) -> Result<Result<Inputs, InvalidSpec>, Error> {
     let namespace = resource.namespace().unwrap_or_default();
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secrets: Api<Secret> = Api::namespaced(installer.client().clone(), &namespace);
     let mut inputs = Inputs::default();
     for (field, reference) in C::secret_refs(resource) {
-        let secret = secrets.get_opt(&reference.name).await.map_err(|source| Error::Dereference { secret: format!("{namespace}/{}", reference.name), source })?;
+        let secret = match secrets.get_opt(&reference.name).await {
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                let msg = format!("Secret {:?} in namespace {namespace:?} may not be read by the installer account: {}", reference.name, status.message);
+                return Ok(Err(InvalidSpec::new(format!("{field}.name"), msg).retryable()));
+            }
+            read => read.map_err(|source| Error::Dereference { secret: format!("{namespace}/{}", reference.name), source })?,
+        };
         let Some(secret) = secret else {
             let msg = format!("Secret {:?} not found in namespace {namespace:?}", reference.name);
             return Ok(Err(InvalidSpec::new(format!("{field}.name"), msg).retryable()));
@@ -367,16 +425,25 @@ fn application_of(object: &Value) -> Option<&str> {
     object["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str()
 }
 
-/// Why `live` is not applied over: who it belongs to.
-fn foreign_note(what: &str, live: &Value) -> String {
-    let (part_of, owner) = (&live["metadata"]["labels"][PART_OF_LABEL], &live["metadata"]["annotations"][OWNER_ANNOTATION]);
-    let owner = owner.as_str().map(|o| format!(" {o}")).unwrap_or_default();
-    format!("{what} belongs to {}{owner} (label {PART_OF_LABEL}); left as it is: an object has one owner", part_of.as_str().unwrap_or_default())
+/// Why `live` is not applied over: who it belongs to, or that nobody handed it to `kind` `owner`.
+fn foreign_note(what: &str, live: &Value, kind: &str, owner: &str) -> String {
+    let (part_of, other) = (&live["metadata"]["labels"][PART_OF_LABEL], &live["metadata"]["annotations"][OWNER_ANNOTATION]);
+    match part_of.as_str() {
+        Some(part_of) => {
+            let other = other.as_str().map(|o| format!(" {o}")).unwrap_or_default();
+            format!("{what} belongs to {part_of}{other} (label {PART_OF_LABEL}); left as it is: an object has one owner")
+        }
+        None => format!(
+            "{what} exists, not made by {kind} {owner}; left as it is (to take it over, set spec.adoptExisting: true or annotate it {}={owner})",
+            build::ADOPT_ANNOTATION
+        ),
+    }
 }
 
 /// Applies the desired objects in order, skipping those already as desired and those another
 /// resource owns, and reports readiness.
-async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, desired: &Desired) -> Result<Outcome, Error> {
+async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, installer: &Installer, desired: &Desired) -> Result<Outcome, Error> {
+    let writer = installer.client();
     let objects = &desired.objects;
     let component = C::Resource::COMPONENT.name();
     let owner = build::owner_id(resource);
@@ -398,13 +465,49 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, d
     let mut lives = Vec::with_capacity(targets.len());
     let mut foreign = BTreeSet::new();
     for (index, (desired, info, entry)) in targets.iter().enumerate() {
-        let live = ctx.live(info, entry).await.map_err(|source| Error::Apply { object: describe(info, entry), source })?;
-        if let Some(other) = ctx.foreign(info, entry, live.as_ref(), &previous, &owner).await.map_err(|source| Error::Apply { object: describe(info, entry), source })? {
-            // Retried: the other owner may let it go.
-            failed.push(Finding::new(application_of(desired), foreign_note(&describe(info, entry), &other)).retryable());
+        let live = ctx.live(info, entry, installer).await.map_err(|source| Error::Apply { object: describe(info, entry), source })?;
+        if let Some(note) = ctx.foreign(info, entry, live.as_ref(), &owner, resource.core().adopt_existing).await.map_err(|source| Error::Apply { object: describe(info, entry), source })? {
+            // Retried: the other owner may let it go, or someone may hand it over.
+            failed.push(Finding::new(application_of(desired), note).retryable());
             foreign.insert(index);
         }
         lives.push(live);
+    }
+    // Installing as a ServiceAccount: an application with any write the account may not make is
+    // left out whole, before anything of it is written, and each such write is named.
+    if let Installer::Account { client, account } = installer {
+        let mut accesses: Vec<(usize, Access)> = Vec::new();
+        for (index, ((desired, info, entry), live)) in targets.iter().zip(&lives).enumerate() {
+            if foreign.contains(&index) {
+                continue;
+            }
+            let verbs: &[&'static str] = match live {
+                Some(live) if info.is_shared() || up_to_date(desired, live, info) => &[],
+                Some(live) if info.is_crd() && build::crd_belongs_to_newer_release::<C>(live, &resource.core().version) => &[],
+                Some(_) => &["patch"],
+                None if info.is_shared() => &["create"],
+                None => &["create", "patch"],
+            };
+            for verb in verbs {
+                accesses.push((index, Access { verb, kind: info, namespace: entry.namespace.clone(), name: entry.name.clone() }));
+            }
+        }
+        let asked: Vec<Access> = accesses.iter().map(|(_, access)| access.clone()).collect();
+        let denied = installer::denied(client, asked).await.map_err(|source| Error::Apply { object: format!("access review as ServiceAccount {account}"), source })?;
+        let mut refused: BTreeMap<Option<&str>, Vec<String>> = BTreeMap::new();
+        for access in &denied {
+            let (index, _) = accesses.iter().find(|(_, a)| a == access).expect("a denied access was asked");
+            refused.entry(application_of(targets[*index].0)).or_default().push(access.describe());
+        }
+        for (application, writes) in &refused {
+            let whole = application.map(|a| format!("; nothing of application {a:?} is applied")).unwrap_or_default();
+            failed.push(Finding::new(*application, format!("ServiceAccount {account} may not {}{whole}", writes.join(", "))));
+        }
+        for (index, (desired, _, _)) in targets.iter().enumerate() {
+            if refused.contains_key(&application_of(desired)) {
+                foreign.insert(index);
+            }
+        }
     }
     // Deployments whose selector changed hand their pods over before anything is written, so the
     // old pods carry the new selector's labels before a Service moves to it. Only our own.
@@ -416,7 +519,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, d
         }
         if info.kind == "Deployment" && immutable_field_changed(desired, current, info).is_some() && build::made_by(current, info, component, &owner) {
             ctx.desired.deleting(current["metadata"]["uid"].as_str().unwrap_or_default());
-            let retired = handover::retire(&ctx.client, current, desired, component, &owner, &ctx.field_manager)
+            let retired = handover::retire(writer, current, desired, component, &owner, &ctx.field_manager)
                 .await
                 .map_err(|source| Error::Replace { object: describe(info, entry), source })?;
             *live = None;
@@ -434,7 +537,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, d
             wait_established(&ctx.client, &crds).await?;
             crds_established = true;
         }
-        let api = ctx.dynamic_api(info, entry.namespace.as_deref());
+        let api = info.api(writer, entry.namespace.as_deref());
         let what = describe(info, &entry);
         let live = match live {
             Some(live) if up_to_date(desired, &live, info) => live,
@@ -507,7 +610,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, d
                 };
                 if look_for_retired {
                     let namespace = entry.namespace.as_deref().unwrap_or_default();
-                    let retired = handover::retired_replica_sets(&ctx.client, namespace, &entry.name, &owner)
+                    let retired = handover::retired_replica_sets(writer, namespace, &entry.name, &owner)
                         .await
                         .map_err(|source| Error::Apply { object: what.clone(), source })?;
                     if !retired.is_empty() {
@@ -520,7 +623,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, d
         match readiness::not_ready_reason(&live) {
             Some(reason) => not_ready.push(Finding::new(application_of(desired), reason)),
             None if !handover::retiring(&live).is_empty() => {
-                handover::finish(&ctx.client, &live, &owner, &ctx.field_manager).await.map_err(|source| Error::Apply { object: describe(info, &entry), source })?;
+                handover::finish(writer, &live, &owner, &ctx.field_manager).await.map_err(|source| Error::Apply { object: describe(info, &entry), source })?;
             }
             None => {}
         }
@@ -576,7 +679,7 @@ fn immutable_field_changed(desired: &Value, live: &Value, info: &KindInfo) -> Op
 /// deleted and CRDs only when the resource opted in with `crdRemovalPolicy: Delete`. An entry whose
 /// live object does not prove it was made by `resource` (see [`build::made_by`]) is kept and named
 /// in a Warning Event: an inventory can be written by anyone who can write the status.
-async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, entries: &[InventoryEntry], policy: CrdRemovalPolicy) -> Result<(), Error> {
+async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, installer: &Installer, entries: &[InventoryEntry], policy: CrdRemovalPolicy) -> Result<(), Error> {
     let component = C::Resource::COMPONENT.name();
     let owner = build::owner_id(resource);
     let mut targets: Vec<(&KindInfo, &InventoryEntry)> = entries
@@ -592,11 +695,17 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
     for (info, entry) in targets {
         let what = describe(info, entry);
         let api = ctx.dynamic_api(info, entry.namespace.as_deref());
+        let deleter = info.api(installer.client(), entry.namespace.as_deref());
         // Objects not labelled for this operator are not in the cache: read them to tell a gone
         // object from a foreign one.
         let live = match ctx.live.get(info, entry.namespace.as_deref(), &entry.name) {
             Some(live) => Some(live),
-            None => api.get_opt(&entry.name).await.map_err(|source| Error::Prune { object: what.clone(), source })?.map(|o| serde_json::to_value(o).expect("objects serialise")),
+            // Kinds the operator does not watch it may not read either: the installer reads them.
+            None => match ctx.live.caches(info) { true => &api, false => &deleter }
+                .get_opt(&entry.name)
+                .await
+                .map_err(|source| Error::Prune { object: what.clone(), source })?
+                .map(|o| serde_json::to_value(o).expect("objects serialise")),
         };
         let Some(live) = live else { continue };
         // Shared by every install, like the CRDs: they stay unless the CRDs go too.
@@ -611,14 +720,14 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
         // Only the incarnation whose labels were checked: a delete conditional on its uid.
         let uid = live["metadata"]["uid"].as_str().map(String::from);
         let delete = DeleteParams { preconditions: Some(Preconditions { uid, resource_version: None }), ..DeleteParams::background() };
-        match api.delete(&entry.name, &delete).await {
+        match deleter.delete(&entry.name, &delete).await {
             Ok(_) => info!(object = %what, "deleted"),
             // Gone, or replaced by another object since it was read (a later reconcile judges that one).
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
             Err(source) => return Err(Error::Prune { object: what, source }),
         }
         if info.kind == "Deployment" {
-            handover::delete_retired(&ctx.client, entry.namespace.as_deref().unwrap_or_default(), &entry.name, &owner)
+            handover::delete_retired(installer.client(), entry.namespace.as_deref().unwrap_or_default(), &entry.name, &owner)
                 .await
                 .map_err(|source| Error::Prune { object: format!("retired ReplicaSets of {what}"), source })?;
         }
@@ -639,17 +748,26 @@ async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
     let core = resource.core();
     let mut entries: BTreeSet<InventoryEntry> = resource.component_status().map(|s| s.inventory.iter().cloned().collect()).unwrap_or_default();
     if core.management_state != ManagementState::Unmanaged {
-        // Objects applied by a reconcile whose status write never landed are not in the inventory.
-        if let Ok(Ok(desired)) = desired::<C>(resource, ctx).await {
-            for object in &desired.objects {
-                let info = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default());
-                if let Some(info) = info {
-                    entries.insert(entry_of(object, info));
+        match ctx.installer(resource) {
+            Ok(installer) => {
+                // Objects applied by a reconcile whose status write never landed are not in the inventory.
+                if let Ok(Ok(desired)) = desired::<C>(resource, ctx, &installer).await {
+                    for object in &desired.objects {
+                        let info = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default());
+                        if let Some(info) = info {
+                            entries.insert(entry_of(object, info));
+                        }
+                    }
                 }
+                delete_entries(resource, ctx, &installer, &entries.into_iter().collect::<Vec<_>>(), core.crd_removal_policy).await?;
+                ctx.event(resource, EventType::Normal, "Uninstalled", format!("removed the objects of {} {}", C::Resource::COMPONENT.kind(), resource.name_any())).await;
+            }
+            // Nobody to delete as: nothing is deleted with the operator's own rights.
+            Err(invalid) => {
+                let note = format!("left the objects of {} {} as they are: {invalid}", C::Resource::COMPONENT.kind(), resource.name_any());
+                ctx.event(resource, EventType::Warning, "NotUninstalled", note).await;
             }
         }
-        delete_entries(resource, ctx, &entries.into_iter().collect::<Vec<_>>(), core.crd_removal_policy).await?;
-        ctx.event(resource, EventType::Normal, "Uninstalled", format!("removed the objects of {} {}", C::Resource::COMPONENT.kind(), resource.name_any())).await;
     }
     ctx.report(resource, None);
     Ok(Action::await_change())

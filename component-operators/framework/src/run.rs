@@ -21,6 +21,7 @@ use crate::component::Component;
 use crate::kinds::{self, KindInfo};
 use crate::live::LiveObjects;
 use crate::metrics::Metrics;
+use crate::installer::Impersonation;
 use crate::reconcile::{self, Context};
 
 #[derive(Debug, thiserror::Error)]
@@ -36,15 +37,18 @@ pub enum RunError {
 /// Kinds that appear in any built-in release of `C` (every built-in kind when it manages any
 /// kind) and are watched (shared kinds are not).
 pub fn watched_kinds<C: Component>() -> Vec<&'static KindInfo> {
+    // No operator reads Secrets cluster-wide: those it installs are read, when needed, as the
+    // account that installs them.
+    let watched = |k: &&KindInfo| !k.is_shared() && k.kind != "Secret";
     if C::MANAGES_ANY_KIND {
-        return kinds::KINDS.iter().filter(|k| !k.is_shared()).collect();
+        return kinds::KINDS.iter().filter(watched).collect();
     }
     let seen: BTreeSet<&str> = crate::component::shipped_objects::<C>()
         .iter()
         .filter_map(|object| kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()))
         .map(|info| info.kind)
         .collect();
-    kinds::KINDS.iter().filter(|k| seen.contains(k.kind) && !k.is_shared()).collect()
+    kinds::KINDS.iter().filter(|k| seen.contains(k.kind)).filter(watched).collect()
 }
 
 /// Maps an owned object to the component resource named in its owner annotation.
@@ -106,8 +110,12 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
         ready.set_ready();
         info!("caches synced; ready");
     });
-    let ctx = Arc::new(Context::<C>::new(client.clone(), field_manager.clone(), recorder, metrics.clone(), status_sender, live));
-    tokio::spawn(crate::heal::run(client, deleted, store.clone(), ctx.desired.clone(), field_manager, metrics.clone()));
+    let impersonation = match args.install_as_self {
+        false => Some(Impersonation::new(kube::Config::infer().await.map_err(|e| RunError::Client(kube::Error::InferConfig(e)))?, metrics.clone(), args.default_service_account.clone())),
+        true => None,
+    };
+    let ctx = Arc::new(Context::<C>::new(client.clone(), field_manager.clone(), recorder, metrics.clone(), status_sender, live, impersonation));
+    tokio::spawn(crate::heal::run(deleted, store.clone(), ctx.desired.clone(), field_manager, metrics.clone()));
     info!(%component, namespace = args.namespace.as_deref().unwrap_or("<all>"), "controller started");
     controller
         // The controller pauses every trigger after an error from any watch; keep that short.

@@ -20,13 +20,11 @@ use component_framework::api::component::{KustomizeSource, RenderMode};
 use component_framework::api::{KustomizeApplication, NameValue};
 use component_framework::build::{APPLICATION_ANNOTATION, target_namespace};
 use component_framework::component::{ApplicationFailure, Rendered};
-use component_framework::k8s_openapi::api::rbac::v1::PolicyRule;
 use component_framework::kinds;
-use component_framework::rbac::rule;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
-use kubeflow_manifests::{AppSpec, FetchOptions, Kustomize, Mode, RenderContext, Renderer, RepoCache, RepoSource};
+use kubeflow_manifests::{AppSpec, FetchOptions, Kustomize, Mode, RenderContext, Renderer, RepoCache, RepoErrorReason, RepoSource};
 use serde_json::{Value, json};
 
 pub struct KustomizeComponent;
@@ -35,6 +33,22 @@ pub struct KustomizeComponent;
 /// `$TMPDIR/kubeflow-operator-manifests`).
 fn cache_dir() -> std::path::PathBuf {
     std::env::var_os("KFOP_MANIFESTS_CACHE").map(Into::into).unwrap_or_else(|| std::env::temp_dir().join("kubeflow-operator-manifests"))
+}
+
+/// How the operator fetches repositories: set once by its `main` from the command line
+/// (`--allow-fetch-from`, `--repo-cache-max-bytes`); unset, the defaults — fenced to public
+/// addresses, no exemptions.
+static FETCH_OPTIONS: OnceLock<FetchOptions> = OnceLock::new();
+
+/// Sets the options [`KustomizeComponent`] fetches with; once per process (`Err` gives them back
+/// when already set).
+pub fn set_fetch_options(options: FetchOptions) -> Result<(), FetchOptions> {
+    FETCH_OPTIONS.set(options)
+}
+
+/// The options [`KustomizeComponent`] fetches with.
+pub fn fetch_options() -> FetchOptions {
+    FETCH_OPTIONS.get().cloned().unwrap_or_default()
 }
 
 /// Renders by spec, so reconciles caused by owned-object events do not rebuild (bounded).
@@ -158,16 +172,21 @@ async fn learn_kinds(discovery: Discovery<'_>, objects: &[Value]) -> BTreeSet<(S
 /// Renders one application: its repository fetched (or taken from the cache), its package built.
 async fn render_source(index: usize, source: &KustomizeSource, repos: &RepoCache, renderer: &Renderer, context: &RenderContext) -> Result<Vec<Value>, InvalidSpec> {
     let (repo, app) = app_spec(index, source)?;
-    // A download may fail for a while (network, server); the spec may be right: retry.
-    let fetched = repos.fetch(&repo).await.map_err(|e| InvalidSpec::new(field(index, "repoUri"), e.to_string()).retryable())?;
+    // A download may fail for a while (network, server); the spec may be right: retry. A fenced
+    // destination stays fenced until the spec (or the operator's flags) change.
+    let fetched = repos.fetch(&repo).await.map_err(|e| {
+        let fenced = matches!(e.reason, RepoErrorReason::Fenced(_));
+        let invalid = InvalidSpec::new(field(index, "repoUri"), e.to_string());
+        if fenced { invalid } else { invalid.retryable() }
+    })?;
     let rendered = renderer.render_application(&fetched, &app, context).await.map_err(|e| InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string()))?;
     Ok(rendered.objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect())
 }
 
 /// Fetches and renders every application of `resource`, each on its own: one that fails is
 /// reported in [`Rendered::failed`] and the others go on.
-/// `fetch` bounds downloads; only `kfop build` allows local repositories, an operator never reads
-/// host paths on a resource's word.
+/// `fetch` bounds downloads and fences them (see [`kubeflow_manifests::fetch::fence`]); only
+/// `kfop build` allows local repositories, an operator never reads host paths on a resource's word.
 pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, fetch: FetchOptions) -> Result<Rendered, InvalidSpec> {
     let spec = &resource.spec;
     if spec.core.sources.is_empty() {
@@ -251,29 +270,7 @@ impl Component for KustomizeComponent {
 
     fn render_external(resource: &KustomizeApplication, client: &Client) -> impl std::future::Future<Output = Option<Result<Rendered, InvalidSpec>>> + Send {
         let (resource, client) = (resource.clone(), client.clone());
-        async move { Some(render(&resource, Discovery::Cluster(&client), FetchOptions::default()).await) }
-    }
-
-    /// Custom resources of the API groups Kubeflow 1.x applications ship (its CRDs come with the
-    /// applications; the operator applies, reads and prunes their resources). Other groups:
-    /// bind an extra ClusterRole to the operator's ServiceAccount.
-    fn extra_rules() -> Vec<PolicyRule> {
-        let all = ["get", "list", "watch", "create", "patch", "update", "delete"];
-        [
-            ("app.k8s.io", &["applications"][..]),
-            ("networking.istio.io", &["gateways", "virtualservices", "destinationrules", "serviceentries", "envoyfilters", "sidecars"][..]),
-            ("security.istio.io", &["authorizationpolicies", "peerauthentications", "requestauthentications"][..]),
-            ("rbac.istio.io", &["serviceroles", "servicerolebindings", "clusterrbacconfigs", "rbacconfigs"][..]),
-            ("authentication.istio.io", &["policies", "meshpolicies"][..]),
-            ("cert-manager.io", &["certificates", "issuers", "clusterissuers"][..]),
-            ("kubeflow.org", &["poddefaults", "profiles", "notebooks", "tfjobs", "pytorchjobs", "mxjobs", "xgboostjobs", "mpijobs", "viewers", "scheduledworkflows"][..]),
-            ("argoproj.io", &["workflows", "workflowtemplates", "cronworkflows", "clusterworkflowtemplates"][..]),
-            ("metacontroller.k8s.io", &["compositecontrollers", "decoratorcontrollers", "controllerrevisions"][..]),
-            ("serving.knative.dev", &["services", "configurations", "revisions", "routes"][..]),
-        ]
-        .into_iter()
-        .map(|(group, resources)| rule(group, resources, &all))
-        .collect()
+        async move { Some(render(&resource, Discovery::Cluster(&client), fetch_options()).await) }
     }
 }
 

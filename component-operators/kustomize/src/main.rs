@@ -1,6 +1,83 @@
 //! The generic component operator: reconciles `KustomizeApplication` resources
 //! (`components.kubeflow.org/v1alpha1`).
 
+use clap::{Args, FromArgMatches};
+use component_framework::{Component, OperatorArgs};
+use kubeflow_manifests::FetchOptions;
+use kubeflow_manifests::fetch::{AllowEntry, DEFAULT_MAX_CACHE_BYTES};
+use kustomize_operator::KustomizeComponent;
+
+/// How repositories named in resources are fetched.
+#[derive(Args, Debug)]
+struct FetchArgs {
+    /// Destinations exempt from the fetch fence, which otherwise refuses repository URIs that are
+    /// or resolve to loopback, private, link-local (cloud metadata), carrier-grade NAT and other
+    /// non-public addresses: host names (matched as the URI names them), addresses or CIDRs,
+    /// comma-separated (e.g. minio.storage.svc,10.20.0.0/16). None by default.
+    #[arg(long, env = "KFOP_ALLOW_FETCH_FROM", value_name = "HOST|CIDR", value_delimiter = ',', value_parser = parse_allow_entry)]
+    allow_fetch_from: Vec<AllowEntry>,
+    /// Most bytes the unpacked repositories of the cache may hold (a number of bytes, or with Ki,
+    /// Mi, Gi or Ti); the least recently used are evicted beyond it.
+    #[arg(long, env = "KFOP_REPO_CACHE_MAX_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_CACHE_BYTES, value_parser = parse_bytes)]
+    repo_cache_max_bytes: u64,
+}
+
+fn parse_allow_entry(entry: &str) -> Result<AllowEntry, String> {
+    entry.parse()
+}
+
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        "Ti" => 40,
+        _ => return Err(format!("{text:?}: expected a number of bytes, optionally with Ki, Mi, Gi or Ti (e.g. 4Gi)")),
+    };
+    let number: u64 = number.parse().map_err(|_| format!("{text:?}: expected a number of bytes, optionally with Ki, Mi, Gi or Ti (e.g. 4Gi)"))?;
+    number.checked_mul(1 << shift).ok_or_else(|| format!("{text:?}: too large"))
+}
+
+fn command() -> clap::Command {
+    let command = clap::Command::new("kustomize-operator").version(env!("CARGO_PKG_VERSION")).about(format!("Kubeflow {} component operator", KustomizeComponent::DISPLAY_NAME));
+    FetchArgs::augment_args(OperatorArgs::augment_args(command))
+}
+
 fn main() -> std::process::ExitCode {
-    component_framework::main::<kustomize_operator::KustomizeComponent>()
+    let matches = command().get_matches();
+    let operator = OperatorArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let fetch = FetchArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let _telemetry = component_framework::telemetry::init("kustomize-operator");
+    if !fetch.allow_fetch_from.is_empty() {
+        let allowed: Vec<String> = fetch.allow_fetch_from.iter().map(ToString::to_string).collect();
+        tracing::warn!(allowed = ?allowed, "repository fetches may reach these destinations despite the fence");
+    }
+    let options = FetchOptions { allow_fetch_from: fetch.allow_fetch_from, max_cache_bytes: fetch.repo_cache_max_bytes, ..FetchOptions::default() };
+    kustomize_operator::set_fetch_options(options).expect("fetch options are set once, here");
+    component_framework::run_until_stopped::<KustomizeComponent>(operator)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_takes_the_fetch_options() {
+        command().debug_assert();
+        let matches = command().try_get_matches_from(["kustomize-operator", "--allow-fetch-from", "127.0.0.1,minio.storage.svc", "--allow-fetch-from=10.0.0.0/8", "--repo-cache-max-bytes", "512Mi"]).unwrap();
+        let fetch = FetchArgs::from_arg_matches(&matches).unwrap();
+        let allowed: Vec<String> = fetch.allow_fetch_from.iter().map(ToString::to_string).collect();
+        assert_eq!(allowed, ["127.0.0.1/32", "minio.storage.svc", "10.0.0.0/8"]);
+        assert_eq!(fetch.repo_cache_max_bytes, 512 << 20);
+        let defaults = FetchArgs::from_arg_matches(&command().try_get_matches_from(["kustomize-operator"]).unwrap()).unwrap();
+        assert!(defaults.allow_fetch_from.is_empty(), "no exemptions unless given");
+        assert_eq!(defaults.repo_cache_max_bytes, 4 << 30);
+        let bad = command().try_get_matches_from(["kustomize-operator", "--allow-fetch-from", "10.0.0.0/40"]).unwrap_err().to_string();
+        assert!(bad.contains("expected a host name"), "{bad}");
+        assert!(parse_bytes("4GB").is_err());
+    }
 }

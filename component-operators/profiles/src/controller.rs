@@ -4,8 +4,9 @@
 //! the settings of the oldest managed ProfileController resource; with none, Profiles are left as
 //! they are. Reconciles are triggered by the Profile, by changes to any object it made (labelled,
 //! owner-referenced: a deleted or edited object is put back), by settings changes and by Istio's
-//! CRDs appearing (which mesh authorization a namespace gets). Per reconcile: validate (a bad
-//! Profile changes nothing and says which field), refuse a namespace someone else made, apply,
+//! CRDs appearing (which mesh authorization a namespace gets). Per reconcile: refuse a reserved
+//! name, validate (a bad Profile changes nothing and says which field), refuse a namespace someone
+//! else made, create a missing namespace (a create, so a namespace made meanwhile is not adopted), apply,
 //! drop labels the settings remove, prune what this Profile made and no longer wants (the quota
 //! once `hard` is empty, opt-in objects switched off), grant plugin identities, report status.
 //! Deleting a Profile deletes its namespace (owner reference, as upstream), after the finalizer
@@ -25,7 +26,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PartialObjectMeta, Preconditions};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PartialObjectMeta, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::core::DeserializeGuard;
@@ -173,23 +174,42 @@ impl Context {
 
     async fn apply(&self, profile: &Profile, settings: &ProfileController) -> Result<Action, Error> {
         let spec = &settings.spec;
+        let name = profile.name_any();
+        // Before anything else: a reserved name is refused whether or not its namespace exists.
+        if let Some(reserved) = tenant::reserved_refusal(&name) {
+            return self.refuse(profile, "ReservedName", reserved.to_string()).await;
+        }
         let mesh = self.mesh(spec);
         let desired = match tenant::desired_objects(profile, spec, mesh) {
             Ok(desired) => desired,
             Err(invalid) => return self.refuse(profile, "InvalidSpec", invalid.to_string()).await,
         };
-        let name = profile.name_any();
-        let uid = profile.uid().unwrap_or_default();
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         let existing = namespaces.get_opt(&name).await.map_err(|source| Error::ReadNamespace { name: name.clone(), source })?;
-        if let Some(ns) = &existing {
-            let ours = ns.owner_references().iter().any(|o| o.uid == uid);
-            if !ours {
+        match &existing {
+            Some(ns) if !tenant::made_for(ns.owner_references(), profile) => {
                 let owner = ns.annotations().get(tenant::OWNER_ANNOTATION).map(|o| format!(" (owner annotation {o:?})")).unwrap_or_default();
                 let message = format!("namespace {name} already exists and was not made for this Profile{owner}; it is never adopted: delete the Profile or choose another name");
                 // The namespace is not watched (not ours): look again later.
                 self.refuse(profile, "NamespaceOwnedByOther", message).await?;
                 return Ok(Action::requeue(Duration::from_secs(300)));
+            }
+            Some(_) => {}
+            None => {
+                // A missing namespace is created, never applied: an apply would adopt a namespace
+                // someone created since the read above. Only a create proves it is ours.
+                let namespace: Namespace = serde_json::from_value(json!({"metadata": {
+                    "name": name, "ownerReferences": [tenant::owner_reference(profile)],
+                    "labels": {PROFILE_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY},
+                }}))
+                .expect("a namespace");
+                let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+                match namespaces.create(&params, &namespace).await {
+                    Ok(_) => {}
+                    // Made by someone else meanwhile: the next reconcile looks at it.
+                    Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Action::requeue(Duration::from_secs(1))),
+                    Err(source) => return Err(Error::Apply { object: format!("Namespace {name}"), source }),
+                }
             }
         }
         for object in &desired {
@@ -258,7 +278,14 @@ impl Context {
         for plugin in &profile.spec.plugins {
             self.cloud.revoke(profile, plugin).await.map_err(|message| Error::Plugin { name: profile.name_any(), plugin: plugin.kind.clone(), message })?;
         }
-        self.event(profile, EventType::Normal, "Deleting", format!("namespace {} and everything in it are deleted with the Profile", profile.name_any())).await;
+        let name = profile.name_any();
+        let namespace = Api::<Namespace>::all(self.client.clone()).get_opt(&name).await.ok().flatten();
+        let note = if namespace.is_some_and(|ns| tenant::made_for(ns.owner_references(), profile)) {
+            format!("namespace {name} and everything in it are deleted with the Profile")
+        } else {
+            format!("namespace {name} was not made for this Profile and is left as it is")
+        };
+        self.event(profile, EventType::Normal, "Deleting", note).await;
         Ok(Action::await_change())
     }
 }

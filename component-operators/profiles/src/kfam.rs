@@ -2,33 +2,55 @@
 //! (`/kfam/v1/bindings`, `/kfam/v1/profiles`, `/kfam/v1/role/clusteradmin`), so the dashboard can
 //! share a profile with another user or a group as `edit` or `view`.
 //!
+//! **Who is calling** is never read from a header alone (upstream's KFAM did, kubeflow/kubeflow#6228).
+//! Every route needs `Authorization: Bearer <token>`, checked with a TokenReview: the username and
+//! groups the API server reports are the caller — a ServiceAccount token, or an OIDC (e.g. Dex) ID
+//! token when the API server trusts that issuer. The user-id and groups headers name the caller
+//! only when the token itself authenticates as one of `spec.trustedProxies` (a dashboard acting for
+//! its user); from anyone else they are refused (401), not ignored, so a forged header fails loudly.
+//!
+//! **What a caller may do.** Only a profile's owner (the owner User, a member of an owner Group, the
+//! owner ServiceAccount) or a cluster admin may add or remove bindings; listing shows the bindings
+//! of profiles the caller may manage and the bindings naming the caller. Bindings are only made in
+//! a namespace its Profile made (owner reference with the Profile's uid).
+//!
 //! A binding is a RoleBinding plus the mesh object letting the contributor's requests in, both
-//! named as KFAM names them (`user-alice-example-com-clusterrole-edit`) and annotated with `user`
-//! and `role`. The caller is the value of the user-id header (less the configured prefix); only
-//! the profile's owner (a member of an owner Group, by the groups header) or a cluster admin may
-//! add or remove bindings. Removal only touches objects this API made for that subject.
+//! named [`binding_name`] (KFAM's readable name plus a hash, so names never collide) and annotated
+//! with `user`, `role` and the subject kind. Removal finds them by label and annotations and only
+//! touches objects this API made for that subject and role.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use component_framework::api::ProfileController;
 use component_framework::api::component::ProfileControllerSpec;
 use component_framework::api::profile::Profile;
-use http::{HeaderMap, StatusCode};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::{Api, ResourceExt};
+use http::{HeaderMap, StatusCode, header};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::DeserializeGuard;
+use kube::{Api, Client, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use crate::controller::{Context, api_for};
-use crate::tenant::{self, Mesh, ROLE_ANNOTATION, USER_ANNOTATION};
+use crate::tenant::{self, MANAGED_BY_LABEL, Mesh, ROLE_ANNOTATION, USER_ANNOTATION};
 
 pub const FIELD_MANAGER: &str = "kubeflow-profiles-kfam";
 /// `app.kubernetes.io/managed-by` of the objects this API makes.
 pub const MANAGED_BY: &str = "kfam";
+/// Annotation with the binding's subject kind (`User`, `Group`): `user` alone cannot tell a User
+/// from a Group of the same name.
+pub const SUBJECT_KIND_ANNOTATION: &str = "profiles.kubeflow.org/subject-kind";
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -72,10 +94,15 @@ pub fn cluster_role(role: &str) -> Option<&'static str> {
     }
 }
 
-/// KFAM's object name for a binding: kind, name, role kind and role, lower-cased, with every run of
-/// characters outside `[a-z0-9]` made one `-` (upstream applies that to the name before
-/// lower-casing, so upper-case letters in a name become `-` too).
-pub fn binding_name(user: &Subject, role: &RoleRef) -> String {
+/// Longest name of a RoleBinding or custom resource (a DNS subdomain).
+const MAX_NAME: usize = 253;
+/// Hex digits of the hash that ends a binding name (64 bits of SHA-256).
+const HASH_HEX: usize = 16;
+
+/// KFAM's readable form: kind, name, role kind and role, lower-cased, with every run of characters
+/// outside `[a-z0-9]` made one `-` (upstream applies that to the name before lower-casing, so
+/// upper-case letters in a name become `-` too).
+fn kfam_form(user: &Subject, role: &RoleRef) -> String {
     fn dashes(s: &str) -> String {
         let mut out = String::new();
         for c in s.chars() {
@@ -91,12 +118,35 @@ pub fn binding_name(user: &Subject, role: &RoleRef) -> String {
     dashes(&raw)
 }
 
+/// The object name of a binding: KFAM's readable form (`user-bob-example-com-clusterrole-edit`),
+/// cut to fit, then `-` and a hash of the exact subject kind, subject name and role. KFAM's form
+/// alone maps `a.b` and `a-b` (or `Bob` and `ob`) to one name and grows past 253 characters; with
+/// the hash two different bindings never share a name, and any input gives a valid DNS subdomain
+/// (only `[a-z0-9-]`, at most 253, starting and ending with a letter or digit).
+pub fn binding_name(user: &Subject, role: &RoleRef) -> String {
+    let mut readable = kfam_form(user, role);
+    readable.truncate(MAX_NAME - HASH_HEX - 1); // ASCII only: any byte is a char boundary
+    let readable = readable.trim_matches('-');
+    let mut hasher = Sha256::new();
+    // Length-prefixed, so different (kind, name, role) triples never hash the same bytes.
+    for part in [user.kind.as_str(), user.name.as_str(), role.name.as_str()] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
+    let hash: String = hasher.finalize().iter().take(HASH_HEX / 2).map(|b| format!("{b:02x}")).collect();
+    if readable.is_empty() { hash } else { format!("{readable}-{hash}") }
+}
+
 /// A request that cannot be carried out, with its HTTP status.
 #[derive(Debug, PartialEq)]
 pub struct Refusal(pub StatusCode, pub String);
 
 fn bad_request(message: impl Into<String>) -> Refusal {
     Refusal(StatusCode::BAD_REQUEST, message.into())
+}
+
+fn unauthorized(message: impl Into<String>) -> Refusal {
+    Refusal(StatusCode::UNAUTHORIZED, message.into())
 }
 
 /// Checks a binding from a request: subject, namespace, role.
@@ -119,32 +169,147 @@ pub fn validate(binding: &Binding) -> Result<(&Subject, &RoleRef, &'static str),
     Ok((user, role, cluster_role))
 }
 
-/// The caller of a request: the user from the user-id header, and groups from the groups header.
+/// Who a bearer token belongs to, as the API server's TokenReview answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Authenticated {
+    pub username: String,
+    pub groups: Vec<String>,
+}
+
+/// The caller of a request: whom the token names, or, for a trusted proxy, whom the proxy names.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Caller {
     pub user: String,
     pub groups: Vec<String>,
 }
 
-pub fn caller(headers: &HeaderMap, settings: &ProfileControllerSpec) -> Result<Caller, Refusal> {
-    let unauthenticated = || Refusal(StatusCode::UNAUTHORIZED, format!("no identity: the {} header is required", settings.user_id_header));
-    let value = headers.get(settings.user_id_header.as_str()).and_then(|v| v.to_str().ok()).ok_or_else(unauthenticated)?;
-    let user = value.strip_prefix(settings.user_id_prefix.as_str()).filter(|u| !u.trim().is_empty()).ok_or_else(unauthenticated)?;
-    let groups = headers
-        .get(settings.groups_header.as_str())
+const NO_TOKEN: &str = "no identity: send Authorization: Bearer <token> (a Kubernetes ServiceAccount token, or an OIDC ID token the API server accepts); headers alone identify no one";
+
+/// The bearer token of a request (one `Authorization: Bearer <token>` header).
+pub fn bearer_token(headers: &HeaderMap) -> Result<&str, Refusal> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let value = values.next().ok_or_else(|| unauthorized(NO_TOKEN))?;
+    if values.next().is_some() {
+        return Err(unauthorized("Authorization: sent more than once; send one Bearer token"));
+    }
+    let value = value.to_str().map_err(|_| unauthorized("Authorization: not ASCII; send Bearer <token>"))?;
+    let (scheme, token) = value.trim().split_once(' ').ok_or_else(|| unauthorized("Authorization: expected Bearer <token>"))?;
+    let token = token.trim();
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() || token.contains(char::is_whitespace) {
+        return Err(unauthorized("Authorization: expected Bearer <token>"));
+    }
+    Ok(token)
+}
+
+/// The caller, given whom the request's token authenticated as. The user-id and groups headers
+/// count only from a trusted proxy (which must send the user-id header); from anyone else they
+/// are refused rather than ignored, so a client relying on them learns it at once.
+pub fn caller(authenticated: &Authenticated, headers: &HeaderMap, settings: &ProfileControllerSpec) -> Result<Caller, Refusal> {
+    let user_header = headers.get(settings.user_id_header.as_str());
+    let groups_header = headers.get(settings.groups_header.as_str());
+    if !settings.trusted_proxies.contains(&authenticated.username) {
+        if user_header.is_some() || groups_header.is_some() {
+            let proxies = if settings.trusted_proxies.is_empty() { "none configured".to_string() } else { settings.trusted_proxies.join(", ") };
+            return Err(unauthorized(format!(
+                "the {} and {} headers are only believed from a trusted proxy (ProfileController spec.trustedProxies: {proxies}); {} is not one: call with your own token and without these headers",
+                settings.user_id_header, settings.groups_header, authenticated.username
+            )));
+        }
+        return Ok(Caller { user: authenticated.username.clone(), groups: authenticated.groups.clone() });
+    }
+    let user = user_header
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix(settings.user_id_prefix.as_str()))
+        .filter(|u| !u.trim().is_empty())
+        .ok_or_else(|| unauthorized(format!("trusted proxy {} sent no user: the {} header must name one (prefix {:?})", authenticated.username, settings.user_id_header, settings.user_id_prefix)))?;
+    let groups = groups_header
         .and_then(|v| v.to_str().ok())
         .map(|v| v.split(',').map(|g| g.trim().to_string()).filter(|g| !g.is_empty()).collect())
         .unwrap_or_default();
     Ok(Caller { user: user.to_string(), groups })
 }
 
-/// Whether `caller` may change who has access to `profile`: its owner (or a member of an owner
-/// Group) or a cluster admin.
-pub fn may_manage(caller: &Caller, profile: &Profile, settings: &ProfileControllerSpec) -> bool {
-    let owner = &profile.spec.owner;
+/// Asks the API server whom `token` belongs to (TokenReview, `authentication.k8s.io/v1`).
+async fn review(client: &Client, token: &str) -> Result<Authenticated, Refusal> {
+    let request = TokenReview { spec: TokenReviewSpec { token: Some(token.to_string()), audiences: None }, ..Default::default() };
+    let reviewed = Api::<TokenReview>::all(client.clone()).create(&PostParams::default(), &request).await.map_err(|e| internal(format!("cannot review the bearer token (TokenReview): {e}")))?;
+    let status = reviewed.status.unwrap_or_default();
+    let user = status.user.filter(|_| status.authenticated == Some(true));
+    match user.and_then(|u| Some(Authenticated { username: u.username.filter(|n| !n.is_empty())?, groups: u.groups.unwrap_or_default() })) {
+        Some(authenticated) => Ok(authenticated),
+        None => Err(unauthorized(format!("the bearer token was not accepted by the API server{}", status.error.map(|e| format!(": {e}")).unwrap_or_default()))),
+    }
+}
+
+/// The caller of a request: its bearer token reviewed, then [`caller`].
+async fn authenticate(ctx: &Context, headers: &HeaderMap, settings: &ProfileControllerSpec) -> Result<Caller, Refusal> {
+    let token = bearer_token(headers)?;
+    let authenticated = review(&ctx.client, token).await?;
+    caller(&authenticated, headers, settings)
+}
+
+pub fn is_cluster_admin(caller: &Caller, settings: &ProfileControllerSpec) -> bool {
     settings.cluster_admins.contains(&caller.user)
-        || (owner.kind == "User" && owner.name == caller.user)
-        || (owner.kind == "Group" && caller.groups.contains(&owner.name))
+}
+
+/// Whether `caller` owns `profile`: the owner User, a member of the owner Group, or the owner
+/// ServiceAccount (by its username `system:serviceaccount:<namespace>:<name>`).
+pub fn owns(caller: &Caller, profile: &Profile) -> bool {
+    let owner = &profile.spec.owner;
+    match owner.kind.as_str() {
+        "User" => owner.name == caller.user,
+        "Group" => caller.groups.contains(&owner.name),
+        "ServiceAccount" => owner.namespace.as_deref().is_some_and(|ns| caller.user == format!("system:serviceaccount:{ns}:{}", owner.name)),
+        _ => false,
+    }
+}
+
+/// Whether `caller` may change who has access to `profile`: its owner or a cluster admin.
+pub fn may_manage(caller: &Caller, profile: &Profile, settings: &ProfileControllerSpec) -> bool {
+    is_cluster_admin(caller, settings) || owns(caller, profile)
+}
+
+/// Whether a binding names the caller: a User binding of the caller, or a Group binding of one of
+/// the caller's groups.
+fn names_caller(binding: &Binding, caller: &Caller) -> bool {
+    binding.user.as_ref().is_some_and(|s| match s.kind.as_str() {
+        "User" => s.name == caller.user,
+        "Group" => caller.groups.contains(&s.name),
+        _ => false,
+    })
+}
+
+/// What `GET /kfam/v1/bindings` shows `caller`: the bindings of profiles the caller may manage,
+/// and bindings naming the caller. A binding in a namespace no listed Profile has is never shown.
+pub fn visible_bindings(caller: &Caller, settings: &ProfileControllerSpec, profiles: &[Profile], bindings: Vec<Binding>) -> Vec<Binding> {
+    bindings
+        .into_iter()
+        .filter(|b| profiles.iter().find(|p| p.name_any() == b.referred_namespace).is_some_and(|p| may_manage(caller, p, settings) || names_caller(b, caller)))
+        .collect()
+}
+
+/// Whether the namespace of `profile` (its owner references; `None`: it does not exist) is one
+/// that Profile made: bindings are made nowhere else.
+pub fn check_profile_namespace(namespace: Option<&[OwnerReference]>, profile: &Profile) -> Result<(), Refusal> {
+    let name = profile.name_any();
+    match namespace {
+        None => Err(Refusal(StatusCode::CONFLICT, format!("referredNamespace: namespace {name} does not exist (yet); bindings are only made in a namespace its Profile made"))),
+        Some(references) if !tenant::made_for(references, profile) => Err(Refusal(
+            StatusCode::CONFLICT,
+            format!("referredNamespace: namespace {name} was not made by Profile {name} (no owner reference to its uid); bindings are only made in a namespace its Profile made"),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Whether an object (its metadata) is one this API made for `user` as `role`: label
+/// `managed-by: kfam` and the `user`, `role` and subject-kind annotations. Objects made before the
+/// subject-kind annotation existed fall back to `subject_kind` (a RoleBinding's subject), if given.
+pub fn is_binding_of(meta: &ObjectMeta, user: &Subject, role: &str, subject_kind: Option<&str>) -> bool {
+    let label = |key: &str| meta.labels.as_ref().and_then(|l| l.get(key)).map(String::as_str);
+    let annotation = |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key)).map(String::as_str);
+    let kind = annotation(SUBJECT_KIND_ANNOTATION).or(subject_kind);
+    label(MANAGED_BY_LABEL) == Some(MANAGED_BY) && annotation(USER_ANNOTATION) == Some(user.name.as_str()) && annotation(ROLE_ANNOTATION) == Some(role) && kind.is_none_or(|k| k == user.kind)
 }
 
 /// The RoleBinding and mesh object of a binding.
@@ -152,8 +317,8 @@ pub fn binding_objects(user: &Subject, role: &RoleRef, cluster_role: &str, names
     let name = binding_name(user, &RoleRef { kind: "ClusterRole".into(), ..role.clone() });
     let metadata = json!({
         "name": name, "namespace": namespace,
-        "annotations": {USER_ANNOTATION: user.name, ROLE_ANNOTATION: role.name},
-        "labels": {tenant::MANAGED_BY_LABEL: MANAGED_BY},
+        "annotations": {USER_ANNOTATION: user.name, ROLE_ANNOTATION: role.name, SUBJECT_KIND_ANNOTATION: user.kind},
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY},
     });
     let mut objects = vec![json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": metadata,
@@ -177,12 +342,11 @@ pub fn binding_objects(user: &Subject, role: &RoleRef, cluster_role: &str, names
 /// The controller's context, once the Profile CRD is established.
 pub type Shared = Arc<OnceLock<Arc<Context>>>;
 
-type Reply = (StatusCode, String);
-
-fn reply(result: Result<String, Refusal>) -> Reply {
+fn reply(result: Result<String, Refusal>) -> Response {
     match result {
-        Ok(body) => (StatusCode::OK, body),
-        Err(Refusal(status, message)) => (status, message),
+        Ok(body) => (StatusCode::OK, body).into_response(),
+        Err(Refusal(status, message)) if status == StatusCode::UNAUTHORIZED => (status, [(header::WWW_AUTHENTICATE, "Bearer")], message).into_response(),
+        Err(Refusal(status, message)) => (status, message).into_response(),
     }
 }
 
@@ -197,6 +361,13 @@ fn ready(shared: &Shared) -> Result<(Arc<Context>, Arc<ProfileController>), Refu
     Ok((ctx.clone(), settings))
 }
 
+/// Context, settings and the authenticated caller of a request.
+async fn identified(shared: &Shared, headers: &HeaderMap) -> Result<(Arc<Context>, Arc<ProfileController>, Caller), Refusal> {
+    let (ctx, settings) = ready(shared)?;
+    let caller = authenticate(&ctx, headers, &settings.spec).await?;
+    Ok((ctx, settings, caller))
+}
+
 async fn profile(ctx: &Context, name: &str) -> Result<Profile, Refusal> {
     let profiles: Api<Profile> = Api::all(ctx.client.clone());
     profiles.get_opt(name).await.map_err(internal)?.ok_or_else(|| Refusal(StatusCode::NOT_FOUND, format!("profile {name:?} does not exist")))
@@ -206,28 +377,44 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Refusal> {
     serde_json::from_slice(body).map_err(|e| bad_request(format!("body: {e}")))
 }
 
-/// A binding request from a caller allowed to change who has access to its profile.
+/// A binding request from a caller allowed to change who has access to its profile, into a
+/// namespace that Profile made.
 async fn authorized_binding(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Result<(Arc<Context>, Arc<ProfileController>, Binding), Refusal> {
-    let (ctx, settings) = ready(shared)?;
-    let caller = caller(headers, &settings.spec)?;
+    let (ctx, settings, caller) = identified(shared, headers).await?;
     let binding: Binding = parse(body)?;
     validate(&binding)?;
     let profile = profile(&ctx, &binding.referred_namespace).await?;
     if !may_manage(&caller, &profile, &settings.spec) {
         return Err(Refusal(StatusCode::FORBIDDEN, format!("{} is neither the owner of profile {} nor a cluster admin", caller.user, binding.referred_namespace)));
     }
+    let namespace = Api::<Namespace>::all(ctx.client.clone()).get_metadata_opt(&binding.referred_namespace).await.map_err(internal)?;
+    check_profile_namespace(namespace.as_ref().map(|ns| ns.owner_references()), &profile)?;
     Ok((ctx, settings, binding))
 }
 
-async fn create_binding(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Reply {
+fn describe(object: &Value) -> String {
+    format!("{} {}/{}", object["kind"].as_str().unwrap_or_default(), object["metadata"]["namespace"].as_str().unwrap_or_default(), object["metadata"]["name"].as_str().unwrap_or_default())
+}
+
+async fn create_binding(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     reply(
         async {
             let (ctx, settings, binding) = authorized_binding(&shared, &headers, &body).await?;
             let (user, role, cluster_role) = validate(&binding)?;
-            let mesh = ctx.mesh(&settings.spec);
-            for object in binding_objects(user, role, cluster_role, &binding.referred_namespace, &settings.spec, mesh) {
-                let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-                api_for(&ctx.client, &object).patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await.map_err(internal)?;
+            let objects = binding_objects(user, role, cluster_role, &binding.referred_namespace, &settings.spec, ctx.mesh(&settings.spec));
+            // An object of that name that this API did not make for this subject and role is
+            // never overwritten (a forced apply would take it over).
+            for object in &objects {
+                let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                if let Some(live) = api_for(&ctx.client, object).get_opt(name).await.map_err(internal)?
+                    && !is_binding_of(&live.metadata, user, &role.name, None)
+                {
+                    return Err(Refusal(StatusCode::CONFLICT, format!("{} exists and was not made by KFAM for {} {} as {}; nothing changed", describe(object), user.kind, user.name, role.name)));
+                }
+            }
+            for object in &objects {
+                let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                api_for(&ctx.client, object).patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(object)).await.map_err(internal)?;
             }
             Ok(String::new())
         }
@@ -235,29 +422,46 @@ async fn create_binding(State(shared): State<Shared>, headers: HeaderMap, body: 
     )
 }
 
-async fn delete_binding(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Reply {
+/// The kinds of a binding's objects besides the RoleBinding, whichever mesh it was made for.
+fn mesh_resources() -> [ApiResource; 2] {
+    [
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("security.istio.io", "v1beta1", "AuthorizationPolicy"), "authorizationpolicies"),
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("rbac.istio.io", "v1alpha1", "ServiceRoleBinding"), "servicerolebindings"),
+    ]
+}
+
+async fn delete_binding(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     reply(
         async {
-            let (ctx, settings, binding) = authorized_binding(&shared, &headers, &body).await?;
-            let (user, role, cluster_role) = validate(&binding)?;
+            let (ctx, _, binding) = authorized_binding(&shared, &headers, &body).await?;
+            let (user, role, _) = validate(&binding)?;
+            let namespace = binding.referred_namespace.as_str();
+            let selector = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+            let uid_precondition = |uid: Option<String>| DeleteParams { preconditions: Some(Preconditions { uid, resource_version: None }), ..Default::default() };
             let mut deleted = 0;
-            // Whichever mesh the binding was made for: look for both kinds.
-            let mut objects = binding_objects(user, role, cluster_role, &binding.referred_namespace, &settings.spec, Mesh::AuthorizationPolicy);
-            objects.extend(binding_objects(user, role, cluster_role, &binding.referred_namespace, &settings.spec, Mesh::IstioRbac).into_iter().skip(1));
-            for object in objects {
-                let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                let api = api_for(&ctx.client, &object);
-                let Ok(Some(live)) = api.get_opt(name).await else { continue };
-                let made_here = live.labels().get(tenant::MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY) && live.annotations().get(USER_ANNOTATION) == Some(&user.name);
-                if !made_here {
-                    continue;
+            // Found by label and annotations, not by name: objects made under older names go too.
+            let role_bindings: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), namespace);
+            for rb in role_bindings.list(&selector).await.map_err(internal)?.items {
+                let subject_kind = rb.subjects.as_ref().and_then(|s| s.first()).map(|s| s.kind.as_str());
+                if is_binding_of(&rb.metadata, user, &role.name, subject_kind) {
+                    role_bindings.delete(&rb.name_any(), &uid_precondition(rb.uid())).await.map_err(internal)?;
+                    deleted += 1;
                 }
-                let params = DeleteParams { preconditions: Some(Preconditions { uid: live.uid(), resource_version: None }), ..Default::default() };
-                api.delete(name, &params).await.map_err(internal)?;
-                deleted += 1;
+            }
+            for resource in mesh_resources() {
+                let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &resource);
+                let objects = match api.list_metadata(&selector).await {
+                    Ok(list) => list.items,
+                    Err(kube::Error::Api(e)) if e.code == 404 => continue, // that mesh API is not installed
+                    Err(e) => return Err(internal(e)),
+                };
+                for object in objects.into_iter().filter(|o| is_binding_of(&o.metadata, user, &role.name, None)) {
+                    api.delete(&object.name_any(), &uid_precondition(object.uid())).await.map_err(internal)?;
+                    deleted += 1;
+                }
             }
             if deleted == 0 {
-                return Err(Refusal(StatusCode::NOT_FOUND, format!("{} {} has no {} binding in {}", user.kind, user.name, role.name, binding.referred_namespace)));
+                return Err(Refusal(StatusCode::NOT_FOUND, format!("{} {} has no {} binding in {namespace}", user.kind, user.name, role.name)));
             }
             Ok(String::new())
         }
@@ -270,49 +474,73 @@ struct BindingEntries {
     bindings: Vec<Binding>,
 }
 
-async fn read_bindings(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Reply {
+/// The KFAM binding a RoleBinding stands for (one with `user` and `role` annotations).
+fn binding_of(rb: &RoleBinding, namespace: &str) -> Option<Binding> {
+    let (Some(role), Some(_)) = (rb.annotations().get(ROLE_ANNOTATION), rb.annotations().get(USER_ANNOTATION)) else { return None };
+    let subject = rb.subjects.as_ref().and_then(|s| s.first())?;
+    Some(Binding {
+        user: Some(Subject { kind: subject.kind.clone(), name: subject.name.clone(), api_group: None }),
+        referred_namespace: namespace.to_string(),
+        role_ref: Some(RoleRef { kind: "ClusterRole".into(), name: role.clone(), api_group: None }),
+        status: None,
+    })
+}
+
+fn query_pairs(query: Option<String>) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.unwrap_or_default().as_bytes()).into_owned().collect()
+}
+
+fn query_value(query: &[(String, String)], key: &str) -> Option<String> {
+    query.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).filter(|v| !v.is_empty())
+}
+
+async fn read_bindings(State(shared): State<Shared>, headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
     reply(
         async {
-            let (ctx, _) = ready(&shared)?;
-            let query: Vec<(String, String)> = form_urlencoded::parse(query.unwrap_or_default().as_bytes()).into_owned().collect();
-            let get = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
-            let namespaces = match get("namespace") {
-                Some(ns) => vec![ns],
-                None => Api::<Profile>::all(ctx.client.clone()).list_metadata(&ListParams::default()).await.map_err(internal)?.items.iter().map(|p| p.name_any()).collect(),
-            };
-            let (user, role) = (get("user"), get("role"));
+            let (ctx, settings, caller) = identified(&shared, &headers).await?;
+            let query = query_pairs(query);
+            let (namespace, user, role) = (query_value(&query, "namespace"), query_value(&query, "user"), query_value(&query, "role"));
+            // A Profile that cannot be decoded is skipped, not an error for everyone.
+            let profiles: Vec<Profile> =
+                Api::<DeserializeGuard<Profile>>::all(ctx.client.clone()).list(&ListParams::default()).await.map_err(internal)?.items.into_iter().filter_map(|g| g.0.ok()).collect();
+            let namespaces: BTreeMap<String, Vec<OwnerReference>> =
+                Api::<Namespace>::all(ctx.client.clone()).list_metadata(&ListParams::default()).await.map_err(internal)?.items.into_iter().map(|ns| (ns.name_any(), ns.metadata.owner_references.unwrap_or_default())).collect();
             let mut bindings = Vec::new();
-            for namespace in namespaces {
-                let role_bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> = Api::namespaced(ctx.client.clone(), &namespace);
-                for rb in role_bindings.list(&ListParams::default()).await.map_err(internal)?.items {
-                    let (Some(u), Some(r)) = (rb.annotations().get(USER_ANNOTATION), rb.annotations().get(ROLE_ANNOTATION)) else { continue };
-                    if user.as_ref().is_some_and(|x| x != u) || role.as_ref().is_some_and(|x| x != r) {
-                        continue;
-                    }
-                    let Some(subject) = rb.subjects.as_ref().and_then(|s| s.first()) else { continue };
-                    bindings.push(Binding {
-                        user: Some(Subject { kind: subject.kind.clone(), name: subject.name.clone(), api_group: None }),
-                        referred_namespace: namespace.clone(),
-                        role_ref: Some(RoleRef { kind: "ClusterRole".into(), name: r.clone(), api_group: None }),
-                        status: None,
-                    });
+            for profile in &profiles {
+                let name = profile.name_any();
+                // Only namespaces their Profile made: a refused Profile shows nothing of a namespace it does not own.
+                if namespace.as_ref().is_some_and(|n| *n != name) || !namespaces.get(&name).is_some_and(|refs| tenant::made_for(refs, profile)) {
+                    continue;
                 }
+                let role_bindings: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &name);
+                bindings.extend(role_bindings.list(&ListParams::default()).await.map_err(internal)?.items.iter().filter_map(|rb| binding_of(rb, &name)));
             }
+            let mut bindings = visible_bindings(&caller, &settings.spec, &profiles, bindings);
+            bindings.retain(|b| {
+                let subject = b.user.as_ref().map(|s| s.name.as_str());
+                let role_name = b.role_ref.as_ref().map(|r| r.name.as_str());
+                user.as_deref().is_none_or(|u| Some(u) == subject) && role.as_deref().is_none_or(|r| Some(r) == role_name)
+            });
             Ok(serde_json::to_string(&BindingEntries { bindings }).expect("bindings serialise"))
         }
         .await,
     )
 }
 
-async fn create_profile(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Reply {
+async fn create_profile(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     reply(
         async {
-            let (ctx, settings) = ready(&shared)?;
-            let caller = caller(&headers, &settings.spec)?;
+            let (ctx, settings, caller) = identified(&shared, &headers).await?;
             let profile: Profile = parse(&body)?;
             // Self-registration: a user may create a profile they own; admins any.
             if !may_manage(&caller, &profile, &settings.spec) {
                 return Err(Refusal(StatusCode::FORBIDDEN, format!("{} may only create profiles they own", caller.user)));
+            }
+            // The controller refuses these too; saying so here spares a Profile that never works.
+            tenant::validate(&profile, &settings.spec).map_err(|invalid| bad_request(invalid.to_string()))?;
+            let name = profile.name_any();
+            if Api::<Namespace>::all(ctx.client.clone()).get_metadata_opt(&name).await.map_err(internal)?.is_some() {
+                return Err(Refusal(StatusCode::CONFLICT, format!("metadata.name: namespace {name} already exists and a Profile never adopts a namespace; choose another name")));
             }
             let profiles: Api<Profile> = Api::all(ctx.client.clone());
             let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
@@ -327,11 +555,10 @@ async fn create_profile(State(shared): State<Shared>, headers: HeaderMap, body: 
     )
 }
 
-async fn delete_profile(State(shared): State<Shared>, headers: HeaderMap, Path(name): Path<String>) -> Reply {
+async fn delete_profile(State(shared): State<Shared>, headers: HeaderMap, Path(name): Path<String>) -> Response {
     reply(
         async {
-            let (ctx, settings) = ready(&shared)?;
-            let caller = caller(&headers, &settings.spec)?;
+            let (ctx, settings, caller) = identified(&shared, &headers).await?;
             let profile = profile(&ctx, &name).await?;
             if !may_manage(&caller, &profile, &settings.spec) {
                 return Err(Refusal(StatusCode::FORBIDDEN, format!("{} is neither the owner of profile {name} nor a cluster admin", caller.user)));
@@ -344,16 +571,33 @@ async fn delete_profile(State(shared): State<Shared>, headers: HeaderMap, Path(n
     )
 }
 
-async fn cluster_admin(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Reply {
-    reply(ready(&shared).map(|(_, settings)| {
-        let user = form_urlencoded::parse(query.unwrap_or_default().as_bytes()).find(|(k, _)| k == "user").map(|(_, v)| v.into_owned()).unwrap_or_default();
-        settings.spec.cluster_admins.contains(&user).to_string()
-    }))
+/// Whether `user` (default: the caller) is a cluster admin; only cluster admins may ask about
+/// someone else.
+pub fn cluster_admin_answer(caller: &Caller, user: Option<&str>, settings: &ProfileControllerSpec) -> Result<String, Refusal> {
+    let user = user.unwrap_or(&caller.user);
+    if user != caller.user && !is_cluster_admin(caller, settings) {
+        return Err(Refusal(StatusCode::FORBIDDEN, format!("user: {} may only ask about themselves (user={}); cluster admins may ask about anyone", caller.user, caller.user)));
+    }
+    Ok(settings.cluster_admins.iter().any(|a| a == user).to_string())
+}
+
+async fn cluster_admin(State(shared): State<Shared>, headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
+    reply(
+        async {
+            let (_, settings, caller) = identified(&shared, &headers).await?;
+            cluster_admin_answer(&caller, query_value(&query_pairs(query), "user").as_deref(), &settings.spec)
+        }
+        .await,
+    )
+}
+
+async fn about(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+    reply(identified(&shared, &headers).await.map(|_| "KFAM-compatible access management of the Kubeflow profiles operator".to_string()))
 }
 
 pub fn router(shared: Shared) -> Router {
     Router::new()
-        .route("/kfam/", get(|| async { "KFAM-compatible access management of the Kubeflow profiles operator" }))
+        .route("/kfam/", get(about))
         .route("/kfam/v1/bindings", get(read_bindings).post(create_binding).delete(delete_binding))
         .route("/kfam/v1/profiles", post(create_profile))
         .route("/kfam/v1/profiles/{profile}", delete(delete_profile))
@@ -370,6 +614,7 @@ pub async fn serve(addr: std::net::SocketAddr, shared: Shared) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn settings() -> ProfileControllerSpec {
         serde_json::from_value(json!({"version": "v1.3.0", "userIdPrefix": "accounts:", "clusterAdmins": ["root@example.com"]})).unwrap()
@@ -383,34 +628,92 @@ mod tests {
         RoleRef { kind: "ClusterRole".into(), name: name.into(), api_group: None }
     }
 
+    fn profile_owned_by(name: &str, owner: Value) -> Profile {
+        serde_json::from_value(json!({"apiVersion": "kubeflow.org/v1", "kind": "Profile", "metadata": {"name": name, "uid": format!("uid-{name}")}, "spec": {"owner": owner}})).unwrap()
+    }
+
+    fn who(user: &str, groups: &[&str]) -> Caller {
+        Caller { user: user.into(), groups: groups.iter().map(|g| g.to_string()).collect() }
+    }
+
+    /// Kubernetes' DNS-1123 subdomain: `[a-z0-9]([-a-z0-9.]*[a-z0-9])?`, at most 253.
+    fn is_dns_subdomain(s: &str) -> bool {
+        let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        !s.is_empty() && s.len() <= 253 && s.bytes().all(|b| alnum(b) || b == b'-' || b == b'.') && alnum(s.as_bytes()[0]) && alnum(s.as_bytes()[s.len() - 1])
+    }
+
     #[test]
-    fn binding_names_are_kfams() {
-        assert_eq!(binding_name(&user("User", "bob@example.com"), &role("edit")), "user-bob-example-com-clusterrole-edit");
-        assert_eq!(binding_name(&user("Group", "ml-team"), &role("view")), "group-ml-team-clusterrole-view");
+    fn binding_names_keep_kfams_form_and_end_with_a_hash() {
+        let name = binding_name(&user("User", "bob@example.com"), &role("edit"));
+        assert_eq!(name, "user-bob-example-com-clusterrole-edit-2805e2290a720230");
+        assert_eq!(binding_name(&user("Group", "ml-team"), &role("view"))[..31], *"group-ml-team-clusterrole-view-");
         // Upstream replaces upper-case letters before lower-casing.
-        assert_eq!(binding_name(&user("User", "Bob.Smith@x.io"), &role("edit")), "user-ob-mith-x-io-clusterrole-edit");
+        assert!(binding_name(&user("User", "Bob.Smith@x.io"), &role("edit")).starts_with("user-ob-mith-x-io-clusterrole-edit-"));
+    }
+
+    #[test]
+    fn binding_names_never_collide_and_are_valid_for_hostile_input() {
+        let long = "a".repeat(300);
+        let long_other = format!("{}b", "a".repeat(299));
+        let names: Vec<String> = vec![
+            "a.b".into(), "a-b".into(), "a_b".into(), "a b".into(), "Bob".into(), "ob".into(), "-ob".into(), "BOB".into(), long.clone(), long_other, "a".repeat(253),
+            "ünïcödé@example.com".into(), "用户".into(), "🦀".into(), "🦀🦀".into(), "!!!".into(), "...".into(), "---".into(), "@".into(), " ".into(), "".into(), "\0".into(),
+            "x\0".into(), "İ".into(), "ß".into(),
+        ];
+        let mut seen = BTreeSet::new();
+        for kind in ["User", "Group", "", "ÜSER", "!"] {
+            for subject in &names {
+                for r in ["admin", "edit", "view", "", "-"] {
+                    let name = binding_name(&user(kind, subject), &role(r));
+                    assert!(is_dns_subdomain(&name), "{kind:?} {subject:?} {r:?} -> {name:?}");
+                    assert!(seen.insert(name.clone()), "{kind:?} {subject:?} {r:?} collides: {name}");
+                }
+            }
+        }
+        // Length-prefixed hashing: moving characters between fields changes the name.
+        // (Same readable form and same concatenated bytes: only the hash's framing tells them apart.)
+        assert_ne!(binding_name(&user("User-", "a"), &role("edit")), binding_name(&user("User", "-a"), &role("edit")));
+        assert_eq!(binding_name(&user("User", &long), &role("edit")).len(), 253);
     }
 
     #[test]
     fn a_binding_is_a_role_binding_and_the_mesh_object_kfam_would_make() {
         let objects = binding_objects(&user("User", "bob@example.com"), &role("edit"), "kubeflow-edit", "alice", &settings(), Mesh::AuthorizationPolicy);
+        let name = binding_name(&user("User", "bob@example.com"), &role("edit"));
         assert_eq!(
             objects[0],
             json!({
                 "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": "user-bob-example-com-clusterrole-edit", "namespace": "alice",
-                             "annotations": {"user": "bob@example.com", "role": "edit"}, "labels": {"app.kubernetes.io/managed-by": "kfam"}},
+                "metadata": {"name": name, "namespace": "alice",
+                             "annotations": {"user": "bob@example.com", "role": "edit", "profiles.kubeflow.org/subject-kind": "User"}, "labels": {"app.kubernetes.io/managed-by": "kfam"}},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubeflow-edit"},
                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob@example.com"}],
             })
         );
         assert_eq!(objects[1]["kind"], "AuthorizationPolicy");
-        assert_eq!(objects[1]["metadata"]["name"], "user-bob-example-com-clusterrole-edit");
+        assert_eq!(objects[1]["metadata"]["name"], name.as_str());
         assert_eq!(objects[1]["spec"]["rules"][0]["when"], json!([{"key": "request.headers[kubeflow-userid]", "values": ["accounts:bob@example.com"]}]));
         let group = binding_objects(&user("Group", "ml"), &role("view"), "kubeflow-view", "alice", &settings(), Mesh::IstioRbac);
         assert_eq!(group[0]["subjects"][0]["kind"], "Group");
         assert_eq!(group[1]["spec"], json!({"roleRef": {"kind": "ServiceRole", "name": "ns-access-istio"}, "subjects": [{"properties": {"request.auth.claims[groups]": "ml"}}]}));
         assert_eq!(binding_objects(&user("User", "b"), &role("view"), "kubeflow-view", "alice", &settings(), Mesh::None).len(), 1);
+    }
+
+    #[test]
+    fn objects_are_found_by_label_and_annotations() {
+        let meta = |value: Value| serde_json::from_value::<ObjectMeta>(value).unwrap();
+        let made = binding_objects(&user("User", "bob"), &role("edit"), "kubeflow-edit", "alice", &settings(), Mesh::None);
+        let made = meta(made[0]["metadata"].clone());
+        assert!(is_binding_of(&made, &user("User", "bob"), "edit", None));
+        assert!(!is_binding_of(&made, &user("Group", "bob"), "edit", None), "a User binding is not the Group's of the same name");
+        assert!(!is_binding_of(&made, &user("User", "bob"), "view", None));
+        assert!(!is_binding_of(&made, &user("User", "bobby"), "edit", None));
+        let foreign = meta(json!({"name": "x", "annotations": {"user": "bob", "role": "edit"}}));
+        assert!(!is_binding_of(&foreign, &user("User", "bob"), "edit", None), "not made by KFAM (no managed-by label)");
+        // Made before the subject-kind annotation: the RoleBinding's subject says the kind.
+        let older = meta(json!({"name": "user-bob-clusterrole-edit", "labels": {"app.kubernetes.io/managed-by": "kfam"}, "annotations": {"user": "bob", "role": "edit"}}));
+        assert!(is_binding_of(&older, &user("User", "bob"), "edit", Some("User")));
+        assert!(!is_binding_of(&older, &user("Group", "bob"), "edit", Some("User")));
     }
 
     #[test]
@@ -432,28 +735,132 @@ mod tests {
 
     #[test]
     fn only_owners_group_members_and_admins_may_manage() {
-        let profile = |kind: &str, name: &str| -> Profile {
-            serde_json::from_value(json!({"apiVersion": "kubeflow.org/v1", "kind": "Profile", "metadata": {"name": "p"}, "spec": {"owner": {"kind": kind, "name": name}}})).unwrap()
-        };
         let s = settings();
-        let who = |user: &str, groups: &[&str]| Caller { user: user.into(), groups: groups.iter().map(|g| g.to_string()).collect() };
-        assert!(may_manage(&who("alice", &[]), &profile("User", "alice"), &s));
-        assert!(!may_manage(&who("mallory", &["alice"]), &profile("User", "alice"), &s));
-        assert!(may_manage(&who("root@example.com", &[]), &profile("User", "alice"), &s));
-        assert!(may_manage(&who("bob", &["ml"]), &profile("Group", "ml"), &s));
-        assert!(!may_manage(&who("bob", &["other"]), &profile("Group", "ml"), &s));
+        let alice = profile_owned_by("p", json!({"kind": "User", "name": "alice"}));
+        assert!(may_manage(&who("alice", &[]), &alice, &s));
+        assert!(!may_manage(&who("mallory", &["alice"]), &alice, &s));
+        assert!(may_manage(&who("root@example.com", &[]), &alice, &s));
+        let ml = profile_owned_by("p", json!({"kind": "Group", "name": "ml"}));
+        assert!(may_manage(&who("bob", &["ml"]), &ml, &s));
+        assert!(!may_manage(&who("bob", &["other"]), &ml, &s));
+        assert!(!may_manage(&who("ml", &[]), &ml, &s), "a user named like the group is not a member");
+        let robot = profile_owned_by("p", json!({"kind": "ServiceAccount", "name": "ci", "namespace": "tools"}));
+        assert!(may_manage(&who("system:serviceaccount:tools:ci", &[]), &robot, &s));
+        assert!(!may_manage(&who("system:serviceaccount:other:ci", &[]), &robot, &s));
+        assert!(!may_manage(&who("ci", &[]), &robot, &s));
     }
 
     #[test]
-    fn the_caller_comes_from_the_headers_without_the_prefix() {
-        let s = settings();
+    fn no_token_no_identity() {
         let mut headers = HeaderMap::new();
-        assert_eq!(caller(&headers, &s).unwrap_err().0, StatusCode::UNAUTHORIZED);
-        headers.insert("kubeflow-userid", "bob@example.com".parse().unwrap());
-        // Without the configured prefix the header does not identify anyone.
-        assert_eq!(caller(&headers, &s).unwrap_err().0, StatusCode::UNAUTHORIZED);
-        headers.insert("kubeflow-userid", "accounts:bob@example.com".parse().unwrap());
-        headers.insert("kubeflow-groups", "ml, ops".parse().unwrap());
-        assert_eq!(caller(&headers, &s).unwrap(), Caller { user: "bob@example.com".into(), groups: vec!["ml".into(), "ops".into()] });
+        assert_eq!(bearer_token(&headers), Err(unauthorized(NO_TOKEN)));
+        // The user-id header alone identifies no one.
+        headers.insert("kubeflow-userid", "accounts:root@example.com".parse().unwrap());
+        assert_eq!(bearer_token(&headers).unwrap_err().0, StatusCode::UNAUTHORIZED);
+        for bad in ["Basic YWxpY2U6cHc=", "Bearer", "Bearer ", "Bearer a b", "Token abc"] {
+            headers.insert(header::AUTHORIZATION, bad.parse().unwrap());
+            assert_eq!(bearer_token(&headers).unwrap_err().0, StatusCode::UNAUTHORIZED, "{bad}");
+        }
+        headers.insert(header::AUTHORIZATION, "Bearer abc.def".parse().unwrap());
+        assert_eq!(bearer_token(&headers), Ok("abc.def"));
+        headers.insert(header::AUTHORIZATION, "bearer  abc ".parse().unwrap());
+        assert_eq!(bearer_token(&headers), Ok("abc"));
+        headers.append(header::AUTHORIZATION, "Bearer other".parse().unwrap());
+        assert_eq!(bearer_token(&headers).unwrap_err().0, StatusCode::UNAUTHORIZED, "two tokens");
+    }
+
+    #[test]
+    fn identity_headers_count_only_from_a_trusted_proxy() {
+        let bob = Authenticated { username: "system:serviceaccount:team:bob".into(), groups: vec!["system:serviceaccounts".into()] };
+        let dashboard = Authenticated { username: "system:serviceaccount:kubeflow:centraldashboard".into(), groups: vec![] };
+        let mut s = settings();
+        let none = HeaderMap::new();
+        let mut forged = HeaderMap::new();
+        forged.insert("kubeflow-userid", "accounts:root@example.com".parse().unwrap());
+        let mut groups_only = HeaderMap::new();
+        groups_only.insert("kubeflow-groups", "admins".parse().unwrap());
+
+        // The token's owner is the caller.
+        assert_eq!(caller(&bob, &none, &s).unwrap(), Caller { user: "system:serviceaccount:team:bob".into(), groups: vec!["system:serviceaccounts".into()] });
+        // With no trusted proxy configured (the default), identity headers are refused from anyone.
+        for headers in [&forged, &groups_only] {
+            let refusal = caller(&bob, headers, &s).unwrap_err();
+            assert_eq!(refusal.0, StatusCode::UNAUTHORIZED);
+            assert!(refusal.1.contains("spec.trustedProxies: none configured"), "{}", refusal.1);
+            assert_eq!(caller(&dashboard, headers, &s).unwrap_err().0, StatusCode::UNAUTHORIZED);
+        }
+
+        s.trusted_proxies = vec![dashboard.username.clone()];
+        // A trusted proxy names the user (less the prefix) and the groups.
+        let mut proxied = forged.clone();
+        proxied.insert("kubeflow-groups", "ml, ops".parse().unwrap());
+        assert_eq!(caller(&dashboard, &proxied, &s).unwrap(), Caller { user: "root@example.com".into(), groups: vec!["ml".into(), "ops".into()] });
+        // ... only a trusted proxy.
+        assert_eq!(caller(&bob, &proxied, &s).unwrap_err().0, StatusCode::UNAUTHORIZED);
+        // A trusted proxy must say whom it acts for, with the prefix.
+        assert_eq!(caller(&dashboard, &none, &s).unwrap_err().0, StatusCode::UNAUTHORIZED);
+        let mut unprefixed = HeaderMap::new();
+        unprefixed.insert("kubeflow-userid", "root@example.com".parse().unwrap());
+        assert_eq!(caller(&dashboard, &unprefixed, &s).unwrap_err().0, StatusCode::UNAUTHORIZED);
+    }
+
+    #[test]
+    fn callers_see_the_bindings_of_profiles_they_manage_and_those_naming_them() {
+        let s = settings();
+        let profiles = [
+            profile_owned_by("alice", json!({"kind": "User", "name": "alice"})),
+            profile_owned_by("team", json!({"kind": "Group", "name": "ml"})),
+            profile_owned_by("carol", json!({"kind": "User", "name": "carol"})),
+        ];
+        let binding = |ns: &str, kind: &str, name: &str, r: &str| Binding { user: Some(user(kind, name)), referred_namespace: ns.into(), role_ref: Some(role(r)), status: None };
+        let all = vec![
+            binding("alice", "User", "alice", "admin"),
+            binding("alice", "User", "bob", "edit"),
+            binding("team", "Group", "ml", "admin"),
+            binding("team", "User", "dave", "view"),
+            binding("carol", "User", "carol", "admin"),
+            binding("carol", "User", "bob", "view"),
+            binding("carol", "Group", "readers", "view"),
+            // A namespace no Profile has: never shown, not even to the subject or an admin.
+            binding("ghost", "User", "bob", "edit"),
+        ];
+        let seen = |caller: Caller| -> Vec<(String, String)> {
+            visible_bindings(&caller, &s, &profiles, all.clone()).into_iter().map(|b| (b.referred_namespace, b.user.unwrap().name)).collect()
+        };
+        let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> { p.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect() };
+        assert_eq!(seen(who("alice", &[])), pairs(&[("alice", "alice"), ("alice", "bob")]));
+        assert_eq!(seen(who("bob", &[])), pairs(&[("alice", "bob"), ("carol", "bob")]));
+        assert_eq!(seen(who("erin", &["ml"])), pairs(&[("team", "ml"), ("team", "dave")]));
+        assert_eq!(seen(who("frank", &["readers"])), pairs(&[("carol", "readers")]));
+        assert_eq!(seen(who("root@example.com", &[])).len(), 7);
+        assert!(seen(who("mallory", &["system:authenticated"])).is_empty());
+    }
+
+    #[test]
+    fn bindings_go_only_into_a_namespace_its_profile_made() {
+        let profile = profile_owned_by("alice", json!({"kind": "User", "name": "alice"}));
+        let reference = |kind: &str, uid: &str| -> OwnerReference {
+            serde_json::from_value(json!({"apiVersion": "kubeflow.org/v1", "kind": kind, "name": "alice", "uid": uid})).unwrap()
+        };
+        let refused = |refs: Option<&[OwnerReference]>| check_profile_namespace(refs, &profile).unwrap_err();
+        assert_eq!(refused(None).0, StatusCode::CONFLICT);
+        assert!(refused(Some(&[])).1.contains("was not made by Profile alice"));
+        assert_eq!(refused(Some(&[reference("Profile", "uid-other")])).0, StatusCode::CONFLICT);
+        assert_eq!(refused(Some(&[reference("Deployment", "uid-alice")])).0, StatusCode::CONFLICT);
+        assert_eq!(check_profile_namespace(Some(&[reference("Profile", "uid-alice")]), &profile), Ok(()));
+        // A Profile without a uid matches nothing, not even an empty uid.
+        let mut no_uid = profile.clone();
+        no_uid.metadata.uid = None;
+        assert!(check_profile_namespace(Some(&[reference("Profile", "")]), &no_uid).is_err());
+    }
+
+    #[test]
+    fn only_cluster_admins_ask_about_others() {
+        let s = settings();
+        assert_eq!(cluster_admin_answer(&who("bob", &[]), Some("bob"), &s), Ok("false".into()));
+        assert_eq!(cluster_admin_answer(&who("bob", &[]), None, &s), Ok("false".into()));
+        assert_eq!(cluster_admin_answer(&who("bob", &[]), Some("root@example.com"), &s).unwrap_err().0, StatusCode::FORBIDDEN);
+        assert_eq!(cluster_admin_answer(&who("root@example.com", &[]), None, &s), Ok("true".into()));
+        assert_eq!(cluster_admin_answer(&who("root@example.com", &[]), Some("bob"), &s), Ok("false".into()));
     }
 }

@@ -72,11 +72,18 @@ impl Component for ProfilesComponent {
         vec![
             rule("kubeflow.org", &["profiles"], &["get", "list", "watch", "create", "patch", "update", "delete"]),
             rule("kubeflow.org", &["profiles/status", "profiles/finalizers"], &["get", "patch", "update"]),
-            // Tenant namespaces: created, labelled and annotated; removed by garbage collection
-            // when their Profile is deleted.
-            rule("", &["namespaces"], &["list", "watch", "patch"]),
+            // Tenant namespaces: created (a create, never an apply, so none is adopted), labelled
+            // and annotated; removed by garbage collection when their Profile is deleted.
+            rule("", &["namespaces"], &["get", "list", "watch", "create", "patch"]),
+            // The KFAM API identifies its callers by their bearer tokens (TokenReview).
+            rule("authentication.k8s.io", &["tokenreviews"], &["create"]),
             rule("", &["serviceaccounts", "resourcequotas", "limitranges"], &all),
             rule("rbac.authorization.k8s.io", &["rolebindings"], &all),
+            // Tenants and contributors are bound to Kubeflow's roles, and to no other.
+            PolicyRule {
+                resource_names: Some([tenant::KUBEFLOW_ADMIN, tenant::KUBEFLOW_EDIT, tenant::KUBEFLOW_VIEW].map(String::from).into()),
+                ..rule("rbac.authorization.k8s.io", &["clusterroles"], &["bind"])
+            },
             rule("networking.k8s.io", &["networkpolicies"], &all),
             rule("security.istio.io", &["authorizationpolicies"], &all),
             rule("rbac.istio.io", &["serviceroles", "servicerolebindings"], &all),

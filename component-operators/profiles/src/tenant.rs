@@ -43,6 +43,26 @@ const PLUGIN_KINDS: [&str; 2] = [WORKLOAD_IDENTITY, AWS_IAM_FOR_SERVICE_ACCOUNT]
 const GCP_SA_ANNOTATION: &str = "iam.gke.io/gcp-service-account";
 const AWS_ROLE_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
 
+/// Namespace names no Profile may take, whether or not the namespace exists yet: a Profile owns
+/// its namespace (deleting the Profile deletes it), so a Profile named `kube-system` must never
+/// make or adopt it. The CRD refuses them at admission too; this catches Profiles stored before.
+pub use component_framework::api::validation::RESERVED_PROFILE_NAMES as RESERVED_NAMES;
+pub use component_framework::api::validation::reserved_profile_name as reserved_name;
+
+/// Why `name` may not be a Profile's name (it is reserved), as a refusal of `metadata.name`.
+pub fn reserved_refusal(name: &str) -> Option<InvalidProfile> {
+    reserved_name(name).map(|pattern| {
+        invalid("metadata.name", format!("{name:?} is reserved (matches {pattern:?}): a Profile may not own a system or platform namespace; reserved: {}", RESERVED_NAMES.join(", ")))
+    })
+}
+
+/// Whether an object with these owner references was made for `profile`: it names the
+/// Profile's uid (names can be reused after a delete, uids cannot).
+pub fn made_for(owner_references: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference], profile: &Profile) -> bool {
+    let uid = profile.uid().unwrap_or_default();
+    !uid.is_empty() && owner_references.iter().any(|o| o.kind == "Profile" && o.uid == uid)
+}
+
 /// Paths Knative's activator and probes reach without a user (upstream's list).
 const UNAUTHENTICATED_PATHS: [&str; 3] = ["/healthz", "/metrics", "/wait-for-drain"];
 
@@ -126,6 +146,11 @@ pub fn validate_settings(spec: &ProfileControllerSpec) -> Result<(), InvalidSpec
             return Err(InvalidSpec::new(format!("spec.trustedPrincipals[{i}]"), "must be a SPIFFE-style principal such as cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account"));
         }
     }
+    for (i, proxy) in spec.trusted_proxies.iter().enumerate() {
+        if proxy.is_empty() || proxy.contains(char::is_whitespace) {
+            return Err(InvalidSpec::new(format!("spec.trustedProxies[{i}]"), "must be a Kubernetes username as TokenReview reports it, such as system:serviceaccount:kubeflow:centraldashboard"));
+        }
+    }
     if let Some(limits) = &spec.limit_range {
         for (i, limit) in limits.limits.iter().enumerate() {
             for (field, map) in [("default", &limit.default), ("defaultRequest", &limit.default_request), ("max", &limit.max), ("min", &limit.min)] {
@@ -146,6 +171,9 @@ pub fn validate(profile: &Profile, settings: &ProfileControllerSpec) -> Result<(
     let name = profile.name_any();
     if !is_dns_label(&name) {
         return Err(invalid("metadata.name", format!("{name:?} cannot name a namespace: use at most 63 of [a-z0-9-], starting and ending with a letter or digit")));
+    }
+    if let Some(refusal) = reserved_refusal(&name) {
+        return Err(refusal);
     }
     validate_owner(&profile.spec.owner)?;
     quota(profile, settings)?;
@@ -419,6 +447,7 @@ pub const PRUNABLE: [(&str, &str, &str); 9] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn settings() -> ProfileControllerSpec {
         serde_json::from_value(json!({"version": "v1.3.0"})).unwrap()
@@ -637,11 +666,53 @@ mod tests {
     }
 
     #[test]
+    fn reserved_names_are_refused_before_anything_is_made() {
+        for name in ["kube-system", "kube-public", "kube-node-lease", "default", "kubeflow", "kubeflow-operators", "istio-system", "auth", "cert-manager", "knative-serving", "knative-eventing", "olm", "operators"] {
+            assert!(reserved_name(name).is_some(), "{name}");
+            let mut p = alice();
+            p.metadata.name = Some(name.into());
+            let refusal = desired_objects(&p, &settings(), Mesh::None).unwrap_err().to_string();
+            assert!(refusal.starts_with(&format!("metadata.name: {name:?} is reserved")), "{refusal}");
+        }
+        for name in ["alice", "kube", "kubeflow-user", "defaults", "my-kube-system", "knative", "authors", "operator"] {
+            assert_eq!(reserved_name(name), None, "{name}");
+        }
+        assert_eq!(reserved_name("kube-system"), Some("kube-*"));
+    }
+
+    #[test]
+    fn the_operators_own_namespace_is_reserved() {
+        // Where deploy/ runs the operators (generated from kubeflow_deploy::OPERATOR_NAMESPACE).
+        let deployed = include_str!("../../../deploy/profiles/operator.yaml");
+        let namespaces: BTreeSet<&str> = deployed.lines().filter_map(|l| l.trim().strip_prefix("namespace: ")).collect();
+        assert!(!namespaces.is_empty());
+        for namespace in namespaces {
+            assert!(reserved_name(namespace).is_some(), "{namespace} (where the operators run) is not reserved");
+        }
+    }
+
+    #[test]
+    fn a_namespace_is_the_profiles_only_by_an_owner_reference_with_its_uid() {
+        let reference = |kind: &str, uid: &str| -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            serde_json::from_value(json!({"apiVersion": "kubeflow.org/v1", "kind": kind, "name": "alice", "uid": uid})).unwrap()
+        };
+        assert!(made_for(&[reference("Profile", "u-1")], &alice()));
+        assert!(!made_for(&[], &alice()));
+        assert!(!made_for(&[reference("Profile", "u-2")], &alice()), "a Profile of the same name made before");
+        assert!(!made_for(&[reference("ConfigMap", "u-1")], &alice()));
+        let mut no_uid = alice();
+        no_uid.metadata.uid = None;
+        assert!(!made_for(&[reference("Profile", "")], &no_uid));
+    }
+
+    #[test]
     fn settings_with_a_bad_label_or_limit_are_refused() {
         let mut s = settings();
         s.namespace_labels.insert("bad key!".into(), "x".into());
         assert!(validate_settings(&s).unwrap_err().to_string().starts_with("spec.namespaceLabels[\"bad key!\"]: not a valid label key"));
         let s: ProfileControllerSpec = serde_json::from_value(json!({"version": "v1.3.0", "limitRange": {"limits": [{"type": "Container", "max": {"cpu": "many"}}]}})).unwrap();
         assert_eq!(validate_settings(&s).unwrap_err().to_string(), "spec.limitRange.limits[0].max[\"cpu\"]: \"many\" is not a quantity (e.g. 500m, 2Gi)");
+        let s: ProfileControllerSpec = serde_json::from_value(json!({"version": "v1.3.0", "trustedProxies": ["system:serviceaccount:kubeflow:centraldashboard", "two words"]})).unwrap();
+        assert!(validate_settings(&s).unwrap_err().to_string().starts_with("spec.trustedProxies[1]: must be a Kubernetes username"));
     }
 }

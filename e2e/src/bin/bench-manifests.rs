@@ -51,7 +51,8 @@ async fn main() {
     let work = tempfile_dir();
     let t0 = Instant::now();
     let renderer = Renderer::new(Kustomize::locate().await.unwrap(), work.join("work")).unwrap();
-    let cache = RepoCache::new(work.join("cache"), FetchOptions::default()).unwrap();
+    // The reference fetches from the loopback server the operator is allowed to reach, too.
+    let cache = RepoCache::new(work.join("cache"), FetchOptions { allow_fetch_from: vec!["127.0.0.1".parse().unwrap()], ..FetchOptions::default() }).unwrap();
     let apps = renderer.render_kfdef(&cache, &reference).await.unwrap();
     let objects: Vec<serde_json::Value> = apps.iter().flat_map(|a| a.objects.iter().map(|o| serde_json::to_value(o).unwrap())).collect();
     let file = work.join("reference.yaml");

@@ -241,6 +241,9 @@ impl Chaos {
         kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
         let ns = unique_name("chaos");
         kubectl(&["create", "namespace", &ns]);
+        // The platform admin's installer, which the operators install the KfDef as.
+        create_installer(&client, &ns).await;
+        grant_installer(&client, &ns, "ClusterRoleBinding", "cluster-admin").await;
         let conflicts = ConflictWebhook::start(&client).await;
         let nats = NatsServer::start_cluster(3).await;
 

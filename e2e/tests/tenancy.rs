@@ -1,0 +1,178 @@
+//! A shared cluster: a KfDef installs with its namespace's rights, never the operators'.
+//!
+//! A tenant's KfDef (namespace whose installer account may only `edit` that namespace) names a
+//! repository of its own whose packages render a ClusterRoleBinding to `cluster-admin`, an object
+//! in `kube-system`, and an object that already exists there, made by someone else. Through the
+//! whole chain (meta-operator → NATS → kustomize-operator, which runs with its deploy/ RBAC and
+//! acts as the KfDef namespace's `kubeflow-installer` account), the allowed application installs;
+//! the others install nothing and say why (the object and the verb); the existing object is left
+//! as it is and survives the KfDef's deletion.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+use kubeflow_crds::KfDef;
+use kubeflow_crds::kfdef::{ApplicationStatus, KfDefPhase};
+use kubeflow_e2e::*;
+use kubeflow_manifests::fixtures;
+use serde_json::json;
+
+const ARCHIVE: &str = "archive/tenant.tar.gz";
+
+/// A repository of four packages, each built as it is (a stacks KfDef).
+fn tenant_repo(namespace: &str) -> Vec<u8> {
+    let tmp = std::env::temp_dir().join(unique_name("tenant-repo"));
+    let kustomization = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- objects.yaml\n";
+    let packages = [
+        ("app", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tenant-config\ndata:\n  a: b\n".to_string()),
+        (
+            "escalate",
+            format!(
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {namespace}-takeover\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\nsubjects:\n- kind: ServiceAccount\n  name: kubeflow-installer\n  namespace: {namespace}\n"
+            ),
+        ),
+        ("system", format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {namespace}-planted\n  namespace: kube-system\ndata:\n  a: b\n")),
+        ("existing", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: preexisting\ndata:\n  owner: kfdef\n".to_string()),
+    ];
+    for (package, objects) in packages {
+        let dir = tmp.join("tenant").join(package);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("kustomization.yaml"), kustomization).unwrap();
+        std::fs::write(dir.join("objects.yaml"), objects).unwrap();
+    }
+    let tarball = fixtures::pack_github_tarball(&tmp, "manifests-tenant");
+    std::fs::remove_dir_all(&tmp).unwrap();
+    tarball
+}
+
+fn tenant_kfdef(uri: &str, namespace: &str) -> KfDef {
+    let app = |name: &str, path: &str| json!({"name": name, "kustomizeConfig": {"repoRef": {"name": "manifests", "path": path}}});
+    serde_json::from_value(json!({
+        "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "tenant", "namespace": namespace},
+        "spec": {
+            "version": "v1.0.2",
+            // `kubeflow-apps` makes it a stacks KfDef: each path is built as it is.
+            "applications": [app("kubeflow-apps", "tenant/app"), app("escalate", "tenant/escalate"), app("system", "tenant/system"), app("existing", "tenant/existing")],
+            "repos": [{"name": "manifests", "uri": uri}],
+        },
+    }))
+    .unwrap()
+}
+
+fn application<'a>(k: &'a KfDef, name: &str) -> &'a ApplicationStatus {
+    k.status.as_ref().unwrap().applications.iter().find(|a| a.name == name).unwrap_or_else(|| panic!("application {name} missing from status"))
+}
+
+#[tokio::test]
+async fn a_tenant_kfdef_installs_only_what_its_namespace_account_may_and_takes_nothing_over() {
+    let client = client().await;
+    let ns = TestNamespace::create_tenant(&client, "e2e-tenant").await;
+    ns.grant_installer(&client, "RoleBinding", "edit").await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let existing: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "preexisting"}, "data": {"owner": "someone"}})).unwrap();
+    let existing = config_maps.create(&PostParams::default(), &existing).await.unwrap();
+
+    let server = fixtures::Server::start(BTreeMap::from([(ARCHIVE.to_string(), tenant_repo(&ns.name))])).await;
+    let stack = OperatorStack::start(&client, &[]).await;
+    let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    kfdefs.create(&PostParams::default(), &tenant_kfdef(&server.url(ARCHIVE), &ns.name)).await.unwrap();
+
+    let log = stack.components[&kubeflow_crds::ComponentKind::GENERIC].log.display().to_string();
+    let done = eventually(&format!("every application of the tenant KfDef judged (log: {log})"), || async {
+        let k = kfdefs.get("tenant").await.map_err(|e| e.to_string())?;
+        let status = k.status.clone().unwrap_or_default();
+        let judged = status.applications.len() == 4
+            && status.applications.iter().all(|a| a.component.as_deref() == Some("kustomize"))
+            && status.applications.iter().filter(|a| a.name != "kubeflow-apps").all(|a| a.state != "Ready" && !a.message.is_empty())
+            && application(&k, "kubeflow-apps").state == "Ready";
+        if judged { Ok(k) } else { Err(format!("{:?}", status.applications)) }
+    })
+    .await;
+    assert_eq!(done.status.as_ref().unwrap().phase, Some(KfDefPhase::Degraded), "{:?}", done.status);
+    let installer = format!("ServiceAccount {}/kubeflow-installer", ns.name);
+    let escalate = &application(&done, "escalate").message;
+    assert!(
+        escalate.contains(&format!("{installer} may not create ClusterRoleBinding {}-takeover (clusterrolebindings.rbac.authorization.k8s.io)", ns.name)),
+        "{escalate}"
+    );
+    let system = &application(&done, "system").message;
+    assert!(system.contains(&format!("{installer} may not create ConfigMap kube-system/{}-planted (configmaps)", ns.name)), "{system}");
+    let taken = &application(&done, "existing").message;
+    assert!(taken.contains(&format!("ConfigMap {}/preexisting exists, not made by KustomizeApplication {}/tenant; left as it is", ns.name, ns.name)), "{taken}");
+
+    // Nothing of the refused applications was created; the existing object is as it was.
+    assert!(Api::<ClusterRoleBinding>::all(client.clone()).get_opt(&format!("{}-takeover", ns.name)).await.unwrap().is_none(), "the tenant bound itself cluster-admin");
+    assert!(Api::<ConfigMap>::namespaced(client.clone(), "kube-system").get_opt(&format!("{}-planted", ns.name)).await.unwrap().is_none(), "the tenant wrote into kube-system");
+    let untouched = config_maps.get("preexisting").await.unwrap();
+    assert_eq!(untouched.resource_version(), existing.resource_version(), "the existing object was written to");
+    assert!(untouched.labels().is_empty(), "{:?}", untouched.labels());
+    let installed = config_maps.get("tenant-config").await.unwrap();
+    assert_eq!(installed.labels().get("components.kubeflow.org/part-of").map(String::as_str), Some("kustomize"));
+
+    // Deleting the KfDef removes what it installed and leaves what it did not make.
+    kfdefs.delete("tenant", &DeleteParams::default()).await.unwrap();
+    gone(&kfdefs, "tenant").await;
+    gone(&config_maps, "tenant-config").await;
+    let after = config_maps.get("preexisting").await.unwrap();
+    assert_eq!((after.uid(), after.resource_version()), (existing.uid(), existing.resource_version()), "the existing object was deleted or changed");
+}
+
+/// Each operator's own rights (deploy/all's RBAC), asked of the API server's authorizer with
+/// SubjectAccessReviews as its ServiceAccount: none may bind or escalate to `cluster-admin`,
+/// create ClusterRoleBindings, read Secrets in `kube-system` or list them cluster-wide, read
+/// another operator's NATS identity, patch pods in `kube-system`, or act as a `kube-system`
+/// account.
+#[tokio::test]
+async fn no_operator_may_bind_cluster_admin_read_others_secrets_or_touch_kube_system() {
+    use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+    let client = client().await;
+    install_crds(&client).await;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
+    kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
+    let operators: Vec<String> = std::iter::once("meta-operator".to_string()).chain(kubeflow_component_registry::all().into_iter().map(|c| c.operator)).collect();
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    let mut allowed = Vec::new();
+    for operator in &operators {
+        let mut dangerous: Vec<(&str, &str, &str, Option<&str>, Option<String>)> = vec![
+            ("bind", "rbac.authorization.k8s.io", "clusterroles", None, Some("cluster-admin".into())),
+            ("escalate", "rbac.authorization.k8s.io", "clusterroles", None, Some("cluster-admin".into())),
+            ("create", "rbac.authorization.k8s.io", "clusterrolebindings", None, None),
+            ("get", "", "secrets", Some("kube-system"), None),
+            ("list", "", "secrets", None, None),
+            ("patch", "", "pods", Some("kube-system"), None),
+            ("impersonate", "", "serviceaccounts", Some("kube-system"), Some("clusterrole-aggregation-controller".into())),
+        ];
+        // The meta-operator provisions every identity; no other operator reads another's.
+        if operator != "meta-operator" {
+            for other in operators.iter().filter(|o| *o != operator) {
+                dangerous.push(("get", "", "secrets", Some("kubeflow-operators"), Some(format!("nats-identity-{other}"))));
+            }
+        }
+        for (verb, group, resource, namespace, name) in dangerous {
+            let review: SubjectAccessReview = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(format!("system:serviceaccount:kubeflow-operators:{operator}")),
+                    groups: Some(["system:serviceaccounts", "system:serviceaccounts:kubeflow-operators", "system:authenticated"].map(String::from).into()),
+                    resource_attributes: Some(ResourceAttributes {
+                        verb: Some(verb.into()),
+                        group: Some(group.into()),
+                        resource: Some(resource.into()),
+                        namespace: namespace.map(String::from),
+                        name: name.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let answer = reviews.create(&PostParams::default(), &review).await.unwrap();
+            if answer.status.is_some_and(|s| s.allowed) {
+                allowed.push(format!("{operator} may {verb} {resource}.{group} {}/{}", namespace.unwrap_or("*"), name.unwrap_or_else(|| "*".into())));
+            }
+        }
+    }
+    assert!(allowed.is_empty(), "dangerous rights:\n{}", allowed.join("\n"));
+}
