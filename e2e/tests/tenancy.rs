@@ -176,3 +176,53 @@ async fn no_operator_may_bind_cluster_admin_read_others_secrets_or_touch_kube_sy
     }
     assert!(allowed.is_empty(), "dangerous rights:\n{}", allowed.join("\n"));
 }
+
+/// A built-in component whose installer loses rights: the next version's writes it may not make
+/// are refused, and what the install already has stays (nothing is pruned while the install is
+/// not applied in full), instead of being removed as objects that left the set.
+#[tokio::test]
+async fn an_install_whose_writes_are_refused_keeps_what_it_has() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams};
+    use kubeflow_crds::Katib;
+    use kubeflow_crds::component::{ComponentPhase, ComponentResource};
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-refused").await;
+    let operator = OperatorProcess::start("katib-operator", &["--namespace", &ns.name], &[]);
+    operator.wait_ready().await;
+    let katibs: Api<Katib> = Api::namespaced(client.clone(), &ns.name);
+    let katib: Katib = serde_json::from_value(json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib", "metadata": {"name": "katib"},
+        "spec": {"version": "v0.10.0", "targetNamespace": ns.name},
+    }))
+    .unwrap();
+    katibs.create(&PostParams::default(), &katib).await.unwrap();
+    let phase = |k: &Katib| k.component_status().and_then(|s| s.phase);
+    eventually(&format!("Katib Ready at v0.10.0 (log: {})", operator.log.display()), || async {
+        let k = katibs.get("katib").await.map_err(|e| e.to_string())?;
+        if phase(&k) == Some(ComponentPhase::Ready) { Ok(()) } else { Err(format!("{:?}", k.status)) }
+    })
+    .await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let before: Vec<(String, Option<String>)> = deployments.list(&Default::default()).await.unwrap().items.iter().map(|d| (d.name_any(), d.uid())).collect();
+    assert!(!before.is_empty());
+
+    // The admin narrows the installer to editing its namespace; the next version needs more.
+    let binding = format!("kubeflow-installer-{}-cluster-admin", ns.name);
+    Api::<ClusterRoleBinding>::all(client.clone()).delete(&binding, &DeleteParams::default()).await.unwrap();
+    ns.grant_installer(&client, "RoleBinding", "edit").await;
+    katibs.patch("katib", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": "v0.11.0"}}))).await.unwrap();
+    let refused = eventually(&format!("Katib refused at v0.11.0 (log: {})", operator.log.display()), || async {
+        let k = katibs.get("katib").await.map_err(|e| e.to_string())?;
+        let status = k.status.clone().unwrap_or_default();
+        let refused = status.observed_generation == k.metadata.generation && phase(&k) == Some(ComponentPhase::Degraded);
+        if refused { Ok(status) } else { Err(format!("{status:?}")) }
+    })
+    .await;
+    let message = &refused.conditions.iter().find(|c| c.type_ == "Degraded").unwrap().message;
+    assert!(message.contains(&format!("ServiceAccount {}/kubeflow-installer may not patch", ns.name)), "{message}");
+    let after: Vec<(String, Option<String>)> = deployments.list(&Default::default()).await.unwrap().items.iter().map(|d| (d.name_any(), d.uid())).collect();
+    assert_eq!(after, before, "the refused install lost objects");
+    drop(operator);
+}

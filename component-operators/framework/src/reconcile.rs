@@ -141,9 +141,7 @@ impl<C: Component> Context<C> {
             Ok(object) => object,
             // The kind itself is not served yet (its CRD comes earlier in this very apply).
             Err(kube::Error::Api(status)) if status.code == 404 => None,
-            // An account that may not read the object: its access review for the write says
-            // whether it may make it.
-            Err(kube::Error::Api(status)) if status.code == 403 && matches!(installer, Installer::Account { .. }) => None,
+            // 403 included: an object nobody can tell the maker of is not written over (callers).
             Err(e) => return Err(e),
         };
         Ok(object.map(|o| serde_json::to_value(o).expect("objects serialise")))
@@ -153,7 +151,12 @@ impl<C: Component> Context<C> {
     async fn held_by(&self, entry: &InventoryEntry, applications: &BTreeSet<&str>, installer: &Installer) -> Result<bool, Error> {
         let api_version = if entry.group.is_empty() { entry.version.clone() } else { format!("{}/{}", entry.group, entry.version) };
         let Some(info) = kinds::lookup(&api_version, &entry.kind) else { return Ok(false) };
-        let live = self.live(info, entry, installer).await.map_err(|source| Error::Prune { object: describe(info, entry), source })?;
+        let live = match self.live(info, entry, installer).await {
+            Ok(live) => live,
+            // Whose it is cannot be told: kept, not pruned.
+            Err(kube::Error::Api(status)) if status.code == 403 => return Ok(true),
+            Err(source) => return Err(Error::Prune { object: describe(info, entry), source }),
+        };
         Ok(live.is_some_and(|live| live["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_some_and(|a| applications.contains(a))))
     }
 
@@ -321,10 +324,14 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                 let keep: BTreeSet<InventoryEntry> = inventory.iter().cloned().collect();
                 // Objects of an application that did not render or apply stay as they are, and listed.
                 let held: BTreeSet<&str> = failed.iter().filter_map(|f| f.application.as_deref()).collect();
+                // A failure that names no application (a built-in release, whose objects name
+                // none, with an object refused or not ours) holds everything: nothing is pruned
+                // while the install is not applied in full.
+                let hold_all = failed.iter().any(|f| f.application.is_none());
                 retry_failed = failed.iter().any(|f| f.retry);
                 let mut left = Vec::new();
                 for entry in previous.into_iter().filter(|e| !keep.contains(e)) {
-                    if !held.is_empty() && ctx.held_by(&entry, &held, &installer).await? {
+                    if hold_all || (!held.is_empty() && ctx.held_by(&entry, &held, &installer).await?) {
                         inventory.push(entry);
                     } else {
                         left.push(entry);
@@ -465,7 +472,18 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
     let mut lives = Vec::with_capacity(targets.len());
     let mut foreign = BTreeSet::new();
     for (index, (desired, info, entry)) in targets.iter().enumerate() {
-        let live = ctx.live(info, entry, installer).await.map_err(|source| Error::Apply { object: describe(info, entry), source })?;
+        let live = match ctx.live(info, entry, installer).await {
+            Ok(live) => live,
+            // The installer may not read it: who made it cannot be told, so it is not written.
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                let note = format!("{}: the installer may not read it to tell who made it ({}); left as it is", describe(info, entry), status.message);
+                failed.push(Finding::new(application_of(desired), note));
+                foreign.insert(index);
+                lives.push(None);
+                continue;
+            }
+            Err(source) => return Err(Error::Apply { object: describe(info, entry), source }),
+        };
         if let Some(note) = ctx.foreign(info, entry, live.as_ref(), &owner, resource.core().adopt_existing).await.map_err(|source| Error::Apply { object: describe(info, entry), source })? {
             // Retried: the other owner may let it go, or someone may hand it over.
             failed.push(Finding::new(application_of(desired), note).retryable());
@@ -692,6 +710,9 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
         .collect();
     targets.sort_by_key(|(info, _)| std::cmp::Reverse(info.rank));
     let mut kept = Vec::new();
+    // Objects the installer may not read or delete (e.g. its rights went with a namespace being
+    // deleted): left, named in an Event, never retried forever.
+    let mut denied = Vec::new();
     for (info, entry) in targets {
         let what = describe(info, entry);
         let api = ctx.dynamic_api(info, entry.namespace.as_deref());
@@ -701,11 +722,14 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
         let live = match ctx.live.get(info, entry.namespace.as_deref(), &entry.name) {
             Some(live) => Some(live),
             // Kinds the operator does not watch it may not read either: the installer reads them.
-            None => match ctx.live.caches(info) { true => &api, false => &deleter }
-                .get_opt(&entry.name)
-                .await
-                .map_err(|source| Error::Prune { object: what.clone(), source })?
-                .map(|o| serde_json::to_value(o).expect("objects serialise")),
+            None => match match ctx.live.caches(info) { true => &api, false => &deleter }.get_opt(&entry.name).await {
+                Ok(object) => object.map(|o| serde_json::to_value(o).expect("objects serialise")),
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    denied.push(format!("{what} ({})", status.message));
+                    continue;
+                }
+                Err(source) => return Err(Error::Prune { object: what.clone(), source }),
+            },
         };
         let Some(live) = live else { continue };
         // Shared by every install, like the CRDs: they stay unless the CRDs go too.
@@ -724,6 +748,10 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
             Ok(_) => info!(object = %what, "deleted"),
             // Gone, or replaced by another object since it was read (a later reconcile judges that one).
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                denied.push(format!("{what} ({})", status.message));
+                continue;
+            }
             Err(source) => return Err(Error::Prune { object: what, source }),
         }
         if info.kind == "Deployment" {
@@ -739,6 +767,10 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
             C::Resource::COMPONENT.kind()
         );
         ctx.event(resource, EventType::Warning, "ForeignObjectsKept", note).await;
+    }
+    if !denied.is_empty() {
+        let note = format!("not deleted, the installer may not: {}", denied.join("; "));
+        ctx.event(resource, EventType::Warning, "NotDeleted", note).await;
     }
     Ok(())
 }
