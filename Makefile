@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := e2e/env
 
-.PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-upgrade bench-manifests chaos fuzz images images-lock push test-images
+.PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-upgrade bench-manifests bench-profiles chaos fuzz images images-lock push test-images
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -65,6 +65,11 @@ bench-manifests: env-up ## generic component: a KfDef of 40 generic applications
 	cargo build --release --workspace --bins
 	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
 	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-manifests
+
+bench-profiles: env-up ## 1,000 and 5,000 Profiles with quotas: time to Ready, API writes per Profile, steady-state writes, RSS vs kubectl apply
+	cargo build --release --workspace --bins
+	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
+	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-profiles
 
 fuzz: ## run each cargo-fuzz target for FUZZ_SECONDS (default 60) on nightly; not part of make test
 	hack/fuzz.sh
