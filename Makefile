@@ -2,6 +2,11 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 ENV := e2e/env
+# The one build (hack/cargo.sh): the binaries make test, the benchmarks and the images use.
+ONE_BUILD := hack/cargo.sh build
+BIN_DIR := $(shell hack/cargo.sh bin-dir)
+# Runs a command against the running environment with the one build's operators.
+WITH_ENV := source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$(BIN_DIR)
 
 .PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-upgrade bench-manifests bench-profiles chaos fuzz images images-lock push test-images
 
@@ -18,10 +23,9 @@ unit: ## unit tests only (no cluster; builds the cached kustomize the manifests 
 	$(ENV)/build.sh kustomize
 	cargo test --workspace
 
-e2e: env-up ## end-to-end tests against a running environment (kept running)
-	cargo build --workspace --bins
-	cargo build -p kubeflow-e2e --features e2e --bins
-	source e2e/env/versions.sh && source $$ENV_FILE && cargo test -p kubeflow-e2e --features e2e
+e2e: env-up ## unit and end-to-end tests of the one build against a running environment (kept running)
+	$(ONE_BUILD)
+	$(WITH_ENV) hack/cargo.sh test
 
 env-up: prereqs ## build (once) and start etcd, kube-apiserver, controller-manager, scheduler, kwok, nats-server
 	$(ENV)/up.sh
@@ -30,46 +34,40 @@ env-down: ## stop the environment and delete its state (binaries stay cached)
 	$(ENV)/down.sh
 
 generate: ## regenerate what is generated from code: crds/generated, deploy/, bundle/
-	cargo run -q -p kubeflow-crds --bin crdgen
-	cargo run -q -p kubeflow-deploy --bin deploygen
-	cargo run -q -p kubeflow-bundle --bin bundlegen
+	$(ONE_BUILD)
+	$(BIN_DIR)/crdgen
+	$(BIN_DIR)/deploygen
+	$(BIN_DIR)/bundlegen
 
 validate-bundles: ## operator-sdk bundle validate on every bundle, opm validate on the catalog
 	hack/validate-bundles.sh
 
 bench-components: env-up ## heal latency, no-op writes and RSS of the five component operators
-	cargo build --release --workspace --bins
-	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
-	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-components
+	$(ONE_BUILD)
+	$(WITH_ENV) $(BIN_DIR)/bench-components
 
 prereqs: ## install/check openssl, curl, Go and Rust
 	hack/prereqs.sh
 
 bench-meta: env-up ## cold KfDef converge vs kubectl apply, NATS hop latency, steady-state writes
-	cargo build --release --workspace --bins
-	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
-	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-meta
+	$(ONE_BUILD)
+	$(WITH_ENV) $(BIN_DIR)/bench-meta
 
 bench-upgrade: env-up ## KfUpgrade duration vs raw kubectl apply, zero-availability moments
-	cargo build --release --workspace --bins
-	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
-	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-upgrade
+	$(ONE_BUILD)
+	$(WITH_ENV) $(BIN_DIR)/bench-upgrade
 
 chaos: env-up ## faults (operator SIGKILL, NATS and kube-apiserver restarts, 409 bursts) during edits: TRIALS (100), SEED
-	cargo build --workspace --bins
-	cargo build -p kubeflow-e2e --features e2e --bin chaos
-	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/debug \
-	  target/debug/chaos --trials $${TRIALS:-100} $${SEED:+--seed $$SEED}
+	$(ONE_BUILD)
+	$(WITH_ENV) $(BIN_DIR)/chaos --trials $${TRIALS:-100} $${SEED:+--seed $$SEED}
 
 bench-manifests: env-up ## generic component: a KfDef of 40 generic applications converged vs render + kubectl apply, operator RSS
-	cargo build --release --workspace --bins
-	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
-	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-manifests
+	$(ONE_BUILD)
+	$(WITH_ENV) $(BIN_DIR)/bench-manifests
 
 bench-profiles: env-up ## 1,000 and 5,000 Profiles with quotas: time to Ready, API writes per Profile, steady-state writes, RSS vs kubectl apply
-	cargo build --release --workspace --bins
-	source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$$PWD/target/release \
-	  cargo run -q --release -p kubeflow-e2e --features e2e --bin bench-profiles
+	$(ONE_BUILD)
+	$(WITH_ENV) $(BIN_DIR)/bench-profiles
 
 fuzz: ## run each cargo-fuzz target for FUZZ_SECONDS (default 60) on nightly; not part of make test
 	hack/fuzz.sh

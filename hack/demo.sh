@@ -16,9 +16,9 @@ source "$ENV_FILE"
 OPERATORS=(meta istio dex kfserving katib pipelines profiles kustomize)
 KFDEF=examples/kfdef-kfctl-istio-dex.yaml
 
-echo "--- building the operators" >&2
-cargo build -q --locked --workspace --bins
-cargo build -q --locked -p kubeflow-manifests --features fixtures --bin stand-in-manifests
+echo "--- building the operators (hack/cargo.sh build: the one build make test and the images use)" >&2
+hack/cargo.sh build -q
+BIN_DIR=$(hack/cargo.sh bin-dir)
 # The operators render with the cached kustomize (KFOP_KUSTOMIZE).
 e2e/env/build.sh kustomize
 export KFOP_KUSTOMIZE=$KUSTOMIZE_BIN/kustomize
@@ -43,7 +43,7 @@ for o in "${OPERATORS[@]}"; do
   # loopback, which the fetch fence refuses unless allowed.
   KUBECONFIG=$kubeconfig NATS_NKEY_FILE=$KFOP_BUS_DIR/identities/$o-operator.nk NATS_CA_FILE=$KFOP_BUS_DIR/ca.crt \
     DEFAULT_SERVICE_ACCOUNT=kubeflow-installer KFOP_ALLOW_FETCH_FROM=127.0.0.1 \
-    setsid "target/debug/$o-operator" --nats-url "$NATS_URL" --metrics-addr "127.0.0.1:$port" \
+    setsid "$BIN_DIR/$o-operator" --nats-url "$NATS_URL" --metrics-addr "127.0.0.1:$port" \
     >>"$STATE_DIR/logs/$o-operator.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
   echo "    $o-operator: pid $!, metrics http://127.0.0.1:$port/metrics, log $STATE_DIR/logs/$o-operator.log" >&2
@@ -53,7 +53,7 @@ repo=${KFOP_DEMO_REPO:-}
 if [[ -z $repo ]]; then
   pidfile=$STATE_DIR/pids/stand-in-manifests
   if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
-    setsid target/debug/stand-in-manifests --kfdef "$KFDEF" >"$STATE_DIR/logs/stand-in-manifests.log" 2>&1 </dev/null &
+    setsid "$BIN_DIR/stand-in-manifests" --kfdef "$KFDEF" >"$STATE_DIR/logs/stand-in-manifests.log" 2>&1 </dev/null &
     echo $! >"$pidfile"
   fi
   for _ in $(seq 50); do repo=$(head -1 "$STATE_DIR/logs/stand-in-manifests.log" 2>/dev/null); [[ $repo == http* ]] && break; sleep 0.1; done

@@ -3,10 +3,13 @@
 # holding its static binary, CA certificates and a nonroot user, written as an OCI archive
 # (`oci-archive` tar, accepted by `podman load`, `kind load image-archive` and skopeo).
 #
-#   hack/images.sh build         build the binaries and images into $OUT, print digests and sizes
+#   hack/images.sh build         the one build (hack/cargo.sh), then the images into $OUT; prints
+#                                digests and sizes
 #   hack/images.sh lock          build, then write images/lock.json (the digests deploy/ and the
 #                                bundles reference; `make generate` afterwards)
 #   hack/images.sh check         build, then fail unless every digest equals images/lock.json's
+#   hack/images.sh reproduce     build a second time elsewhere (another path, CARGO_HOME, user,
+#                                host, …) and fail unless the shipped binaries are byte-identical
 #   hack/images.sh push REGISTRY [skopeo copy flags]
 #                                push the archives under $OUT to REGISTRY/<operator>:v<version>,
 #                                checking the registry keeps each digest
@@ -22,12 +25,9 @@ cd "$ROOT"
 log() { printf '[images] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-# The images and the package that builds each one's binary (same name as the binary): the
-# meta-operator and every registered component operator.
-mapfile -t OPERATORS < <(cargo run -q --locked -p kubeflow-deploy --bin deploygen -- --operators)
-((${#OPERATORS[@]} > 1)) || die "deploygen --operators listed no operators"
-TRIPLE=x86_64-unknown-linux-gnu
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+# The binaries: the one build of hack/cargo.sh, the very files the end-to-end tests ran.
+BIN_DIR=$(hack/cargo.sh bin-dir)
 OUT=${IMAGES_OUT:-$TARGET_DIR/images}
 LOCK=$ROOT/images/lock.json
 SOURCE=$(sed -nE 's/^repository = "(.*)"/\1/p' Cargo.toml)
@@ -40,18 +40,19 @@ NONROOT=65532
 export SOURCE_DATE_EPOCH=0
 CREATED=1970-01-01T00:00:00Z
 
-# Static binaries: glibc's static archives (libc6-dev) instead of musl, whose Rust target cannot be
-# installed everywhere. --target is required so the flags skip build scripts and proc macros. The
-# remaps keep the checkout, cargo home and target directory out of panic messages, so a clone
-# elsewhere builds the same bytes.
+# Builds (or finds up to date) the one build, then lists the images: the meta-operator and every
+# registered component operator, each named after its binary.
 build_binaries() {
-  local cargo_home=${CARGO_HOME:-$HOME/.cargo} args=() op
-  for op in "${OPERATORS[@]}"; do args+=(-p "$op"); done
-  export RUSTFLAGS="-C target-feature=+crt-static --remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$ROOT=/src --remap-path-prefix=$TARGET_DIR=/target"
-  log "building ${OPERATORS[*]} (profile image, static, $TRIPLE)"
   local start=$SECONDS
-  cargo build --locked --profile image --target "$TRIPLE" "${args[@]}" --bins
-  log "binaries built in $((SECONDS - start)) s"
+  hack/cargo.sh build
+  log "the one build (hack/cargo.sh build) done in $((SECONDS - start)) s"
+  list_operators
+}
+
+list_operators() {
+  [[ -x $BIN_DIR/deploygen ]] || die "$BIN_DIR/deploygen missing: run hack/cargo.sh build first"
+  mapfile -t OPERATORS < <("$BIN_DIR/deploygen" --operators)
+  ((${#OPERATORS[@]} > 1)) || die "deploygen --operators listed no operators"
 }
 
 # Extra files for one image, copied into its root filesystem before it is archived. Add a case per
@@ -98,6 +99,28 @@ det_tar() {
     --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner -- "${entries[@]}"
 }
 
+# The CA bundle of the images: the Mozilla certificates of the ca-certificates package as shipped
+# (each checked against the package's md5sums), in name order. Not the host's
+# /etc/ssl/certs/ca-certificates.crt: that also holds whatever authorities the machine added
+# (/usr/local/share/ca-certificates, e.g. a proxy's), which no image should trust and which made
+# every digest differ from one machine to the next.
+ca_bundle() {
+  local sums files
+  sums=$(dpkg-query --control-show ca-certificates md5sums 2>/dev/null) || die "cannot read the ca-certificates package's md5sums (dpkg-query --control-show ca-certificates md5sums)"
+  mapfile -t files < <(awk '$2 ~ /^usr\/share\/ca-certificates\/mozilla\/.*\.crt$/ {print $2}' <<<"$sums" | LC_ALL=C sort)
+  ((${#files[@]} > 100)) || die "the ca-certificates package lists only ${#files[@]} Mozilla certificates"
+  (cd / && md5sum --check --quiet --strict <(grep -E ' usr/share/ca-certificates/mozilla/.*\.crt$' <<<"$sums")) >&2 ||
+    die "a certificate of the ca-certificates package differs from the package's md5sums (above)"
+  (cd / && cat -- "${files[@]}")
+}
+
+# The binary as the image holds it: the one build's, without symbols and line tables (which the
+# tests' backtraces use, and which hold nothing the operator needs). GNU strip writes the same
+# bytes for the same input.
+shipped() {
+  strip --strip-all -o "$2" "$1" && chmod 0755 "$2"
+}
+
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 size() { stat -c %s "$1"; }
 
@@ -105,20 +128,26 @@ size() { stat -c %s "$1"; }
 # manifest digest.
 assemble() {
   local op=$1 work=$2 revision=$3
-  local binary=$TARGET_DIR/$TRIPLE/image/$op rootfs=$work/rootfs layout=$work/layout
+  local binary=$BIN_DIR/$op rootfs=$work/rootfs layout=$work/layout
   [[ -x $binary ]] || die "$binary missing; build the binaries first"
   rm -rf "$work" && mkdir -p "$rootfs" "$layout/blobs/sha256"
   # A distroless-like root: the binary, CA certificates, passwd/group naming the nonroot user,
   # nsswitch.conf (files before DNS, as kubelet's /etc/hosts expects) and a world-writable /tmp.
-  install -d -m 0755 "$rootfs/etc/ssl/certs" "$rootfs/usr/local/bin"
+  # Every directory gets its mode explicitly: `install -d` makes missing parents with the umask's.
+  local dir
+  for dir in etc etc/ssl etc/ssl/certs usr usr/local usr/local/bin; do install -d -m 0755 "$rootfs/$dir"; done
   install -d -m 1777 "$rootfs/tmp"
-  install -m 0755 "$binary" "$rootfs/usr/local/bin/$op"
-  install -m 0644 /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
+  shipped "$binary" "$rootfs/usr/local/bin/$op"
+  ca_bundle >"$rootfs/etc/ssl/certs/ca-certificates.crt"
+  chmod 0644 "$rootfs/etc/ssl/certs/ca-certificates.crt"
   printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%s:%s:nonroot:/home/nonroot:/sbin/nologin\n' $NONROOT $NONROOT >"$rootfs/etc/passwd"
   printf 'root:x:0:\nnonroot:x:%s:\n' $NONROOT >"$rootfs/etc/group"
   printf 'hosts: files dns\n' >"$rootfs/etc/nsswitch.conf"
   chmod 0644 "$rootfs/etc/passwd" "$rootfs/etc/group" "$rootfs/etc/nsswitch.conf"
   extra_files "$op" "$rootfs"
+  # Each file's digest, so a mismatch with the lock can name the file (check_lock).
+  (cd "$rootfs" && find . -type f | LC_ALL=C sort | xargs sha256sum) |
+    jq -R -n --arg op "$op" '{($op): ([inputs | capture("^(?<sha>[0-9a-f]+)  \\./(?<path>.*)$") | {key: ("/" + .path), value: .sha}] | from_entries)}' >"$OUT/files.$op.json"
 
   det_tar "$rootfs" "$work/layer.tar"
   gzip -n -9 <"$work/layer.tar" >"$work/layer.tar.gz"
@@ -181,11 +210,12 @@ build_images() {
   mkdir -p "$OUT"
   : >"$OUT/digests.tmp"
   for op in "${OPERATORS[@]}"; do
-    file "$TARGET_DIR/$TRIPLE/image/$op" | grep -qE 'statically linked|static-pie linked' || die "$op is not statically linked: $(file -b "$TARGET_DIR/$TRIPLE/image/$op")"
+    file "$BIN_DIR/$op" | grep -qE 'statically linked|static-pie linked' || die "$op is not statically linked: $(file -b "$BIN_DIR/$op")"
     line=$(assemble "$op" "$OUT/work/$op" "$revision")
     echo "$op $line" >>"$OUT/digests.tmp"
   done
   rm -rf "$OUT/work"
+  jq -s --sort-keys 'add' "$OUT"/files.*.json >"$OUT/files.json" && rm -f "$OUT"/files.*.json
   mv "$OUT/digests.tmp" "$OUT/digests"
   echo "$revision" >"$OUT/revision"
   log "images in $OUT (revision $revision):"
@@ -195,34 +225,88 @@ build_images() {
 # What the digests depend on besides the sources: recorded in the lock so a mismatch can be told
 # apart from a source change.
 toolchain() {
-  jq -n --arg rustc "$(rustc --version)" \
-    --arg libc "$(dpkg-query -W -f '${Version}' libc6-dev 2>/dev/null || echo unknown)" \
-    --arg certs "$(dpkg-query -W -f '${Version}' ca-certificates 2>/dev/null || echo unknown)" \
-    '{rustc: $rustc, "libc6-dev": $libc, "ca-certificates": $certs}'
+  local pkg
+  pkg() { dpkg-query -W -f '${Version}' "$1" 2>/dev/null || echo unknown; }
+  jq -n --arg rustc "$(rustc --version)" --arg libc "$(pkg libc6-dev)" --arg certs "$(pkg ca-certificates)" \
+    --arg cc "$(cc --version 2>/dev/null | head -1 || echo unknown)" --arg ld "$(ld --version 2>/dev/null | head -1 || echo unknown)" \
+    --arg go "$(go version 2>/dev/null || echo unknown)" \
+    '{rustc: $rustc, "libc6-dev": $libc, "ca-certificates": $certs, "cc (links the binaries)": $cc, "ld": $ld, "go (builds kustomize)": $go}'
 }
 
 lock_json() {
   jq -n --sort-keys --arg version "$VERSION" --arg repository "$REPOSITORY" --arg revision "$(cat "$OUT/revision")" \
-    --argjson toolchain "$(toolchain)" --rawfile digests "$OUT/digests" '{
+    --argjson toolchain "$(toolchain)" --rawfile digests "$OUT/digests" --slurpfile files "$OUT/files.json" '{
       generated: "by hack/images.sh lock (make images-lock); do not edit",
       version: $version, repository: $repository, revision: $revision, toolchain: $toolchain,
-      images: ($digests | split("\n") | map(select(length > 0) | split(" ") | {key: .[0], value: .[1]}) | from_entries)
+      images: ($digests | split("\n") | map(select(length > 0) | split(" ") | {key: .[0], value: .[1]}) | from_entries),
+      files: $files[0]
     }'
 }
 
-# The digests (and the sources they come from) must equal the lock's; the toolchain is only
-# reported, since another rustc may well build the same bytes.
+# The digests (and the sources they come from) must equal the lock's. On a mismatch it says what
+# differs: the sources (revision), a recorded tool (another rustc may well build the same bytes, so
+# that alone does not fail), and for each image which of its files, or else its layout.
 check_lock() {
   [[ -f $LOCK ]] || die "$LOCK missing; run 'make images-lock'"
-  local fields='{version, revision, images}' want have
-  want=$(jq -S "$fields" "$LOCK") have=$(lock_json | jq -S "$fields")
-  if [[ $want != "$have" ]]; then
-    diff <(echo "$want") <(echo "$have") >&2 || true
-    log "toolchain of the lock:   $(jq -S -c .toolchain "$LOCK")"
-    log "toolchain of this build: $(toolchain | jq -S -c .)"
-    die "the images built differ from $LOCK (diff above: committed < > built). Revision differs: the sources changed, run 'make images-lock generate' and commit the result. Same revision: the toolchain differs (compare the two lines above) or the build is not reproducible."
+  local fields='{version, revision, images}' want have built
+  built=$(lock_json)
+  want=$(jq -S "$fields" "$LOCK") have=$(jq -S "$fields" <<<"$built")
+  [[ $want == "$have" ]] && { log "every image digest equals $LOCK"; return 0; }
+  diff <(echo "$want") <(echo "$have") >&2 || true
+  if [[ $(jq -r .revision "$LOCK") != $(jq -r .revision <<<"$built") ]]; then
+    die "the sources differ from those $LOCK was built from (revision): run 'make images-lock generate' and commit the result"
   fi
-  log "every image digest equals $LOCK"
+  jq -r --slurpfile lock "$LOCK" '.toolchain | to_entries[] | select($lock[0].toolchain[.key] != .value)
+    | "[images] toolchain differs: \(.key): the lock was built with \($lock[0].toolchain[.key] // "(not recorded)"), this machine has \(.value)"' <<<"$built" >&2
+  jq -r --slurpfile lock "$LOCK" '.images | to_entries[] | select($lock[0].images[.key] != .value) | .key' <<<"$built" | while read -r op; do
+    jq -r --slurpfile lock "$LOCK" --arg op "$op" '(.files[$op] // {}) as $now | ($lock[0].files[$op] // {}) as $was
+      | [($now + $was) | keys[] | select($now[.] != $was[.])] as $files
+      | if ($lock[0].files[$op] == null) then "[images] \($op) differs (the lock records no file digests)"
+        elif ($files | length) > 0 then "[images] \($op) differs in \($files | join(", "))"
+        else "[images] \($op) differs in its layout (every file is as locked: tar, gzip or the JSON)" end' <<<"$built" >&2
+  done
+  die "the images built differ from $LOCK, from the same sources (diff and what differs above: committed < > built)"
+}
+
+# Builds the image binaries a second time somewhere else and compares them byte for byte with the
+# first build's: another checkout path (a copy of the working tree), another CARGO_HOME whose
+# registry sources are unpacked afresh (offline, from the first one's downloaded crates), another
+# target directory, HOME, user name, host name, time zone, locale, umask and job count. Only the
+# libraries and binaries are built (`--bins`: the features resolve as in the full build, checked by
+# comparing the results). On a difference it names the binary and the strings only one holds.
+reproduce() {
+  local elsewhere start=$SECONDS op differ=()
+  elsewhere=$(mktemp -d "${TMPDIR:-/tmp}/kfop-reproduce.XXXX")
+  mkdir -p "$elsewhere/checkout-moved" "$elsewhere/cargo-home/registry" "$elsewhere/home"
+  git ls-files -z --cached --others --exclude-standard | grep -zv '^target/' |
+    while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
+    tar --create --no-recursion --null --files-from - | tar --extract --directory "$elsewhere/checkout-moved"
+  local cargo_home=${CARGO_HOME:-$HOME/.cargo}
+  cp -r "$cargo_home/registry/index" "$cargo_home/registry/cache" "$elsewhere/cargo-home/registry/"
+  log "second build for comparison in $elsewhere (other path, CARGO_HOME, target directory, user, host, time zone, umask, jobs)"
+  local other_jobs=$(($(nproc) + 1)) hostname_change=(unshare --uts sh -c 'hostname kfop-reproduce && exec "$@"' sh)
+  "${hostname_change[@]}" true 2>/dev/null || { hostname_change=(); log "cannot change the host name here (unshare --uts); the second build keeps it"; }
+  (
+    umask 0077
+    cd "$elsewhere/checkout-moved"
+    export RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup} CARGO_HOME=$elsewhere/cargo-home CARGO_TARGET_DIR=$elsewhere/target \
+      HOME=$elsewhere/home USER=someone-else LOGNAME=someone-else TZ=Pacific/Kiritimati LC_ALL=C.UTF-8 CARGO_NET_OFFLINE=true
+    "${hostname_change[@]}" hack/cargo.sh build-bins --jobs "$other_jobs" --quiet
+  ) || die "the second build failed (output above); it is in $elsewhere"
+  local again
+  again=$(CARGO_TARGET_DIR=$elsewhere/target "$elsewhere/checkout-moved/hack/cargo.sh" bin-dir)
+  mkdir -p "$elsewhere/first" "$elsewhere/second"
+  for op in "${OPERATORS[@]}"; do
+    shipped "$BIN_DIR/$op" "$elsewhere/first/$op" && shipped "$again/$op" "$elsewhere/second/$op"
+    if ! cmp -s "$elsewhere/first/$op" "$elsewhere/second/$op"; then
+      differ+=("$op")
+      log "$op differs between the two builds; strings only one of them holds (< first, > second):"
+      diff <(strings -n 8 "$elsewhere/first/$op" | sort -u) <(strings -n 8 "$elsewhere/second/$op" | sort -u) | grep '^[<>]' | head -20 >&2 || true
+    fi
+  done
+  ((${#differ[@]} == 0)) || die "not reproducible: ${differ[*]} differ between two builds of the same sources (second build kept in $elsewhere)"
+  rm -rf "$elsewhere"
+  log "a second build elsewhere gave the same ${#OPERATORS[@]} binaries, byte for byte ($((SECONDS - start)) s)"
 }
 
 # Pushes every built image as REGISTRY/<operator>:v<version>; further arguments go to `skopeo copy`
@@ -246,6 +330,8 @@ case ${1:-} in
   build) build_images ;;
   lock) build_images && lock_json >"$LOCK" && log "wrote $LOCK; now run 'make generate'" ;;
   check) build_images && check_lock ;;
+  # Of the binaries already built (make test runs it beside the tests, which hold cargo's lock).
+  reproduce) list_operators && reproduce ;;
   push) shift && push "$@" ;;
-  *) die "usage: hack/images.sh build|lock|check|push REGISTRY" ;;
+  *) die "usage: hack/images.sh build|lock|check|reproduce|push REGISTRY" ;;
 esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs or checks what building and testing needs: openssl, curl and the image tools (Debian
-# packages: jq, skopeo, umoci, crun, file, libc6-dev, ca-certificates), Go >= 1.24
+# packages: jq, skopeo, umoci, crun, file, binutils, libc6-dev, ca-certificates), Go >= 1.24
 # (older go commands fetch the toolchain go.mod asks for from the Go module proxy) and Rust >= 1.89.
 set -euo pipefail
 log() { printf '[prereqs] %s\n' "$*" >&2; }
@@ -9,8 +9,10 @@ missing=()
 for tool in openssl curl; do command -v "$tool" >/dev/null || missing+=("$tool"); done
 # The operator images (hack/images.sh, hack/test-images.sh): jq writes the OCI layout, skopeo reads
 # and pushes it, umoci unpacks it into a runtime bundle, crun runs it; file checks the binaries
-# are static, which needs glibc's static archives (libc6-dev); the images carry Debian's CA bundle.
+# are static, which needs glibc's static archives (libc6-dev); strip (binutils) takes the symbols
+# out of the shipped binaries; the images carry the Mozilla certificates of ca-certificates.
 for tool in jq skopeo umoci crun file; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+command -v strip >/dev/null && command -v strings >/dev/null || missing+=(binutils)
 [[ -f /usr/lib/x86_64-linux-gnu/libc.a ]] || missing+=(libc6-dev)
 [[ -f /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
 if ((${#missing[@]})); then

@@ -190,6 +190,11 @@ impl TestNamespace {
         let name = unique_name(prefix);
         let ns = Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() }, ..Default::default() };
         Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create test namespace");
+        // Pods of a namespace are refused until kube-controller-manager has made its `default`
+        // ServiceAccount (and a refused ReplicaSet backs off exponentially); Kubernetes' own e2e
+        // framework waits for it too. Many manifests' workloads run as `default`.
+        let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &name);
+        within(&format!("ServiceAccount {name}/default made"), await_condition(accounts, "default", |sa: Option<&_>| sa.is_some())).await.unwrap();
         create_installer(client, &name).await;
         Self { name }
     }
@@ -234,15 +239,41 @@ pub async fn grant_installer(client: &Client, namespace: &str, kind: &str, role:
     api.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.expect("bind the installer account");
 }
 
+/// What the cluster said about `namespace`, for a failed test's output: its Warning events (e.g. a
+/// ReplicaSet's FailedCreate) and each Deployment's and ReplicaSet's replica counts.
+async fn print_namespace_story(client: &Client, namespace: &str) {
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    use k8s_openapi::api::core::v1::Event;
+    let mut lines = Vec::new();
+    let events = Api::<Event>::namespaced(client.clone(), namespace).list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
+    for e in events.iter().filter(|e| e.type_.as_deref() == Some("Warning")) {
+        let object = format!("{}/{}", e.involved_object.kind.as_deref().unwrap_or("?"), e.involved_object.name.as_deref().unwrap_or("?"));
+        lines.push(format!("event {object} {} (x{}): {}", e.reason.as_deref().unwrap_or(""), e.count.unwrap_or(1), e.message.as_deref().unwrap_or("")));
+    }
+    for d in Api::<Deployment>::namespaced(client.clone(), namespace).list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
+        let s = d.status.unwrap_or_default();
+        lines.push(format!("Deployment {}: generation {:?} observed {:?}, replicas {:?} updated {:?} available {:?}", d.metadata.name.unwrap_or_default(), d.metadata.generation, s.observed_generation, s.replicas, s.updated_replicas, s.available_replicas));
+    }
+    for r in Api::<ReplicaSet>::namespaced(client.clone(), namespace).list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
+        let s = r.status.unwrap_or_default();
+        lines.push(format!("ReplicaSet {}: replicas {} ready {:?}", r.metadata.name.unwrap_or_default(), s.replicas, s.ready_replicas));
+    }
+    eprintln!("--- namespace {namespace} after the failure ---\n{}", lines.join("\n"));
+}
+
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         let name = self.name.clone();
+        let failed = std::thread::panicking();
         // Drop cannot await, and the test's own client is driven by the test's runtime, which this
         // thread blocks; so delete with a fresh client on a short-lived runtime of its own.
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
                 if let Ok(client) = Client::try_default().await {
+                    if failed {
+                        print_namespace_story(&client, &name).await;
+                    }
                     release_finalizers(&client, &name).await;
                     let _ = Api::<Namespace>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
                 }
@@ -252,18 +283,28 @@ impl Drop for TestNamespace {
     }
 }
 
-/// Directory holding the built operator binaries (`KFOP_BIN_DIR`, else the workspace's
-/// `target/debug`).
+/// Directory holding the built operator binaries (`KFOP_BIN_DIR`, else where the one build,
+/// `hack/cargo.sh build`, puts them in the workspace's target directory).
 pub fn bin_dir() -> std::path::PathBuf {
     match std::env::var_os("KFOP_BIN_DIR") {
         Some(dir) => dir.into(),
-        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug"),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/x86_64-unknown-linux-gnu/debug"),
     }
 }
 
-/// A free loopback port (bound then released).
+/// A port nothing listens on, for a server a test starts. Taken below the kernel's ephemeral range
+/// (32768 and up by default): a port the kernel hands out there can become the local port of any
+/// outgoing connection before the server binds it (a chaos run's NATS route failed so); and above
+/// the environment's own ports (e2e/env/versions.sh, 23790–28222), which chaos frees while it
+/// restarts a server. Never the same port twice in one process, so parallel tests do not race.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = rand::random_range(29000..32768u16);
+        if GIVEN.lock().unwrap().insert(port) && std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// An operator binary running on the host against the environment, killed on drop.

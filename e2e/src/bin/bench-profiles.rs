@@ -22,10 +22,14 @@
 //!   operator renders them — `profiles_operator::tenant::desired_objects`, which this crate does
 //!   not link — without the owner reference and the operator's labels) applied by one
 //!   `kubectl apply --server-side`; time until it exits, and its requests (from `-v=6`).
+//! * Where the time goes: CPU seconds of kube-apiserver, etcd, kube-controller-manager, the
+//!   operator and this process in each phase; the API server's priority-and-fairness queueing of
+//!   the operator's requests (level `workload-low`).
 //!
-//! Everything made is deleted at the end, after a failure and on Ctrl-C (Profiles first, so the
-//! operator still removes its finalizer; their namespaces follow by garbage collection), and the
-//! benchmark waits (bounded) until the namespaces are gone before the next size.
+//! Everything made is deleted at the end, after a failure and on Ctrl-C or SIGTERM (Profiles
+//! first, so the operator still removes its finalizer; their namespaces follow by garbage
+//! collection), and the benchmark waits (bounded) until the namespaces are gone before the next
+//! size.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -456,6 +460,53 @@ impl Operator {
     }
 }
 
+/// CPU seconds (user + system) used so far by each process of interest: the control plane's by
+/// name, the operator's and this benchmark's (its watches and the proxy) by pid.
+fn cpu_seconds(operator_pid: u32) -> BTreeMap<&'static str, f64> {
+    let ticks = 100.0; // USER_HZ on Linux
+    let of = |pid: &str| -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command, which ends with the last ')': utime and stime are the 12th and 13th.
+        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+        fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0) + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    let mut cpu = BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        let name = match comm.trim() {
+            "kube-apiserver" => "kube-apiserver",
+            "etcd" => "etcd",
+            "kube-controller" | "kube-controller-manager" => "kube-controller-manager",
+            _ => continue,
+        };
+        *cpu.entry(name).or_default() += of(&pid) / ticks;
+    }
+    cpu.insert("operator", of(&operator_pid.to_string()) / ticks);
+    cpu.insert("benchmark (watches, proxy)", of("self") / ticks);
+    cpu
+}
+
+fn cpu_since(now: &BTreeMap<&'static str, f64>, before: &BTreeMap<&'static str, f64>) -> String {
+    now.iter().map(|(k, v)| format!("{k} {:.0}", v - before.get(k).copied().unwrap_or(0.0))).collect::<Vec<_>>().join(", ")
+}
+
+/// The API server's priority-and-fairness queueing of the operator's requests (priority level
+/// `workload-low`, where ServiceAccounts land): (requests dispatched, seconds waited in queues in all).
+async fn apf_wait(client: &Client) -> (f64, f64) {
+    let text = client.request_text(http::Request::get("/metrics").body(Vec::new()).unwrap()).await.unwrap_or_default();
+    let sum = |metric: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(metric) && l.contains("priority_level=\"workload-low\"") && l.contains("execute=\"true\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    (sum("apiserver_flowcontrol_request_wait_duration_seconds_count"), sum("apiserver_flowcontrol_request_wait_duration_seconds_sum"))
+}
+
 fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
@@ -492,6 +543,8 @@ async fn run_size(client: &Client, operator: &Operator, run: &str, n: usize, ste
 
     // Converge.
     let before = operator.traffic.snapshot();
+    let cpu_before = cpu_seconds(operator.process.pid());
+    let apf_before = apf_wait(client).await;
     let own_before = operator.own_counters().await;
     let failures_before = operator.failures();
     let t0 = Instant::now();
@@ -534,6 +587,8 @@ async fn run_size(client: &Client, operator: &Operator, run: &str, n: usize, ste
     };
     watches.iter().for_each(|w| w.abort());
     let (rss, _) = operator.rss_mib();
+    let cpu_converged = cpu_seconds(operator.process.pid());
+    let apf_converged = apf_wait(client).await;
     let convergence = operator.traffic.snapshot().since(&before);
     let own_converged = operator.own_counters().await;
     let failures: BTreeMap<String, u64> = operator
@@ -583,6 +638,7 @@ async fn run_size(client: &Client, operator: &Operator, run: &str, n: usize, ste
     let file = std::env::temp_dir().join(unique_name("bench-profiles-reference.yaml"));
     std::fs::write(&file, kubeflow_manifests::yaml_stream(objects.iter().cloned())).unwrap();
     let kubectl = std::env::var("KFOP_KUBE_BIN").map_or_else(|_| "kubectl".into(), |dir| format!("{dir}/kubectl"));
+    let cpu_reference_before = cpu_seconds(operator.process.pid());
     let t0 = Instant::now();
     let output = tokio::time::timeout(
         bound,
@@ -593,6 +649,7 @@ async fn run_size(client: &Client, operator: &Operator, run: &str, n: usize, ste
     )
     .await;
     let reference = t0.elapsed();
+    let cpu_reference = cpu_seconds(operator.process.pid());
     let _ = std::fs::remove_file(&file);
     let (reference_ok, reference_requests) = match output {
         Ok(Ok(out)) => {
@@ -667,6 +724,11 @@ async fn run_size(client: &Client, operator: &Operator, run: &str, n: usize, ste
     println!("| the same until the end of the steady window | {} | — | — | — | — |", own_fmt(own_after, own_before));
     println!("| operator RSS: converged / after the steady window / peak (VmHWM, whole process life) | {rss:.1} / {rss_steady:.1} / {hwm:.1} MiB | — | — | {upstream_rss} | {target_rss} |");
     println!("| operator RSS before the benchmark's Profiles (after one warm-up Profile) | {:.1} MiB | — | — | — | — |", operator.idle_rss.get().copied().unwrap_or(0.0));
+    println!("| CPU seconds until converged / until applied | {} | {} | — | — | — |", cpu_since(&cpu_converged, &cpu_before), cpu_since(&cpu_reference, &cpu_reference_before));
+    let (dispatched, waited) = (apf_converged.0 - apf_before.0, apf_converged.1 - apf_before.1);
+    if dispatched > 0.0 {
+        println!("| API server queueing (priority and fairness, level `workload-low`) until converged: requests, mean wait | {dispatched:.0}, {:.0} ms | — | — | — | — |", waited / dispatched * 1e3);
+    }
     if operator.counted {
         println!("\nRequests of the operator until converged, by verb and resource (per Profile):\n");
         println!("| request | count | per Profile |\n| --- | --- | --- |");
@@ -733,6 +795,16 @@ async fn cleanup(client: &Client, run: &str, bound: Duration) {
             last_report = Instant::now();
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+/// SIGTERM (e.g. `make` stopped): cleaned up like Ctrl-C.
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut signal) => {
+            signal.recv().await;
+        }
+        Err(_) => std::future::pending().await,
     }
 }
 
@@ -808,6 +880,7 @@ async fn bench_main() {
     let outcome = tokio::select! {
         result = bench => result.map_err(|e| if e.is_panic() { "the benchmark failed".to_string() } else { e.to_string() }),
         _ = tokio::signal::ctrl_c() => { bench_abort.abort(); Err("interrupted".to_string()) }
+        _ = terminated() => { bench_abort.abort(); Err("terminated".to_string()) }
     };
     if let Err(why) = &outcome {
         eprintln!("{why}: cleaning up");
