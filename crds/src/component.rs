@@ -408,6 +408,23 @@ pub struct ApplicationState {
     pub state: ComponentPhase,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// Objects its package renders in API versions Kubernetes no longer serves, rewritten to the
+    /// versions that replaced them, counted per kind (`kfop build` lists each one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub converted: Vec<ConvertedKind>,
+}
+
+/// How many objects of one kind an application's package renders in a removed API version, and
+/// the version they were converted to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConvertedKind {
+    pub kind: String,
+    /// The removed `apiVersion` the package renders.
+    pub from: String,
+    /// The `apiVersion` applied instead.
+    pub to: String,
+    pub count: u32,
 }
 
 /// Service type of the Istio ingress gateway.

@@ -242,6 +242,10 @@ pub struct ApplicationStatus {
     pub state: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// Objects its package renders in API versions Kubernetes no longer serves, converted to the
+    /// versions that replaced them, counted per kind (as its component reports them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub converted: Vec<crate::component::ConvertedKind>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -95,7 +95,11 @@ wait_for etcd 30 sh -c "curl -sf http://127.0.0.1:$ETCD_PORT/health | grep -q '\
 # --- nats-server -----------------------------------------------------------------------------
 # Secured as deployed: TLS, one NKey per operator, the bus contract's permissions
 # (`kfop local-bus`; the material is made once per state directory).
-cargo run -q --locked -p kfop -- local-bus "$STATE_DIR/bus" --port "$NATS_PORT" --monitor-port "$NATS_MONITOR_PORT" \
+# kfop of the one build (hack/cargo.sh): a plain `cargo run` would compile the workspace a second
+# time with other flags (it cost `make test` five minutes).
+ROOT_DIR=$(cd "$(dirname "$0")/../.." && pwd)
+"$ROOT_DIR/hack/cargo.sh" build-bins --quiet
+"$("$ROOT_DIR/hack/cargo.sh" bin-dir)/kfop" local-bus "$STATE_DIR/bus" --port "$NATS_PORT" --monitor-port "$NATS_MONITOR_PORT" \
   --store-dir "$STATE_DIR/nats" >/dev/null
 start nats-server "$NATS_BIN/nats-server" -c "$STATE_DIR/bus/nats.conf"
 wait_for nats-server 30 curl -sf "http://127.0.0.1:$NATS_MONITOR_PORT/healthz?js-enabled-only=true"

@@ -282,3 +282,68 @@ async fn generic_applications_upgrade_to_new_repositories_and_roll_back_a_releas
     gone(&api, "demo").await;
     removed_but_crds_and_namespaces(&client, &ns.name, "web-app-parameters").await;
 }
+
+/// kfctl-era KfDefs whose package renders API versions Kubernetes removed (v1beta1 CRD, RBAC,
+/// webhook, PodDisruptionBudget, CronJob, PriorityClass; `extensions/v1beta1` Deployment without
+/// a selector and Ingress; `apps/v1beta2` StatefulSet; `autoscaling/v2beta1`) install on the
+/// current control plane in both kfctl modes: every application Ready, its conversions counted in
+/// the KfDef's status, the custom resource served with every field it was given (v1beta1 did not
+/// prune), the webhook keeping v1beta1's `failurePolicy: Ignore` (its backend does not exist, so
+/// v1's `Fail` would block deleting the custom resource).
+#[tokio::test]
+async fn kfctl_era_kfdefs_in_removed_api_versions_install_converted_in_both_modes() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    prepare_manifests_fixture(&client).await;
+    let server = fixtures::Server::start(BTreeMap::from([(ARCHIVE.to_string(), fixtures::repo_tarball())])).await;
+    let uri = server.url(ARCHIVE);
+    let without: Vec<_> = kubeflow_crds::ComponentKind::ALL.into_iter().filter(|k| *k != kubeflow_crds::ComponentKind::GENERIC).collect();
+    let stack = OperatorStack::start(&client, &without).await;
+    let log = stack.components[&kubeflow_crds::ComponentKind::GENERIC].log.display().to_string();
+    let converted = |kind: &str, from: &str, to: &str| (kind.to_string(), from.to_string(), to.to_string(), 1);
+    let expected = [
+        converted("ClusterRole", "rbac.authorization.k8s.io/v1beta1", "rbac.authorization.k8s.io/v1"),
+        converted("CronJob", "batch/v1beta1", "batch/v1"),
+        converted("CustomResourceDefinition", "apiextensions.k8s.io/v1beta1", "apiextensions.k8s.io/v1"),
+        converted("Deployment", "extensions/v1beta1", "apps/v1"),
+        converted("HorizontalPodAutoscaler", "autoscaling/v2beta1", "autoscaling/v2"),
+        converted("Ingress", "extensions/v1beta1", "networking.k8s.io/v1"),
+        converted("PodDisruptionBudget", "policy/v1beta1", "policy/v1"),
+        converted("PriorityClass", "scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1"),
+        converted("Role", "rbac.authorization.k8s.io/v1beta1", "rbac.authorization.k8s.io/v1"),
+        converted("RoleBinding", "rbac.authorization.k8s.io/v1beta1", "rbac.authorization.k8s.io/v1"),
+        converted("StatefulSet", "apps/v1beta2", "apps/v1"),
+        converted("ValidatingWebhookConfiguration", "admissionregistration.k8s.io/v1beta1", "admissionregistration.k8s.io/v1"),
+    ];
+    for (stacks, application_name) in [(false, "legacy"), (true, "kubeflow-apps")] {
+        let ns = TestNamespace::create(&client, if stacks { "e2e-legacy-stacks" } else { "e2e-legacy" }).await;
+        // The stack's own kustomization puts everything in `kubeflow`.
+        let target = if stacks { "kubeflow".to_string() } else { ns.name.clone() };
+        let api = api_in(&client, &ns.name);
+        api.create(&PostParams::default(), &fixtures::legacy_kfdef(&uri, &ns.name, stacks)).await.unwrap();
+        let done = wait_kfdef(&api, "legacy", &format!("the kfctl-era KfDef Available, stacks {stacks} (log: {log})"), |k| phase(k) == Some(KfDefPhase::Available)).await;
+        every_application_ready_from(&done, "kustomize");
+        let listed: Vec<_> = application(&done, application_name).converted.iter().map(|c| (c.kind.clone(), c.from.clone(), c.to.clone(), c.count)).collect();
+        assert_eq!(listed, expected, "stacks {stacks}");
+
+        let jobs = Api::<DynamicObject>::namespaced_with(client.clone(), &target, &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("demo.kubeflow.org", "v1alpha1", "LegacyJob"), "legacyjobs"));
+        let job = jobs.get("nightly").await.unwrap();
+        assert_eq!(job.data["spec"]["schedule"], "0 3 * * *", "a field outside the schema was pruned");
+        assert_eq!(job.data["spec"]["template"], json!({"image": "trainer:v1", "args": ["--epochs", "3"]}));
+        let deployment = Api::<Deployment>::namespaced(client.clone(), &target).get("legacy-controller").await.unwrap();
+        let labels = deployment.spec.unwrap().template.metadata.unwrap().labels.unwrap();
+        assert_eq!(labels.get("app").map(String::as_str), Some("legacy-controller"));
+        let webhook = Api::<ValidatingWebhookConfiguration>::all(client.clone()).get("legacy-job-validator").await.unwrap();
+        let webhook = &webhook.webhooks.unwrap()[0];
+        assert_eq!((webhook.failure_policy.as_deref(), webhook.side_effects.as_str(), webhook.timeout_seconds), (Some("Ignore"), "None", Some(30)));
+
+        api.delete("legacy", &DeleteParams::default()).await.unwrap();
+        gone(&api, "legacy").await;
+        gone(&jobs, "nightly").await;
+        gone(&Api::<ClusterRole>::all(client.clone()), "legacy-job-viewer").await;
+        gone(&Api::<ValidatingWebhookConfiguration>::all(client.clone()), "legacy-job-validator").await;
+        assert!(Api::<CustomResourceDefinition>::all(client.clone()).get_opt("legacyjobs.demo.kubeflow.org").await.unwrap().is_some(), "the CRD was deleted");
+    }
+}

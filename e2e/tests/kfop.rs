@@ -86,3 +86,26 @@ async fn kfop_builds_applies_and_deletes_a_kfdef_with_the_operators_functions() 
     assert!(Api::<Namespace>::all(client.clone()).get_opt("demo-tenants").await.unwrap().is_some(), "a namespace was deleted");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `kfop build` of a kfctl-era KfDef whose package renders removed API versions writes the
+/// objects converted (what a user reviews or commits) and lists each conversion.
+#[tokio::test]
+async fn kfop_build_writes_removed_api_versions_converted_and_lists_them() {
+    let dir = std::env::temp_dir().join(unique_name("kfop-legacy"));
+    let repo = dir.join("repo");
+    fixtures::write_repo(&repo);
+    let file = dir.join("kfdef.yaml");
+    std::fs::write(&file, serde_yaml_ng::to_string(&fixtures::legacy_kfdef(repo.to_str().unwrap(), "team-a", false)).unwrap()).unwrap();
+    let out = dir.join("out");
+    let stdout = kfop(&["build", "-f", file.to_str().unwrap(), "-o", out.to_str().unwrap()]).await;
+    assert!(stdout.contains("12 objects converted from API versions Kubernetes no longer serves"), "{stdout}");
+    assert!(stdout.contains("legacy: Deployment team-a/legacy-controller: extensions/v1beta1 → apps/v1 (selector taken from the pod template's labels)"), "{stdout}");
+    let built: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&std::fs::read_to_string(out.join("kustomize.yaml")).unwrap())
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .collect();
+    let deployment = built.iter().find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "legacy-controller").expect("legacy-controller built");
+    assert_eq!((deployment["apiVersion"].as_str(), &deployment["spec"]["selector"]), (Some("apps/v1"), &serde_json::json!({"matchLabels": {"app": "legacy-controller"}})));
+    let crd = built.iter().find(|o| o["kind"] == "CustomResourceDefinition").unwrap();
+    assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,6 +5,8 @@
 //!   owner annotation, namespace, applied hash), in apply order: `DIR/<component>.yaml`. No
 //!   cluster needed: kinds a package uses without shipping their CRD are taken for namespaced
 //!   custom resources. Repositories may also be local directories, tarballs or `file://` URLs.
+//!   Objects of API versions Kubernetes no longer serves are written converted, each listed
+//!   ([`kubeflow_manifests::convert`]).
 //! - `apply -f kfdef.yaml`: the same plan as component resources in the KfDef's namespace (named
 //!   after it, labelled [`KFOP_LABEL`]), each reconciled by its component's controller running in
 //!   this process — no operator needed — until every application is Ready; then it exits.
@@ -146,12 +148,20 @@ fn resource(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) -> Va
     })
 }
 
-/// Builds what component `registered`'s operator applies for the resource `kfdef` plans for it;
-/// the applications that fail, with why.
-async fn desired(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) -> Result<(Vec<Value>, Vec<String>), String> {
+/// What component `registered`'s operator applies for the resource `kfdef` plans for it.
+struct Desired {
+    objects: Vec<Value>,
+    /// The applications that fail, with why.
+    failed: Vec<String>,
+    /// Each object converted from a removed API version, with its application.
+    conversions: Vec<String>,
+}
+
+/// Builds what component `registered`'s operator applies for the resource `kfdef` plans for it.
+async fn desired(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) -> Result<Desired, String> {
     if registered.kind != ComponentKind::GENERIC {
         let objects = (registered.render)(&kfdef.name_any(), &kfdef.namespace().unwrap_or_default(), spec).map_err(|e| format!("{}: {e}", registered.kind))?;
-        return Ok((objects, Vec::new()));
+        return Ok(Desired { objects, failed: Vec::new(), conversions: Vec::new() });
     }
     let resource: KustomizeApplication = serde_json::from_value(resource(registered, kfdef, spec)).map_err(|e| e.to_string())?;
     // The KfDef file is the user's own: local repositories are fine here, and so is any address
@@ -159,9 +169,10 @@ async fn desired(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) 
     let fetch = kubeflow_manifests::FetchOptions { allow_local: true, ..unfenced() };
     let rendered = kustomize_operator::render(&resource, Discovery::Offline, fetch).await.map_err(|e| e.to_string())?;
     let failed = rendered.failed.iter().map(|f| format!("application {:?}: {}", f.application, f.error)).collect();
+    let conversions = rendered.conversion_details.iter().flat_map(|(application, lines)| lines.iter().map(move |line| format!("{application}: {line}"))).collect();
     let inputs = Inputs { rendered: Some(rendered), ..Default::default() };
     let objects = component_framework::build::desired_objects::<KustomizeComponent>(&resource, &inputs).map_err(|e| e.to_string())?;
-    Ok((objects, failed))
+    Ok(Desired { objects, failed, conversions })
 }
 
 async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> Result<(), String> {
@@ -171,12 +182,18 @@ async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> R
     let mut failures = Vec::new();
     for (component, planned) in &plan.components {
         let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
-        let (objects, failed) = desired(registered, kfdef, &planned.spec).await?;
+        let Desired { objects, failed, conversions } = desired(registered, kfdef, &planned.spec).await?;
         let yaml = kubeflow_manifests::yaml_stream(objects.iter().cloned());
         let path = output.join(format!("{component}.yaml"));
         std::fs::write(&path, yaml).map_err(|e| format!("{}: {e}", path.display()))?;
         let applications: Vec<&str> = plan.applications.iter().filter(|a| a.component.as_deref() == Some(component.name())).map(|a| a.name.as_str()).collect();
         println!("{}: {} objects ({} {}: {})", path.display(), objects.len(), registered.operator, planned.version, applications.join(", "));
+        if !conversions.is_empty() {
+            println!("  {} objects converted from API versions Kubernetes no longer serves (written converted):", conversions.len());
+            for line in &conversions {
+                println!("    {line}");
+            }
+        }
         failures.extend(failed);
     }
     match failures.is_empty() {

@@ -112,6 +112,11 @@ pub enum KustomizeError {
 pub enum RenderError {
     #[error("application {app:?}: kustomizeConfig.repoRef is missing")]
     NoRepoRef { app: String },
+    #[error("application {app:?}: {source}")]
+    Unconvertible {
+        app: String,
+        source: crate::convert::Unconvertible,
+    },
     #[error("application {app:?}: repoRef.name {repo:?} is not in spec.repos (known: {known:?})")]
     UnknownRepo {
         app: String,
@@ -189,6 +194,7 @@ impl RenderError {
         match self {
             RenderError::Repo(_) => None,
             RenderError::NoRepoRef { app }
+            | RenderError::Unconvertible { app, .. }
             | RenderError::UnknownRepo { app, .. }
             | RenderError::InvalidPath { app, .. }
             | RenderError::PathNotFound { app, .. }

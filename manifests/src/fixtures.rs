@@ -11,6 +11,9 @@
 //!   it, a MutatingWebhookConfiguration, a Deployment and a ClusterRole loaded from
 //!   `demo/common/`, outside the package folder;
 //! - `demo/broken`: a package kustomize rejects (a resource that does not exist);
+//! - `demo/legacy`: a flat package in API versions Kubernetes removed (v1beta1 CRD, RBAC, webhook,
+//!   PodDisruptionBudget, CronJob, PriorityClass; extensions/v1beta1 Deployment and Ingress;
+//!   apps/v1beta2 StatefulSet; autoscaling/v2beta1), and `stacks/legacy` taking it as a base;
 //! - `namespaces/base` and `stacks/kubernetes` (v1.2 style: `application/<app>` kustomizations
 //!   that take `../../../../demo/...` as bases and merge their own `params.env`).
 
@@ -189,6 +192,229 @@ spec:
         "demo/broken/kustomization.yaml",
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- does-not-exist.yaml\n",
     ),
+    // --- demo/legacy: a kfctl-era package in API versions Kubernetes no longer serves (shapes
+    // of Kubeflow 0.7–1.2: a v1beta1 CRD with `validation`, CRD-wide printer columns and typeless
+    // schema nodes; v1beta1 RBAC; a v1beta1 webhook without sideEffects or failurePolicy; an
+    // extensions/v1beta1 Deployment without a selector; ...). No APIService: one without a
+    // backend would break the cluster's discovery for everyone else.
+    (
+        "demo/legacy/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- crd.yaml\n- rbac.yaml\n- workloads.yaml\n- policies.yaml\n- webhook.yaml\n- legacy-job.yaml\n",
+    ),
+    (
+        "demo/legacy/crd.yaml",
+        r#"apiVersion: apiextensions.k8s.io/v1beta1
+kind: CustomResourceDefinition
+metadata:
+  name: legacyjobs.demo.kubeflow.org
+spec:
+  group: demo.kubeflow.org
+  version: v1alpha1
+  scope: Namespaced
+  names:
+    kind: LegacyJob
+    plural: legacyjobs
+    singular: legacyjob
+  subresources:
+    status: {}
+  additionalPrinterColumns:
+  - name: Owner
+    type: string
+    JSONPath: .spec.owner
+  validation:
+    openAPIV3Schema:
+      properties:
+        spec:
+          properties:
+            owner:
+              type: string
+            replicas:
+              type: integer
+              minimum: 1
+            template: {}
+"#,
+    ),
+    (
+        "demo/legacy/legacy-job.yaml",
+        "apiVersion: demo.kubeflow.org/v1alpha1\nkind: LegacyJob\nmetadata:\n  name: nightly\nspec:\n  owner: admin@example.com\n  replicas: 2\n  template: {image: trainer:v1, args: [--epochs, \"3\"]}\n  schedule: 0 3 * * *\n",
+    ),
+    (
+        "demo/legacy/rbac.yaml",
+        r#"apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: legacy-controller
+---
+apiVersion: rbac.authorization.k8s.io/v1beta1
+kind: ClusterRole
+metadata:
+  name: legacy-job-viewer
+rules:
+- apiGroups: [demo.kubeflow.org]
+  resources: [legacyjobs]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1beta1
+kind: Role
+metadata:
+  name: legacy-controller
+rules:
+- apiGroups: [demo.kubeflow.org]
+  resources: [legacyjobs, legacyjobs/status]
+  verbs: [get, list, watch, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1beta1
+kind: RoleBinding
+metadata:
+  name: legacy-controller
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: legacy-controller
+subjects:
+- kind: ServiceAccount
+  name: legacy-controller
+"#,
+    ),
+    (
+        "demo/legacy/workloads.yaml",
+        r#"apiVersion: v1
+kind: Service
+metadata:
+  name: legacy-controller
+spec:
+  selector: {app: legacy-controller}
+  ports:
+  - port: 443
+    targetPort: 8443
+---
+apiVersion: extensions/v1beta1
+kind: Deployment
+metadata:
+  name: legacy-controller
+spec:
+  replicas: 1
+  template:
+    metadata:
+      labels: {app: legacy-controller}
+    spec:
+      serviceAccountName: legacy-controller
+      containers:
+      - name: manager
+        image: gcr.io/kubeflow-images-public/legacy-controller:v0.7.0
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: legacy-db
+spec:
+  clusterIP: None
+  selector: {app: legacy-db}
+  ports:
+  - port: 3306
+---
+apiVersion: apps/v1beta2
+kind: StatefulSet
+metadata:
+  name: legacy-db
+spec:
+  serviceName: legacy-db
+  replicas: 1
+  selector:
+    matchLabels: {app: legacy-db}
+  template:
+    metadata:
+      labels: {app: legacy-db}
+    spec:
+      containers:
+      - name: mysql
+        image: mysql:5.6
+---
+apiVersion: batch/v1beta1
+kind: CronJob
+metadata:
+  name: legacy-cleanup
+spec:
+  schedule: "0 4 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers:
+          - name: cleanup
+            image: gcr.io/kubeflow-images-public/legacy-cleanup:v0.7.0
+---
+apiVersion: autoscaling/v2beta1
+kind: HorizontalPodAutoscaler
+metadata:
+  name: legacy-controller
+spec:
+  minReplicas: 1
+  maxReplicas: 3
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: legacy-controller
+  metrics:
+  - type: Resource
+    resource:
+      name: cpu
+      targetAverageUtilization: 80
+"#,
+    ),
+    (
+        "demo/legacy/policies.yaml",
+        r#"apiVersion: scheduling.k8s.io/v1beta1
+kind: PriorityClass
+metadata:
+  name: legacy-critical
+value: 1000000
+description: kfctl-era priority class
+---
+apiVersion: policy/v1beta1
+kind: PodDisruptionBudget
+metadata:
+  name: legacy-controller
+spec:
+  minAvailable: 1
+  selector:
+    matchLabels: {app: legacy-controller}
+---
+apiVersion: extensions/v1beta1
+kind: Ingress
+metadata:
+  name: legacy-controller
+spec:
+  rules:
+  - http:
+      paths:
+      - path: /legacy
+        backend:
+          serviceName: legacy-controller
+          servicePort: 443
+"#,
+    ),
+    (
+        "demo/legacy/webhook.yaml",
+        r#"apiVersion: admissionregistration.k8s.io/v1beta1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: legacy-job-validator
+webhooks:
+- name: legacyjobs.demo.kubeflow.org
+  clientConfig:
+    service:
+      name: legacy-controller
+      namespace: kubeflow
+      path: /validate
+  rules:
+  - apiGroups: [demo.kubeflow.org]
+    apiVersions: [v1alpha1]
+    operations: [DELETE]
+    resources: [legacyjobs]
+"#,
+    ),
     // --- v1.2 stacks layout
     (
         "namespaces/base/kustomization.yaml",
@@ -213,6 +439,14 @@ spec:
     (
         "stacks/kubernetes/application/webhook/kustomization.yaml",
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../../../../demo/webhook\n",
+    ),
+    (
+        "stacks/legacy/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: kubeflow\nresources:\n- application/legacy\ncommonLabels:\n  app.kubernetes.io/part-of: kubeflow\n",
+    ),
+    (
+        "stacks/legacy/application/legacy/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../../../../demo/legacy\n",
     ),
 ];
 
@@ -400,6 +634,23 @@ spec:
   - name: manifests
     uri: {uri}
 "#
+    ))
+    .unwrap()
+}
+
+/// A kfctl-era KfDef over the fixture repository at `uri` whose application renders API versions
+/// Kubernetes no longer serves (`demo/legacy`): one application `legacy` (v1.0 style, into
+/// `namespace`), or with `stacks` the v1.2 style, `namespaces` and `kubeflow-apps` (into
+/// `kubeflow`).
+pub fn legacy_kfdef(uri: &str, namespace: &str, stacks: bool) -> KfDef {
+    let applications = if stacks {
+        "  - name: namespaces\n    kustomizeConfig:\n      repoRef: {name: manifests, path: namespaces/base}\n  - name: kubeflow-apps\n    kustomizeConfig:\n      repoRef: {name: manifests, path: stacks/legacy}\n"
+    } else {
+        "  - name: legacy\n    kustomizeConfig:\n      repoRef: {name: manifests, path: demo/legacy}\n"
+    };
+    let version = if stacks { "v1.2.0" } else { "v1.0.2" };
+    serde_yaml_ng::from_str(&format!(
+        "apiVersion: kfdef.apps.kubeflow.org/v1\nkind: KfDef\nmetadata:\n  name: legacy\n  namespace: {namespace}\nspec:\n  version: {version}\n  applications:\n{applications}  repos:\n  - name: manifests\n    uri: {uri}\n"
     ))
     .unwrap()
 }

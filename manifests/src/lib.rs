@@ -3,7 +3,7 @@
 //! ```text
 //! spec.repos[].uri ──fetch (bounded, checked, cached)──▶ repository tree (read-only)
 //! spec.applications[] ──per render: work dir, kfctl's kustomization / params.env──▶ kustomize build
-//!                    ──▶ objects in kfctl's install order
+//!                    ──▶ removed API versions converted ──▶ objects in kfctl's install order
 //! ```
 //!
 //! - [`RepoCache::fetch`] downloads an http(s) `.tar.gz` (or takes a local directory or tarball,
@@ -16,6 +16,10 @@
 //!   ([`kfctl`] lists the rules and where they differ from kfctl); [`Mode::Stacks`] (v1.1+, a KfDef
 //!   with an application named `kubeflow-apps`) builds each path as it is.
 //! - kustomize runs as a subprocess with a timeout and an output limit ([`Kustomize`]).
+//! - Objects in API versions Kubernetes no longer serves (kfctl-era `v1beta1` CRDs, RBAC, webhooks,
+//!   `extensions/v1beta1` workloads, …) are rewritten to the versions that replaced them, each
+//!   conversion listed in [`RenderedApp::conversions`]; one whose meaning would change is an
+//!   error naming it ([`convert`]).
 //!
 //! **Which kustomize.** kfctl v1.0–v1.2 linked `sigs.k8s.io/kustomize/v3` v3.1.0 and built with
 //! `loader.RestrictionNone`. The project builds exactly that release from the Go module proxy
@@ -30,6 +34,7 @@
 //! refers to a file outside the repository or to a remote base.
 
 pub mod archive;
+pub mod convert;
 pub mod error;
 pub mod fetch;
 pub mod kfctl;
@@ -41,6 +46,7 @@ pub mod render;
 #[cfg(feature = "fixtures")]
 pub mod fixtures;
 
+pub use convert::{Conversion, ConvertedKind, Unconvertible};
 pub use error::{KustomizeError, RenderError, RepoError, RepoErrorReason};
 pub use fetch::{FetchOptions, FetchedRepo, RepoCache, RepoSource};
 pub use kustomize::{KUSTOMIZE_ENV, KUSTOMIZE_VERSION, Kustomize};

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::archive::safe_relative;
+use crate::convert::{Conversion, Unconvertible, convert_objects};
 use crate::error::RenderError;
 use crate::fetch::{FetchedRepo, RepoCache, RepoSource};
 use crate::kfctl;
@@ -108,6 +109,8 @@ pub struct RenderedApp {
     pub objects: Vec<DynamicObject>,
     /// Things that were ignored, e.g. overlays on a stacks application.
     pub warnings: Vec<String>,
+    /// Objects rewritten from API versions Kubernetes no longer serves ([`crate::convert`]).
+    pub conversions: Vec<Conversion>,
 }
 
 impl RenderedApp {
@@ -151,6 +154,22 @@ pub fn parse_objects(yaml: &str) -> Result<Vec<DynamicObject>, String> {
     }
     sort_install_order(&mut objects);
     Ok(objects)
+}
+
+/// `objects` with every object of a removed API version converted ([`crate::convert`]).
+fn convert_removed_versions(
+    objects: Vec<DynamicObject>,
+) -> Result<(Vec<DynamicObject>, Vec<Conversion>), Unconvertible> {
+    let values = objects
+        .into_iter()
+        .map(|o| serde_json::to_value(o).expect("a DynamicObject serialises"))
+        .collect();
+    let (values, conversions) = convert_objects(values)?;
+    let objects = values
+        .into_iter()
+        .map(|v| serde_json::from_value(v).expect("a converted object is still an object"))
+        .collect();
+    Ok((objects, conversions))
 }
 
 /// Renders applications from fetched repositories with a kustomize binary. Each render works in
@@ -262,10 +281,17 @@ impl Renderer {
             app: app.name.clone(),
             reason,
         })?;
+        let (objects, conversions) = convert_removed_versions(objects).map_err(|source| {
+            RenderError::Unconvertible {
+                app: app.name.clone(),
+                source,
+            }
+        })?;
         Ok(RenderedApp {
             name: app.name.clone(),
             objects,
             warnings,
+            conversions,
         })
     }
 }

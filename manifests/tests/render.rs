@@ -625,3 +625,54 @@ async fn the_stand_in_repository_renders_every_application_of_the_sample_kfdef()
     let cert_manager = apps.iter().find(|a| a.name == "cert-manager").unwrap();
     assert_eq!(find(&cert_manager.objects, "Deployment", "cert-manager").labels().get("overlay.kubeflow.org/application").map(String::as_str), Some("true"), "overlay applied");
 }
+
+/// A kfctl-era package in removed API versions renders converted in both modes, each conversion
+/// listed; what kustomize did to the old objects (commonLabels on an `extensions/v1beta1`
+/// Deployment's selector) is kept.
+#[tokio::test]
+async fn removed_api_versions_render_converted_in_both_modes() {
+    let env = env(false).await;
+    let server = serve_repo().await;
+    let uri = server.url("archive/v1.0.2.tar.gz");
+    let expected_conversions = [
+        "CustomResourceDefinition legacyjobs.demo.kubeflow.org: apiextensions.k8s.io/v1beta1 → apiextensions.k8s.io/v1",
+        "ClusterRole legacy-job-viewer: rbac.authorization.k8s.io/v1beta1 → rbac.authorization.k8s.io/v1",
+        "Role {ns}/legacy-controller: rbac.authorization.k8s.io/v1beta1 → rbac.authorization.k8s.io/v1",
+        "RoleBinding {ns}/legacy-controller: rbac.authorization.k8s.io/v1beta1 → rbac.authorization.k8s.io/v1",
+        "Deployment {ns}/legacy-controller: extensions/v1beta1 → apps/v1",
+        "StatefulSet {ns}/legacy-db: apps/v1beta2 → apps/v1",
+        "CronJob {ns}/legacy-cleanup: batch/v1beta1 → batch/v1",
+        "HorizontalPodAutoscaler {ns}/legacy-controller: autoscaling/v2beta1 → autoscaling/v2",
+        "PriorityClass legacy-critical: scheduling.k8s.io/v1beta1 → scheduling.k8s.io/v1",
+        "PodDisruptionBudget {ns}/legacy-controller: policy/v1beta1 → policy/v1",
+        "Ingress {ns}/legacy-controller: extensions/v1beta1 → networking.k8s.io/v1",
+        "ValidatingWebhookConfiguration legacy-job-validator: admissionregistration.k8s.io/v1beta1 → admissionregistration.k8s.io/v1",
+    ];
+    for (stacks, namespace, selector) in [
+        (false, "team-a", serde_json::json!({"matchLabels": {"app": "legacy-controller"}})),
+        // The stack's commonLabels reached the old Deployment's selector in kustomize already.
+        (true, "kubeflow", serde_json::json!({"matchLabels": {"app.kubernetes.io/part-of": "kubeflow"}})),
+    ] {
+        let kfdef = fixtures::legacy_kfdef(&uri, namespace, stacks);
+        let apps = env.renderer.render_kfdef(&env.cache, &kfdef).await.unwrap();
+        let app = apps.last().unwrap();
+        let mut listed: Vec<String> = app.conversions.iter().map(|c| {
+            let line = c.to_string();
+            line.split(" (").next().unwrap().to_string()
+        }).collect();
+        let mut expected: Vec<String> = expected_conversions.iter().map(|l| l.replace("{ns}", namespace)).collect();
+        listed.sort();
+        expected.sort();
+        assert_eq!(listed, expected, "stacks: {stacks}");
+        let removed = ["v1beta1", "v1beta2", "v2beta1"];
+        for object in &app.objects {
+            let api_version = &object.types.as_ref().unwrap().api_version;
+            let custom = api_version.starts_with("demo.kubeflow.org/");
+            assert!(custom || !removed.iter().any(|r| api_version.ends_with(r)), "{api_version} {:?} left unconverted", object.metadata.name);
+        }
+        let deployment = find(&app.objects, "Deployment", "legacy-controller");
+        assert_eq!(deployment.data["spec"]["selector"], selector, "stacks: {stacks}");
+        let crd = find(&app.objects, "CustomResourceDefinition", "legacyjobs.demo.kubeflow.org");
+        assert_eq!(crd.data["spec"]["versions"][0]["additionalPrinterColumns"], serde_json::json!([{"name": "Owner", "type": "string", "jsonPath": ".spec.owner"}]));
+    }
+}

@@ -147,7 +147,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             parameters: config.parameters,
             repo_sha256: repo.and_then(|r| r.sha256.clone()),
         });
-        applications.push(ApplicationStatus { name: app.name.clone(), component: Some(component.name().into()), state: "Pending".into(), message: String::new() });
+        applications.push(ApplicationStatus { name: app.name.clone(), component: Some(component.name().into()), state: "Pending".into(), ..Default::default() });
     }
     let namespace = kfdef.namespace().unwrap_or_default();
     // Every component installs with the rights of this account of the KfDef's namespace.

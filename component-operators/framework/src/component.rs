@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use kubeflow_crds::bus::ReleaseInfo;
-use kubeflow_crds::component::{ComponentResource, SecretKeyRef};
+use kubeflow_crds::component::{ComponentResource, ConvertedKind, SecretKeyRef};
 use serde_json::{Value, json};
 
 use crate::manifest::Params;
@@ -83,6 +83,10 @@ pub struct Rendered {
     /// Every application, in spec order (those that failed included).
     pub applications: Vec<String>,
     pub failed: Vec<ApplicationFailure>,
+    /// Per application, its objects converted from removed API versions, counted per kind.
+    pub converted: BTreeMap<String, Vec<ConvertedKind>>,
+    /// Per application, each conversion described (object, versions, what moved) for a reader.
+    pub conversion_details: BTreeMap<String, Vec<String>>,
 }
 
 /// Data read from the cluster that the spec refers to (dereference step).

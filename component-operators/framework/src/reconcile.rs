@@ -15,7 +15,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
-use kubeflow_crds::component::{ComponentResource, ComponentStatus, CrdRemovalPolicy, InventoryEntry, ManagementState};
+use kubeflow_crds::component::{ComponentResource, ComponentStatus, ConvertedKind, CrdRemovalPolicy, InventoryEntry, ManagementState};
 use operator_runtime::finalizer::{Step, with_finalizer};
 use operator_runtime::retry::Backoffs;
 use serde_json::{Value, json};
@@ -358,6 +358,7 @@ struct Desired {
     /// Every application, when the component renders several ([`crate::component::Rendered`]).
     applications: Vec<String>,
     failed: Vec<ApplicationFailure>,
+    converted: BTreeMap<String, Vec<ConvertedKind>>,
 }
 
 /// Dereference and build; the inner error is bad input (nothing touched), the outer an API failure.
@@ -370,8 +371,8 @@ async fn desired<C: Component>(resource: &C::Resource, ctx: &Context<C>, install
         Ok(objects) => objects,
         Err(invalid) => return Ok(Err(invalid)),
     };
-    let (applications, failed) = inputs.rendered.map(|r| (r.applications, r.failed)).unwrap_or_default();
-    Ok(Ok(Desired { objects, applications, failed }))
+    let (applications, failed, converted) = inputs.rendered.map(|r| (r.applications, r.failed, r.converted)).unwrap_or_default();
+    Ok(Ok(Desired { objects, applications, failed, converted }))
 }
 
 /// Reads what the spec references, as the installer: the operator itself reads no Secrets, and a
@@ -653,7 +654,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
         let note = changed.join("; ");
         ctx.event(resource, EventType::Normal, "Healed", note).await;
     }
-    Ok(Outcome::Applied { version: version.clone(), inventory, not_ready, failed, applications: desired.applications.clone() })
+    Ok(Outcome::Applied { version: version.clone(), inventory, not_ready, failed, applications: desired.applications.clone(), converted: desired.converted.clone() })
 }
 
 /// Waits (bounded) until every CRD in `names` is Established.

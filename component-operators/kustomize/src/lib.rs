@@ -8,6 +8,8 @@
 //! CRDs Established before their custom resources, readiness, heal and drift revert, prune,
 //! cleanup with CRDs and namespaces retained.
 //!
+//! Objects in API versions Kubernetes removed are converted in the render
+//! ([`kubeflow_manifests::convert`]) and counted per application in `status.applications[].converted`.
 //! Kinds outside the framework's built-in list are learned from the CRDs in the same render or
 //! from the API server's discovery; an object whose kind the cluster does not serve, or that two
 //! applications both render, is refused naming the application. Renders are memoised by spec, so
@@ -24,7 +26,7 @@ use component_framework::kinds;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
-use kubeflow_manifests::{AppSpec, FetchOptions, Kustomize, Mode, RenderContext, Renderer, RepoCache, RepoErrorReason, RepoSource};
+use kubeflow_manifests::{AppSpec, Conversion, FetchOptions, Kustomize, Mode, RenderContext, Renderer, RepoCache, RepoErrorReason, RepoSource};
 use serde_json::{Value, json};
 
 pub struct KustomizeComponent;
@@ -169,8 +171,9 @@ async fn learn_kinds(discovery: Discovery<'_>, objects: &[Value]) -> BTreeSet<(S
     unserved
 }
 
-/// Renders one application: its repository fetched (or taken from the cache), its package built.
-async fn render_source(index: usize, source: &KustomizeSource, repos: &RepoCache, renderer: &Renderer, context: &RenderContext) -> Result<Vec<Value>, InvalidSpec> {
+/// Renders one application: its repository fetched (or taken from the cache), its package built,
+/// objects of removed API versions converted (counted per kind).
+async fn render_source(index: usize, source: &KustomizeSource, repos: &RepoCache, renderer: &Renderer, context: &RenderContext) -> Result<(Vec<Value>, Vec<Conversion>), InvalidSpec> {
     let (repo, app) = app_spec(index, source)?;
     // A download may fail for a while (network, server); the spec may be right: retry. A fenced
     // destination stays fenced until the spec (or the operator's flags) change.
@@ -180,7 +183,8 @@ async fn render_source(index: usize, source: &KustomizeSource, repos: &RepoCache
         if fenced { invalid } else { invalid.retryable() }
     })?;
     let rendered = renderer.render_application(&fetched, &app, context).await.map_err(|e| InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string()))?;
-    Ok(rendered.objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect())
+    let objects = rendered.objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect();
+    Ok((objects, rendered.conversions))
 }
 
 /// Fetches and renders every application of `resource`, each on its own: one that fails is
@@ -206,10 +210,16 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
         RenderMode::Stacks => Mode::Stacks,
     };
     let context = RenderContext { namespace: namespace.clone(), kfdef_name: resource.name_any(), mode };
-    let (mut rendered, mut failed) = (Vec::new(), Vec::new());
+    let (mut rendered, mut failed, mut converted, mut conversion_details) = (Vec::new(), Vec::new(), BTreeMap::new(), BTreeMap::new());
     for (index, source) in spec.core.sources.iter().enumerate() {
         match render_source(index, source, &repos, &renderer, &context).await {
-            Ok(objects) => rendered.push((index, source.application.clone(), objects)),
+            Ok((objects, conversions)) => {
+                if !conversions.is_empty() {
+                    converted.insert(source.application.clone(), kubeflow_manifests::convert::summarise(&conversions));
+                    conversion_details.insert(source.application.clone(), conversions.iter().map(ToString::to_string).collect());
+                }
+                rendered.push((index, source.application.clone(), objects))
+            }
             Err(error) => failed.push(ApplicationFailure { application: source.application.clone(), error }),
         }
     }
@@ -232,7 +242,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     }
     let objects = objects.into_iter().filter(|o| o["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_none_or(|a| !waiting.contains_key(a))).collect();
     failed.sort_by_key(|f| indexes[&f.application]);
-    let rendered = Rendered { objects: with_namespaces(objects, &namespace), applications: spec.core.sources.iter().map(|s| s.application.clone()).collect(), failed };
+    let rendered = Rendered { objects: with_namespaces(objects, &namespace), applications: spec.core.sources.iter().map(|s| s.application.clone()).collect(), failed, converted, conversion_details };
     // Failures are not remembered: a download or a missing kind may come right.
     if rendered.failed.is_empty() {
         let mut memo = memo().lock().expect("render memo");
