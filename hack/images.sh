@@ -209,9 +209,22 @@ build_images() {
   revision=$(source_revision)
   mkdir -p "$OUT"
   : >"$OUT/digests.tmp"
+  mkdir -p "$OUT/work"
+  # One image per core at a time (compressing the layer is most of the work); each writes only
+  # its own files, so the order they finish in changes nothing.
+  local running=() pid
   for op in "${OPERATORS[@]}"; do
     file "$BIN_DIR/$op" | grep -qE 'statically linked|static-pie linked' || die "$op is not statically linked: $(file -b "$BIN_DIR/$op")"
-    line=$(assemble "$op" "$OUT/work/$op" "$revision")
+    assemble "$op" "$OUT/work/$op" "$revision" >"$OUT/work/$op.line" &
+    running+=($!)
+    if ((${#running[@]} >= $(nproc))); then
+      wait "${running[0]}" || die "assembling an image failed (above)"
+      running=("${running[@]:1}")
+    fi
+  done
+  for pid in "${running[@]}"; do wait "$pid" || die "assembling an image failed (above)"; done
+  for op in "${OPERATORS[@]}"; do
+    line=$(cat "$OUT/work/$op.line")
     echo "$op $line" >>"$OUT/digests.tmp"
   done
   rm -rf "$OUT/work"
