@@ -147,12 +147,6 @@ pub enum RenderError {
         "application {app:?}: overlays {overlays:?} need a package with base/ and overlays/<name>/"
     )]
     OverlaysWithoutBase { app: String, overlays: Vec<String> },
-    #[error("application {app:?}: unknown parameter {parameter:?} (allowed: {allowed:?})")]
-    UnknownParameter {
-        app: String,
-        parameter: String,
-        allowed: Vec<String>,
-    },
     #[error("application {app:?}: parameter {parameter:?} is invalid: {reason}")]
     InvalidParameter {
         app: String,
@@ -201,7 +195,6 @@ impl RenderError {
             | RenderError::NotAPackage { app, .. }
             | RenderError::MissingOverlay { app, .. }
             | RenderError::OverlaysWithoutBase { app, .. }
-            | RenderError::UnknownParameter { app, .. }
             | RenderError::InvalidParameter { app, .. }
             | RenderError::ForbiddenReference { app, .. }
             | RenderError::Kustomize { app, .. }

@@ -365,11 +365,11 @@ fn prepare(
     let tree = work.join("tree");
     let pkg = mirror(&root, &tree, &rel)
         .map_err(io(&app.name, "copying the package into the work directory"))?;
-    per_application(&pkg, app, ctx)?;
+    let warnings = per_application(&pkg, app, ctx)?;
     let tree_canon =
         std::fs::canonicalize(&tree).map_err(io(&app.name, "resolving the work directory"))?;
     refs::check(&pkg, &[tree_canon, root]).map_err(forbidden)?;
-    Ok((pkg, Vec::new()))
+    Ok((pkg, warnings))
 }
 
 /// Recreates the path to the package under `tree`: the package itself is copied (it gets
@@ -442,7 +442,8 @@ fn read_mapping(app: &str, file: &Path) -> Result<Mapping, RenderError> {
 }
 
 /// kfctl's per-application preparation of the package copy at `pkg`.
-fn per_application(pkg: &Path, app: &AppSpec, ctx: &RenderContext) -> Result<(), RenderError> {
+/// Returns what was ignored (parameters the package does not declare).
+fn per_application(pkg: &Path, app: &AppSpec, ctx: &RenderContext) -> Result<Vec<String>, RenderError> {
     let base_dir = pkg.join("base");
     let has_base = base_dir.join("kustomization.yaml").is_file();
     // The directories whose params.env the parameters apply to.
@@ -505,14 +506,19 @@ fn per_application(pkg: &Path, app: &AppSpec, ctx: &RenderContext) -> Result<(),
             params_files.push((file, text));
         }
     }
+    // kfctl (MergeKustomization's params.env rewrite) replaced the lines a params.env already had
+    // and nothing else: a parameter no selected params.env declares changed nothing, silently —
+    // the official v1.0 KfDefs rely on it (`reportUsage` for spartakus). Ignored here too, and said.
     let mut params = BTreeMap::new();
+    let mut warnings = Vec::new();
     for p in &app.parameters {
         if !declared.contains(&p.name) {
-            return Err(RenderError::UnknownParameter {
-                app: app.name.clone(),
-                parameter: p.name.clone(),
-                allowed: declared.iter().cloned().collect(),
-            });
+            warnings.push(format!(
+                "parameter {:?} is declared by no selected params.env (declared: {:?}); ignored, as kfctl ignored it",
+                p.name,
+                declared.iter().collect::<Vec<_>>()
+            ));
+            continue;
         }
         kfctl::check_param_value(&p.value).map_err(|reason| RenderError::InvalidParameter {
             app: app.name.clone(),
@@ -545,7 +551,7 @@ fn per_application(pkg: &Path, app: &AppSpec, ctx: &RenderContext) -> Result<(),
         for n in ["kustomization.yaml", "kustomization.yml", "Kustomization"] {
             let _ = std::fs::remove_file(pkg.join(n));
         }
-        write_mapping(&app.name, &pkg.join("kustomization.yaml"), &merged)
+        write_mapping(&app.name, &pkg.join("kustomization.yaml"), &merged)?;
     } else {
         let file = refs::kustomization_file(pkg).expect("checked above");
         let mut k = read_mapping(&app.name, &file)?;
@@ -557,8 +563,9 @@ fn per_application(pkg: &Path, app: &AppSpec, ctx: &RenderContext) -> Result<(),
         if explicit.is_some() || !has_ns {
             k.insert(Value::String("namespace".into()), Value::String(namespace));
         }
-        write_mapping(&app.name, &file, &k)
+        write_mapping(&app.name, &file, &k)?;
     }
+    Ok(warnings)
 }
 
 fn write_mapping(app: &str, file: &Path, m: &Mapping) -> Result<(), RenderError> {

@@ -11,8 +11,9 @@
 //! Objects in API versions Kubernetes removed are converted in the render
 //! ([`kubeflow_manifests::convert`]) and counted per application in `status.applications[].converted`.
 //! Kinds outside the framework's built-in list are learned from the CRDs in the same render or
-//! from the API server's discovery; an object whose kind the cluster does not serve, or that two
-//! applications both render, is refused naming the application. Renders are memoised by spec, so
+//! from the API server's discovery; an object whose kind the cluster does not serve is refused
+//! naming the application. An object several applications render is applied once
+//! ([`merge_applications`]). Renders are memoised by spec, so
 //! reconciles triggered by owned objects do not run kustomize again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -84,26 +85,76 @@ fn identity(object: &Value) -> (String, String, String, String) {
 /// One application's rendered objects: `(index in spec.sources, application, objects)`.
 pub type ApplicationObjects = (usize, String, Vec<Value>);
 
-/// Joins the applications' objects, each annotated with its application. An application that
-/// renders an object an earlier one renders too is left out whole, naming both.
+/// Annotation listing every application that renders an object, when more than one renders it
+/// identically (`components.kubeflow.org/application` names the first).
+pub const APPLICATIONS_ANNOTATION: &str = "components.kubeflow.org/applications";
+
+/// Joins the applications' objects, each annotated with its application, the way kfctl applied
+/// them one after the other without ever refusing one: an object an earlier application renders
+/// too is applied once — owned jointly when identical (both named in
+/// [`APPLICATIONS_ANNOTATION`]), and for a Namespace also when only its labels or annotations
+/// differ (merged, the earlier application's value winning a key both set; namespaces are only
+/// ever created). An object rendered differently is never fought over: the earlier
+/// application's stays, the later one's is left out and reported on its application, whose
+/// other objects go on.
 pub fn merge_applications(rendered: Vec<ApplicationObjects>) -> (Vec<Value>, Vec<ApplicationFailure>) {
-    let mut owners: BTreeMap<(String, String, String, String), String> = BTreeMap::new();
-    let (mut out, mut failed) = (Vec::new(), Vec::new());
+    let mut owners: BTreeMap<(String, String, String, String), usize> = BTreeMap::new();
+    let (mut out, mut failed): (Vec<Value>, Vec<ApplicationFailure>) = (Vec::new(), Vec::new());
     for (index, application, objects) in rendered {
-        let shared = objects.iter().find_map(|o| owners.get(&identity(o)).map(|other| (o, other)));
-        if let Some((object, other)) = shared {
-            let name = object["metadata"]["name"].as_str().unwrap_or_default();
-            let message = format!("application {application:?} renders {} {name}, which application {other:?} renders too; an object belongs to one application", object["kind"].as_str().unwrap_or_default());
-            failed.push(ApplicationFailure { application, error: InvalidSpec::new(format!("spec.sources[{index}]"), message) });
-            continue;
-        }
+        let mut differing = Vec::new();
         for mut object in objects {
-            owners.insert(identity(&object), application.clone());
-            object["metadata"]["annotations"][APPLICATION_ANNOTATION] = json!(application);
-            out.push(object);
+            let Some(&at) = owners.get(&identity(&object)) else {
+                owners.insert(identity(&object), out.len());
+                object["metadata"]["annotations"][APPLICATION_ANNOTATION] = json!(application);
+                out.push(object);
+                continue;
+            };
+            let earlier = &mut out[at];
+            let first = earlier["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().unwrap_or_default().to_string();
+            if object["kind"] == "Namespace" && object["apiVersion"] == "v1" {
+                for field in ["labels", "annotations"] {
+                    let Some(theirs) = object["metadata"][field].as_object().cloned() else { continue };
+                    if !earlier["metadata"][field].is_object() {
+                        earlier["metadata"][field] = json!({});
+                    }
+                    let ours = earlier["metadata"][field].as_object_mut().expect("made an object above");
+                    for (key, value) in theirs {
+                        ours.entry(key).or_insert(value);
+                    }
+                }
+            } else if !same_object(earlier, &object) {
+                let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                differing.push(format!("{} {name} (application {first:?} renders it otherwise; its version is applied)", object["kind"].as_str().unwrap_or_default()));
+                continue;
+            }
+            let joint = earlier["metadata"]["annotations"][APPLICATIONS_ANNOTATION].as_str().unwrap_or(&first).to_string();
+            if !joint.split(',').any(|a| a == application) {
+                earlier["metadata"]["annotations"][APPLICATIONS_ANNOTATION] = json!(format!("{joint},{application}"));
+            }
+        }
+        if !differing.is_empty() {
+            let message = format!("application {application:?} renders objects another application renders differently, left out: {}", differing.join(", "));
+            failed.push(ApplicationFailure { application, error: InvalidSpec::new(format!("spec.sources[{index}]"), message) });
         }
     }
     (out, failed)
+}
+
+/// Whether two renders of one object are the same object, the annotations this component adds
+/// aside.
+fn same_object(earlier: &Value, later: &Value) -> bool {
+    let strip = |object: &Value| {
+        let mut object = object.clone();
+        if let Some(annotations) = object.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+            annotations.remove(APPLICATION_ANNOTATION);
+            annotations.remove(APPLICATIONS_ANNOTATION);
+            if annotations.is_empty() {
+                object["metadata"].as_object_mut().map(|m| m.remove("annotations"));
+            }
+        }
+        object
+    };
+    strip(earlier) == strip(later)
 }
 
 /// `objects` preceded by a Namespace for each namespace they use that they do not create
@@ -183,6 +234,9 @@ async fn render_source(index: usize, source: &KustomizeSource, repos: &RepoCache
         if fenced { invalid } else { invalid.retryable() }
     })?;
     let rendered = renderer.render_application(&fetched, &app, context).await.map_err(|e| InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string()))?;
+    for warning in &rendered.warnings {
+        tracing::warn!(application = %source.application, "{warning}");
+    }
     let objects = rendered.objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect();
     Ok((objects, rendered.conversions))
 }
@@ -316,19 +370,42 @@ mod tests {
     }
 
     #[test]
-    fn an_application_that_renders_an_object_another_renders_is_left_out_naming_both() {
+    fn an_object_two_applications_render_alike_is_applied_once_and_owned_jointly() {
         let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "kubeflow"}});
-        let (merged, failed) = merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![cm("two")])]);
-        assert!(failed.is_empty());
-        assert_eq!(merged[1]["metadata"]["annotations"][APPLICATION_ANNOTATION], "b");
-        let (merged, failed) = merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![cm("two"), cm("one")]), (2, "c".into(), vec![cm("three")])]);
-        assert_eq!(failed.len(), 1);
-        assert_eq!(failed[0].application, "b");
-        assert_eq!(failed[0].error.to_string(), "spec.sources[1]: application \"b\" renders ConfigMap one, which application \"a\" renders too; an object belongs to one application");
+        let (merged, failed) = merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![cm("two"), cm("one")]), (2, "c".into(), vec![cm("one")])]);
+        assert!(failed.is_empty(), "{failed:?}");
         let names: Vec<&str> = merged.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
-        assert_eq!(names, ["one", "three"], "b is left out whole, c goes on");
+        assert_eq!(names, ["one", "two"]);
+        assert_eq!(merged[0]["metadata"]["annotations"], json!({APPLICATION_ANNOTATION: "a", APPLICATIONS_ANNOTATION: "a,b,c"}));
+        assert_eq!(merged[1]["metadata"]["annotations"], json!({APPLICATION_ANNOTATION: "b"}));
         // Same name, other kind or namespace: two objects.
         let other_ns = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "one", "namespace": "team"}});
         assert_eq!(merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![other_ns])]).0.len(), 2);
+    }
+
+    /// kfctl v1.2's istio_dex KfDef: `namespaces` and `cert-manager` both render Namespace
+    /// `cert-manager`, the latter with a label of its own.
+    #[test]
+    fn a_namespace_two_applications_render_is_one_namespace_with_both_labels() {
+        let plain = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cert-manager", "labels": {"control-plane": "kubeflow"}}});
+        let labelled = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cert-manager", "labels": {"certmanager.k8s.io/disable-validation": "true", "control-plane": "other"}}});
+        let (merged, failed) = merge_applications(vec![(0, "namespaces".into(), vec![plain]), (1, "cert-manager".into(), vec![labelled])]);
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(merged.len(), 1);
+        assert_eq!(merged[0]["metadata"]["labels"], json!({"certmanager.k8s.io/disable-validation": "true", "control-plane": "kubeflow"}), "merged, the first application's value kept");
+        assert_eq!(merged[0]["metadata"]["annotations"][APPLICATIONS_ANNOTATION], "namespaces,cert-manager");
+    }
+
+    #[test]
+    fn an_object_rendered_two_ways_keeps_the_first_and_is_reported_on_the_second() {
+        let role = |verbs: Value| json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kubeflow-view"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]});
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b-config", "namespace": "kubeflow"}});
+        let (merged, failed) = merge_applications(vec![(0, "a".into(), vec![role(json!(["get"]))]), (1, "b".into(), vec![role(json!(["get", "list"])), cm])]);
+        assert_eq!(merged.len(), 2, "b's other objects go on");
+        assert_eq!(merged[0]["rules"][0]["verbs"], json!(["get"]), "a's version is applied, never b's");
+        assert_eq!(merged[1]["metadata"]["annotations"][APPLICATION_ANNOTATION], "b");
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].application, "b");
+        assert_eq!(failed[0].error.to_string(), "spec.sources[1]: application \"b\" renders objects another application renders differently, left out: ClusterRole kubeflow-view (application \"a\" renders it otherwise; its version is applied)");
     }
 }
