@@ -62,10 +62,19 @@ package_dir() { case $1 in meta-operator) echo deploy/meta-operator ;; *) echo "
 
 # --- each image runs as its nonroot user and becomes ready ----------------------------------------
 printf '127.0.0.1 localhost\n' >"$WORK/hosts"
-port=38180
+# Each operator's health port: below the kernel's ephemeral range, where no outgoing connection
+# (of the API server to etcd, say) takes it as its local port before the operator binds it, and
+# one nothing listens on. (As free_port in e2e/src/lib.rs; the environment's ports end at 28222.)
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
+port=29100
+next_free_port() {
+  port=$((port + 1))
+  while (: </dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
+  ((port < ephemeral_low)) || die "no free port below the ephemeral range (from $ephemeral_low)"
+}
 summary=()
 while read -r op digest layer_bytes gz_bytes; do
-  port=$((port + 1))
+  next_free_port
   dir=$WORK/$op
   mkdir -p "$dir"
   skopeo copy --quiet "oci-archive:$OUT/$op.oci.tar" "oci:$dir/layout:$op"

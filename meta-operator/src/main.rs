@@ -64,7 +64,10 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    tokio::spawn(operator_runtime::server::serve(cli.metrics_addr, metrics.clone()));
+    if let Err(e) = operator_runtime::server::start(cli.metrics_addr, metrics.clone()).await {
+        tracing::error!(error = %e, addr = %cli.metrics_addr, "cannot serve the health endpoint");
+        return std::process::ExitCode::FAILURE;
+    }
     let platform = match controller::detect_platform(&client).await {
         Ok(p) => p,
         Err(e) => {

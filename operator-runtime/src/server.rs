@@ -16,11 +16,18 @@ use crate::metrics::Metrics;
 /// Content type of the OpenMetrics text exposition [`Metrics::render`] produces.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Binds `addr` and serves the endpoint until an I/O error.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<()> {
+/// Binds `addr` and serves the endpoint in the background. A port that cannot be bound fails the
+/// start: an operator without its endpoint would look dead to the kubelet, or, when another
+/// process holds the port, report that process's health as its own.
+pub async fn start(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     info!(%addr, "serving /healthz, /readyz and /metrics");
-    serve_on(listener, metrics).await
+    tokio::spawn(async move {
+        if let Err(e) = serve_on(listener, metrics).await {
+            tracing::error!(error = %e, "the health endpoint stopped");
+        }
+    });
+    Ok(())
 }
 
 /// Serves the endpoint on a bound `listener`.
@@ -83,5 +90,13 @@ mod tests {
         let (head, body) = get(addr, "/metrics").await;
         assert!(head.starts_with("HTTP/1.1 200") && head.contains(OPENMETRICS), "{head}");
         assert!(body.lines().any(|l| l == "kfop_reconciles_total{component=\"katib\"} 1"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn a_port_another_process_holds_fails_the_start() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = holder.local_addr().unwrap();
+        let error = start(addr, Arc::new(Metrics::new("katib"))).await.expect_err("started on a port another socket listens on");
+        assert_eq!(error.kind(), std::io::ErrorKind::AddrInUse);
     }
 }

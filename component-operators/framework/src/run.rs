@@ -28,7 +28,7 @@ use crate::reconcile::{self, Context};
 pub enum RunError {
     #[error("cannot build a Kubernetes client (KUBECONFIG or in-cluster config): {0}")]
     Client(#[source] kube::Error),
-    #[error("health endpoint: {0}")]
+    #[error("cannot serve the health endpoint: {0}")]
     Server(#[from] std::io::Error),
     #[error(transparent)]
     LeaderElection(#[from] operator_runtime::leader::LeaderElectionError),
@@ -70,7 +70,7 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     // counted by the client itself, per field manager.
     let client = operator_runtime::client::counted_client(metrics.clone()).await.map_err(RunError::Client)?;
     let field_manager = format!("kubeflow-{component}-operator");
-    tokio::spawn(crate::server::serve(args.metrics_addr, metrics.clone()));
+    crate::server::start(args.metrics_addr, metrics.clone()).await?;
     // A standby replica stops here: it neither watches nor reads the bus until it leads.
     let leadership = args.leader_election.lead(client.clone(), &field_manager, &metrics).await?;
 

@@ -605,10 +605,16 @@ pub fn router(shared: Shared) -> Router {
         .with_state(shared)
 }
 
-pub async fn serve(addr: std::net::SocketAddr, shared: Shared) -> std::io::Result<()> {
+/// Binds `addr` (failing the start when it cannot) and serves the KFAM API in the background.
+pub async fn start(addr: std::net::SocketAddr, shared: Shared) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "KFAM API listening");
-    axum::serve(listener, router(shared)).await
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router(shared)).await {
+            tracing::error!(error = %e, "KFAM API stopped");
+        }
+    });
+    Ok(())
 }
 
 #[cfg(test)]

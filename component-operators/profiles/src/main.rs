@@ -26,12 +26,7 @@ fn main() -> std::process::ExitCode {
         let client = kube::Client::try_default().await.map_err(|e| format!("cannot build a Kubernetes client: {e}"))?;
         let shared = kfam::Shared::default();
         if let Some(addr) = profiles.kfam_addr {
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                if let Err(e) = kfam::serve(addr, shared).await {
-                    tracing::error!(error = %e, "KFAM API stopped");
-                }
-            });
+            kfam::start(addr, shared.clone()).await.map_err(|e| format!("cannot serve the KFAM API on {addr}: {e}"))?;
         }
         let namespace = operator.namespace.clone();
         tokio::spawn(controller::run(client, namespace, Arc::new(cloud::Unconfigured), shared));
