@@ -190,6 +190,16 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
 
     // Heal: a deleted owned object comes back.
     delete_and_await_recreation(&role_bindings, "namespaceAdmin").await;
+    // Heal: an owned object someone else edited is put back (the controller sees its resource
+    // version move past the one its own apply returned).
+    let owner_subjects = role_bindings.get("namespaceAdmin").await.unwrap().subjects;
+    let intruder = json!({"subjects": [{"kind": "User", "name": "mallory@example.com", "apiGroup": "rbac.authorization.k8s.io"}]});
+    role_bindings.patch("namespaceAdmin", &PatchParams::default(), &Patch::Merge(intruder)).await.unwrap();
+    eventually("namespaceAdmin's subjects put back", || async {
+        let subjects = role_bindings.get("namespaceAdmin").await.map_err(|e| e.to_string())?.subjects;
+        if subjects == owner_subjects { Ok(()) } else { Err(format!("{subjects:?}")) }
+    })
+    .await;
 
     // Quota edited → applied; quota removed → ResourceQuota gone.
     profiles.patch(&alice, &PatchParams::default(), &Patch::Merge(json!({"spec": {"resourceQuotaSpec": {"hard": {"cpu": "4"}}}}))).await.unwrap();

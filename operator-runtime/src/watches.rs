@@ -18,6 +18,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt, stream};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::utils::Backoff;
+use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource, ResourceExt};
@@ -71,6 +72,20 @@ where
     let writer = reflector::store::Writer::new(dyntype);
     let store = writer.as_reader();
     (store.clone(), changes(watch(api, config).reflect(writer), store))
+}
+
+/// As [`reflect`], of the objects' metadata only (`api` asks for metadata) and without their
+/// `managedFields` (most of a small object's size): for caches of many objects of which a
+/// controller needs to know the names, labels, owners and resource versions.
+pub fn reflect_metadata<K>(api: Api<PartialObjectMeta<K>>, config: watcher::Config, dyntype: K::DynamicType) -> (Store<PartialObjectMeta<K>>, impl Stream<Item = Result<Change<PartialObjectMeta<K>>, watcher::Error>> + Send + 'static)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::new(dyntype);
+    let store = writer.as_reader();
+    let events = watch(api, config).modify(|object| object.metadata.managed_fields = None).reflect(writer);
+    (store.clone(), changes(events, store))
 }
 
 /// A change a reflected watch reports.

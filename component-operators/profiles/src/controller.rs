@@ -4,7 +4,10 @@
 //! the settings of the oldest managed ProfileController resource; with none, Profiles are left as
 //! they are. Reconciles are triggered by the Profile, by changes to any object it made (labelled,
 //! owner-referenced: a deleted or edited object is put back), by settings changes and by Istio's
-//! CRDs appearing (which mesh authorization a namespace gets). Per reconcile: refuse a reserved
+//! CRDs appearing (which mesh authorization a namespace gets). What it made is known from
+//! label-selected watches of metadata only ([`Made`]): a reconcile of a converged Profile reads
+//! nothing from the API server and writes nothing (an object is applied again only when what it
+//! should hold changed, or someone else changed or deleted it). Per reconcile: refuse a reserved
 //! name, validate (a bad Profile changes nothing and says which field), refuse a namespace someone
 //! else made, create a missing namespace (a create, so a namespace made meanwhile is not adopted), apply,
 //! drop labels the settings remove, prune what this Profile made and no longer wants (the quota
@@ -12,8 +15,9 @@
 //! Deleting a Profile deletes its namespace (owner reference, as upstream), after the finalizer
 //! revoked the plugin grants.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use component_framework::api::ProfileController;
@@ -21,12 +25,10 @@ use component_framework::api::common::ConditionStatus;
 use component_framework::api::component::ManagementState;
 use component_framework::api::profile::{self, Profile};
 use futures::{Stream, StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, ServiceAccount};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PartialObjectMeta, PostParams, Preconditions};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PartialObjectMeta, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::core::DeserializeGuard;
@@ -90,6 +92,151 @@ pub struct Context {
     recorder: Recorder,
     cloud: Arc<dyn CloudIdentity>,
     backoffs: Backoffs<String>,
+    made: Made,
+}
+
+/// A key of [`Made`]'s maps within one namespace: `(kind, name)`.
+type Key = (&'static str, String);
+
+/// What the controller knows of the objects Profiles made (labelled managed-by): one watch of
+/// metadata per kind, and what it last applied to each object.
+///
+/// An object is applied again only when what it should hold changed (another hash) or when
+/// someone else wrote it: its resource version moved past the one the apply returned, or it
+/// vanished after the watch had shown it. So a reconcile of a converged Profile sends nothing.
+pub(crate) struct Made {
+    /// Per kind (Namespace and [`tenant::PRUNABLE`]): where it is served and its cache.
+    caches: HashMap<&'static str, (ApiResource, Store<PartialObjectMeta<DynamicObject>>)>,
+    namespaces: Tenants,
+}
+
+/// Per namespace (a Namespace filed under its own name): the watched objects, for prune, and what
+/// was applied. Shared with the watches, which file what they show.
+#[derive(Clone, Default)]
+struct Tenants(Arc<Mutex<HashMap<String, Tenant>>>);
+
+#[derive(Default)]
+struct Tenant {
+    /// Namespaced objects the watches show in this namespace.
+    watched: BTreeSet<Key>,
+    applied: HashMap<Key, Applied>,
+}
+
+/// The last apply of one object.
+struct Applied {
+    /// Hash of the applied object.
+    hash: u64,
+    /// The resource version the apply returned.
+    resource_version: String,
+    /// The watch has shown the object at that version (or later): from then on, its absence
+    /// means it was deleted rather than not yet seen.
+    seen: bool,
+}
+
+/// Whether resource version `a` is older than `b`. Resource versions are etcd revisions; a
+/// version that is not a number is never called older (the object is applied again).
+fn older(a: &str, b: &str) -> bool {
+    matches!((a.parse::<u64>(), b.parse::<u64>()), (Ok(a), Ok(b)) if a < b)
+}
+
+fn hash_of(object: &Value) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    object.to_string().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The namespace an object is filed under in [`Made`]: its own, or a Namespace's name.
+fn filed_under(kind: &str, namespace: Option<&str>, name: &str) -> String {
+    if kind == "Namespace" { name.to_string() } else { namespace.unwrap_or_default().to_string() }
+}
+
+impl Made {
+    fn kind(&self, kind: &str) -> Option<(&'static str, &ApiResource, &Store<PartialObjectMeta<DynamicObject>>)> {
+        self.caches.get_key_value(kind).map(|(k, (resource, store))| (*k, resource, store))
+    }
+
+    /// The cached metadata of `kind` `namespace/name`.
+    fn live(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<Arc<PartialObjectMeta<DynamicObject>>> {
+        let (_, resource, store) = self.kind(kind)?;
+        let reference = ObjectRef::new_with(name, resource.clone());
+        store.get(&match namespace {
+            Some(namespace) => reference.within(namespace),
+            None => reference,
+        })
+    }
+
+    fn tenants(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tenant>> {
+        self.namespaces.0.lock().expect("not poisoned")
+    }
+
+    /// Whether `object` (with `hash`) holds what was last applied to it.
+    fn unchanged(&self, kind: &str, namespace: Option<&str>, name: &str, hash: u64) -> bool {
+        let filed = filed_under(kind, namespace, name);
+        let live = self.live(kind, namespace, name).map(|o| o.resource_version().unwrap_or_default());
+        let namespaces = self.tenants();
+        let Some(last) = namespaces.get(&filed).and_then(|t| t.applied.get(&(kind_static(kind), name.to_string()))) else {
+            return false;
+        };
+        last.hash == hash
+            && match live {
+                // At the version the apply returned, or an older one whose newer event is on its way.
+                Some(version) => version == last.resource_version || older(&version, &last.resource_version),
+                // Not yet shown by the watch, rather than deleted since.
+                None => !last.seen,
+            }
+    }
+
+    fn record(&self, kind: &'static str, namespace: Option<&str>, name: &str, hash: u64, resource_version: String) {
+        let filed = filed_under(kind, namespace, name);
+        let seen = self.live(kind, namespace, name).is_some_and(|o| o.resource_version().is_some_and(|v| !older(&v, &resource_version)));
+        self.tenants().entry(filed).or_default().applied.insert((kind, name.to_string()), Applied { hash, resource_version, seen });
+    }
+
+    fn forget(&self, kind: &'static str, namespace: &str, name: &str) {
+        if let Some(tenant) = self.tenants().get_mut(namespace) {
+            tenant.applied.remove(&(kind, name.to_string()));
+        }
+    }
+
+    /// The objects the watches show in `namespace`.
+    fn watched_in(&self, namespace: &str) -> Vec<Key> {
+        self.tenants().get(namespace).map(|t| t.watched.iter().cloned().collect()).unwrap_or_default()
+    }
+}
+
+impl Tenants {
+    /// Files what a watch showed (`applied`: the object exists).
+    fn observed(&self, kind: &'static str, object: &PartialObjectMeta<DynamicObject>, applied: bool) {
+        let name = object.name_any();
+        let namespace = filed_under(kind, object.namespace().as_deref(), &name);
+        let mut namespaces = self.0.lock().expect("not poisoned");
+        if kind == "Namespace" && !applied {
+            // The namespace and everything in it are gone.
+            namespaces.remove(&namespace);
+            return;
+        }
+        let tenant = namespaces.entry(namespace).or_default();
+        let key = (kind, name);
+        if kind != "Namespace" {
+            if applied {
+                tenant.watched.insert(key.clone());
+            } else {
+                tenant.watched.remove(&key);
+            }
+        }
+        if let Some(last) = tenant.applied.get_mut(&key) {
+            let version = object.resource_version().unwrap_or_default();
+            last.seen |= applied && !older(&version, &last.resource_version);
+        }
+    }
+}
+
+/// `kind` as one of the kinds the controller makes ("" for any other).
+fn kind_static(kind: &str) -> &'static str {
+    if kind == "Namespace" {
+        return "Namespace";
+    }
+    tenant::PRUNABLE.iter().find(|(_, k, _)| *k == kind).map(|(_, k, _)| *k).unwrap_or_default()
 }
 
 /// The ProfileController whose settings apply: the oldest managed one not being deleted.
@@ -185,19 +332,17 @@ impl Context {
             Err(invalid) => return self.refuse(profile, "InvalidSpec", invalid.to_string()).await,
         };
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        let existing = namespaces.get_opt(&name).await.map_err(|source| Error::ReadNamespace { name: name.clone(), source })?;
-        match &existing {
-            Some(ns) if !tenant::made_for(ns.owner_references(), profile) => {
-                let owner = ns.annotations().get(tenant::OWNER_ANNOTATION).map(|o| format!(" (owner annotation {o:?})")).unwrap_or_default();
-                let message = format!("namespace {name} already exists and was not made for this Profile{owner}; it is never adopted: delete the Profile or choose another name");
-                // The namespace is not watched (not ours): look again later.
-                self.refuse(profile, "NamespaceOwnedByOther", message).await?;
-                return Ok(Action::requeue(Duration::from_secs(300)));
-            }
-            Some(_) => {}
+        let foreign = |labels: Option<String>| {
+            let owner = labels.map(|o| format!(" (owner annotation {o:?})")).unwrap_or_default();
+            format!("namespace {name} already exists and was not made for this Profile{owner}; it is never adopted: delete the Profile or choose another name")
+        };
+        // The watch shows only namespaces Profiles made; one it does not show is created.
+        let existing: Option<Arc<PartialObjectMeta<DynamicObject>>> = self.made.live("Namespace", None, &name);
+        let existing = match existing {
+            Some(ns) => Some((ns.owner_references().to_vec(), ns.labels().clone(), ns.annotations().get(tenant::OWNER_ANNOTATION).cloned())),
             None => {
                 // A missing namespace is created, never applied: an apply would adopt a namespace
-                // someone created since the read above. Only a create proves it is ours.
+                // someone created since. Only a create proves it is ours.
                 let namespace: Namespace = serde_json::from_value(json!({"metadata": {
                     "name": name, "ownerReferences": [tenant::owner_reference(profile)],
                     "labels": {PROFILE_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY},
@@ -205,25 +350,34 @@ impl Context {
                 .expect("a namespace");
                 let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
                 match namespaces.create(&params, &namespace).await {
-                    Ok(_) => {}
-                    // Made by someone else meanwhile: the next reconcile looks at it.
-                    Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Action::requeue(Duration::from_secs(1))),
+                    Ok(_) => None,
+                    // It exists: made by someone else, or by this Profile and not yet watched.
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        let ns = namespaces.get_metadata_opt(&name).await.map_err(|source| Error::ReadNamespace { name: name.clone(), source })?;
+                        // Deleted meanwhile: the next reconcile makes it.
+                        let Some(ns) = ns else { return Ok(Action::requeue(Duration::from_secs(1))) };
+                        Some((ns.owner_references().to_vec(), ns.labels().clone(), ns.annotations().get(tenant::OWNER_ANNOTATION).cloned()))
+                    }
                     Err(source) => return Err(Error::Apply { object: format!("Namespace {name}"), source }),
                 }
             }
+        };
+        if let Some((owners, _, owner)) = &existing
+            && !tenant::made_for(owners, profile)
+        {
+            // The namespace is not watched (not ours): look again later.
+            self.refuse(profile, "NamespaceOwnedByOther", foreign(owner.clone())).await?;
+            return Ok(Action::requeue(Duration::from_secs(300)));
         }
-        for object in &desired {
-            let object_name = object["metadata"]["name"].as_str().unwrap_or_default();
-            api_for(&self.client, object)
-                .patch(object_name, &params(), &Patch::Apply(object))
-                .await
-                .map_err(|source| Error::Apply { object: describe(object), source })?;
-        }
+        // The Namespace first (the others live in it), then the others at once.
+        let (first, rest) = desired.split_first().expect("desired objects start with the Namespace");
+        self.apply_object(first).await?;
+        futures::future::try_join_all(rest.iter().map(|object| self.apply_object(object))).await?;
         // Labels the settings remove (empty value) may have been set by someone else, e.g. the
         // upstream controller this one replaced: remove them explicitly.
         let (_, remove) = tenant::namespace_labels(spec);
-        if let Some(ns) = existing {
-            let present: Vec<&String> = remove.iter().filter(|l| ns.labels().contains_key(*l)).collect();
+        if let Some((_, labels, _)) = existing {
+            let present: Vec<&String> = remove.iter().filter(|l| labels.contains_key(*l)).collect();
             if !present.is_empty() {
                 let labels: serde_json::Map<String, Value> = present.iter().map(|l| (l.to_string(), Value::Null)).collect();
                 let patch = json!({"metadata": {"labels": labels}});
@@ -242,34 +396,43 @@ impl Context {
         Ok(Action::await_change())
     }
 
+    /// Applies `object` unless it holds what was last applied ([`Made::unchanged`]).
+    async fn apply_object(&self, object: &Value) -> Result<(), Error> {
+        let kind = kind_static(object["kind"].as_str().unwrap_or_default());
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let namespace = object["metadata"]["namespace"].as_str();
+        let hash = hash_of(object);
+        if self.made.unchanged(kind, namespace, name, hash) {
+            return Ok(());
+        }
+        let applied = api_for(&self.client, object).patch(name, &params(), &Patch::Apply(object)).await.map_err(|source| Error::Apply { object: describe(object), source })?;
+        self.made.record(kind, namespace, name, hash, applied.resource_version().unwrap_or_default());
+        Ok(())
+    }
+
     /// Deletes objects this Profile made (label + owner reference) that are no longer desired.
     async fn prune(&self, profile: &Profile, desired: &[Value]) -> Result<(), Error> {
         let name = profile.name_any();
         let uid = profile.uid().unwrap_or_default();
-        let wanted: BTreeSet<(String, String)> = desired.iter().map(|o| (o["kind"].as_str().unwrap_or_default().to_string(), o["metadata"]["name"].as_str().unwrap_or_default().to_string())).collect();
-        let selector = format!("{PROFILE_LABEL}={name},{MANAGED_BY_LABEL}={MANAGED_BY}");
-        for (api_version, kind, plural) in tenant::PRUNABLE {
-            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-            // Kinds of CRDs that are not installed have nothing to prune.
-            if !group.is_empty() && !group.ends_with("k8s.io") && !self.serves(&format!("{plural}.{group}")) {
+        let wanted: BTreeSet<(&str, &str)> = desired.iter().map(|o| (o["kind"].as_str().unwrap_or_default(), o["metadata"]["name"].as_str().unwrap_or_default())).collect();
+        for (kind, object_name) in self.made.watched_in(&name) {
+            if wanted.contains(&(kind, object_name.as_str())) {
                 continue;
             }
-            let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &name, &resource);
-            let list = api.list_metadata(&ListParams::default().labels(&selector)).await.map_err(|source| Error::Prune { object: format!("{kind} in {name}"), source })?;
-            for object in list.items {
-                let object_name = object.name_any();
-                let made_here = object.owner_references().iter().any(|o| o.uid == uid);
-                if !made_here || wanted.contains(&(kind.to_string(), object_name.clone())) {
-                    continue;
-                }
-                let params = DeleteParams { preconditions: Some(Preconditions { uid: object.uid(), resource_version: None }), ..Default::default() };
-                match api.delete(&object_name, &params).await {
-                    Ok(_) => info!(profile = %name, %kind, object = %object_name, "pruned"),
-                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                    Err(source) => return Err(Error::Prune { object: format!("{kind} {name}/{object_name}"), source }),
-                }
+            let Some(object) = self.made.live(kind, Some(&name), &object_name) else { continue };
+            let made_here = object.labels().get(PROFILE_LABEL) == Some(&name) && object.owner_references().iter().any(|o| o.uid == uid);
+            if !made_here {
+                continue;
             }
+            let (_, resource, _) = self.made.kind(kind).expect("a watched kind");
+            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &name, resource);
+            let params = DeleteParams { preconditions: Some(Preconditions { uid: object.uid(), resource_version: None }), ..Default::default() };
+            match api.delete(&object_name, &params).await {
+                Ok(_) => info!(profile = %name, %kind, object = %object_name, "pruned"),
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(source) => return Err(Error::Prune { object: format!("{kind} {name}/{object_name}"), source }),
+            }
+            self.made.forget(kind, &name, &object_name);
         }
         Ok(())
     }
@@ -333,21 +496,48 @@ fn error_policy(profile: Arc<DeserializeGuard<Profile>>, error: &Error, ctx: Arc
     Action::requeue(ctx.backoffs.next(&profile.name_any()))
 }
 
-/// The objects of `api` the operator manages, changed or deleted — also those deleted while the
-/// watch was down, so the Profile that owned one puts it back. Kinds whose CRD is not installed
-/// yet keep retrying quietly.
-fn owned<K>(api: Api<K>, dyntype: K::DynamicType) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
+/// The watch of kind `info` (apiVersion, kind, plural) of the objects Profiles made: its cache and
+/// the stream of changed or deleted objects (also those deleted while the watch was down, so the
+/// Profile that owned one puts it back), filed in `made` as they come. A kind a CRD serves is
+/// watched once that CRD is established (no failing LIST meanwhile).
+fn made_objects(client: &Client, (api_version, kind, plural): (&'static str, &'static str, &'static str), tenants: Tenants) -> (ApiResource, Store<PartialObjectMeta<DynamicObject>>, impl Stream<Item = Result<PartialObjectMeta<DynamicObject>, watcher::Error>> + Send + 'static) {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
     let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    watches::reflect(api, config, dyntype).1.map_ok(Change::object)
+    let (store, changes) = watches::reflect_metadata(Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &resource), config, resource.clone());
+    let changes = changes.map_ok(move |change| {
+        let applied = matches!(change, Change::Applied(_));
+        let object = change.object();
+        tenants.observed(kind, &object, applied);
+        object
+    });
+    let crd = (!group.is_empty() && !group.ends_with("k8s.io")).then(|| format!("{plural}.{group}"));
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let gated = futures::stream::once(async move {
+        if let Some(crd) = crd
+            && let Err(e) = kube::runtime::wait::await_condition(crds, &crd, kube::runtime::conditions::is_crd_established()).await
+        {
+            warn!(%crd, error = %e, "cannot wait for the CRD; watching its objects anyway");
+        }
+        changes
+    })
+    .flatten();
+    (resource, store, gated)
 }
 
-/// A mapper from any event to every Profile.
-fn all_profiles<T>(store: Store<DeserializeGuard<Profile>>) -> impl Fn(T) -> Vec<ObjectRef<DeserializeGuard<Profile>>> {
-    move |_| store.state().iter().map(|p| ObjectRef::from_obj(p.as_ref())).collect()
+/// A mapper from a change of `S` to every Profile, when `state` (what matters of `S` to the
+/// Profiles) differs from what it was at the last change.
+fn all_profiles_when_changed<T, S: PartialEq + Send + 'static>(store: Store<DeserializeGuard<Profile>>, state: impl Fn() -> S) -> impl Fn(T) -> Vec<ObjectRef<DeserializeGuard<Profile>>> {
+    let last: Mutex<Option<S>> = Mutex::new(None);
+    move |_| {
+        let now = state();
+        let mut last = last.lock().expect("not poisoned");
+        if last.as_ref() == Some(&now) {
+            return Vec::new();
+        }
+        *last = Some(now);
+        store.state().iter().map(|p| ObjectRef::from_obj(p.as_ref())).collect()
+    }
 }
 
 /// Runs the Profile controller until the process stops; `shared` receives its context once it
@@ -368,6 +558,16 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
     let (settings, settings_changes) = watches::reflect(settings_api, watcher::Config::default(), ());
     let (crd_store, crd_changes) = watches::reflect(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default(), ());
     let (settings_changes, crd_changes) = (settings_changes.map_ok(Change::object), crd_changes.map_ok(Change::object));
+    let made_kinds = std::iter::once(("v1", "Namespace", "namespaces")).chain(tenant::PRUNABLE);
+    let tenants = Tenants::default();
+    let mut caches = HashMap::new();
+    let mut streams = Vec::new();
+    for info in made_kinds {
+        let (resource, store, stream) = made_objects(&client, info, tenants.clone());
+        caches.insert(info.1, (resource.clone(), store));
+        streams.push((resource, stream));
+    }
+    let made = Made { caches, namespaces: tenants };
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings,
@@ -375,31 +575,26 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
         recorder: Recorder::new(client.clone(), Reporter::from(FIELD_MANAGER)),
         cloud,
         backoffs: Backoffs::default(),
+        made,
     });
     let _ = shared.set(ctx.clone());
     let profiles: Api<DeserializeGuard<Profile>> = Api::all(client.clone());
     // Built on a watch of our own so a relist triggers only once the store holds it.
     let (store, profile_changes) = WatchesSynced::default().reflect(profiles, watcher::Config::default());
-    let controller = Controller::for_stream(profile_changes, store.clone());
-    let mesh_resource = |group: &str, version: &str, kind: &str, plural: &str| ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-    let (ap, sr, srb) = (
-        mesh_resource("security.istio.io", "v1beta1", "AuthorizationPolicy", "authorizationpolicies"),
-        mesh_resource("rbac.istio.io", "v1alpha1", "ServiceRole", "serviceroles"),
-        mesh_resource("rbac.istio.io", "v1alpha1", "ServiceRoleBinding", "servicerolebindings"),
-    );
-    let dynamic = |r: &ApiResource| owned(Api::<DynamicObject>::all_with(client.clone(), r), r.clone());
+    let mut controller = Controller::for_stream(profile_changes, store.clone());
+    for (resource, stream) in streams {
+        controller = controller.owns_stream_with(stream, resource);
+    }
+    // Every Profile is reconciled again when the settings that apply change (not on a status
+    // write to a ProfileController, nor on a change to one whose settings do not apply), and
+    // when Istio's authorization CRDs come or go.
+    let settings_ctx = ctx.clone();
+    let effective = move || settings_ctx.settings().map(|s| serde_json::to_string(&s.spec).unwrap_or_default());
+    let mesh_ctx = ctx.clone();
+    let mesh_crds = move || (mesh_ctx.serves(AUTHORIZATION_POLICY_CRD), mesh_ctx.serves(SERVICE_ROLE_CRD));
     controller
-        .owns_stream(owned(Api::<Namespace>::all(client.clone()), ()))
-        .owns_stream(owned(Api::<RoleBinding>::all(client.clone()), ()))
-        .owns_stream(owned(Api::<ServiceAccount>::all(client.clone()), ()))
-        .owns_stream(owned(Api::<ResourceQuota>::all(client.clone()), ()))
-        .owns_stream(owned(Api::<LimitRange>::all(client.clone()), ()))
-        .owns_stream(owned(Api::<NetworkPolicy>::all(client.clone()), ()))
-        .owns_stream_with(dynamic(&ap), ap.clone())
-        .owns_stream_with(dynamic(&sr), sr.clone())
-        .owns_stream_with(dynamic(&srb), srb.clone())
-        .watches_stream(settings_changes, all_profiles(store.clone()))
-        .watches_stream(crd_changes.filter(|c| std::future::ready(c.as_ref().is_ok_and(|c| [AUTHORIZATION_POLICY_CRD, SERVICE_ROLE_CRD].contains(&c.name_any().as_str())))), all_profiles(store))
+        .watches_stream(settings_changes, all_profiles_when_changed(store.clone(), effective))
+        .watches_stream(crd_changes, all_profiles_when_changed(store, mesh_crds))
         .trigger_backoff(watches::backoff())
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
@@ -435,5 +630,128 @@ mod tests {
         assert_eq!(chosen.namespace().as_deref(), Some("a"));
         assert!(effective_settings(&[controller("d", "2025-01-01T00:00:00Z", "Unmanaged")]).is_none());
         assert_eq!(effective_settings(&[newer]).unwrap().namespace().as_deref(), Some("b"));
+    }
+
+    /// A [`Made`] of RoleBindings whose cache the test fills as a watch would.
+    struct Watch {
+        made: Made,
+        cache: kube::runtime::reflector::store::Writer<PartialObjectMeta<DynamicObject>>,
+    }
+
+    const HASH: u64 = 7;
+
+    fn role_binding(resource_version: &str) -> PartialObjectMeta<DynamicObject> {
+        serde_json::from_value(json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {"name": "edit", "namespace": "alice", "resourceVersion": resource_version},
+        }))
+        .unwrap()
+    }
+
+    impl Watch {
+        fn new() -> Self {
+            let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "RoleBinding"), "rolebindings");
+            let cache = kube::runtime::reflector::store::Writer::new(resource.clone());
+            let made = Made { caches: HashMap::from([("RoleBinding", (resource, cache.as_reader()))]), namespaces: Tenants::default() };
+            Watch { made, cache }
+        }
+
+        /// The watch shows the object at `resource_version`.
+        fn shows(&mut self, resource_version: &str) {
+            let object = role_binding(resource_version);
+            self.cache.apply_watcher_event(&watcher::Event::Apply(object.clone()));
+            self.made.namespaces.observed("RoleBinding", &object, true);
+        }
+
+        /// The watch shows the object deleted.
+        fn shows_deleted(&mut self, resource_version: &str) {
+            let object = role_binding(resource_version);
+            self.cache.apply_watcher_event(&watcher::Event::Delete(object.clone()));
+            self.made.namespaces.observed("RoleBinding", &object, false);
+        }
+
+        fn applied(&self, resource_version: &str) {
+            self.made.record("RoleBinding", Some("alice"), "edit", HASH, resource_version.to_string());
+        }
+
+        fn unchanged(&self, hash: u64) -> bool {
+            self.made.unchanged("RoleBinding", Some("alice"), "edit", hash)
+        }
+    }
+
+    #[test]
+    fn an_object_never_applied_is_applied() {
+        let mut watch = Watch::new();
+        assert!(!watch.unchanged(HASH));
+        // Even when the watch shows it (made by an earlier run of the operator).
+        watch.shows("10");
+        assert!(!watch.unchanged(HASH));
+    }
+
+    #[test]
+    fn an_object_at_the_applied_version_is_not_applied_again() {
+        let mut watch = Watch::new();
+        watch.applied("10");
+        // The watch has not shown it yet: not deleted, only not seen.
+        assert!(watch.unchanged(HASH));
+        watch.shows("10");
+        assert!(watch.unchanged(HASH));
+        // Another desired content is applied.
+        assert!(!watch.unchanged(HASH + 1));
+    }
+
+    #[test]
+    fn an_older_version_in_the_cache_is_awaited_not_reapplied() {
+        let mut watch = Watch::new();
+        watch.shows("9");
+        watch.applied("10");
+        assert!(watch.unchanged(HASH));
+    }
+
+    #[test]
+    fn an_object_someone_else_changed_is_applied_again() {
+        let mut watch = Watch::new();
+        watch.applied("10");
+        watch.shows("10");
+        watch.shows("11");
+        assert!(!watch.unchanged(HASH));
+    }
+
+    #[test]
+    fn an_object_deleted_after_the_watch_showed_it_is_applied_again() {
+        let mut watch = Watch::new();
+        watch.applied("10");
+        watch.shows("10");
+        watch.shows_deleted("12");
+        assert!(!watch.unchanged(HASH));
+    }
+
+    #[test]
+    fn a_resource_version_that_is_not_a_number_is_never_older() {
+        assert!(older("9", "10"));
+        assert!(!older("10", "10"));
+        assert!(!older("11", "10"));
+        assert!(!older("a", "10"));
+        let mut watch = Watch::new();
+        watch.applied("10");
+        watch.shows("opaque");
+        assert!(!watch.unchanged(HASH));
+    }
+
+    #[test]
+    fn a_deleted_namespace_forgets_what_was_applied_in_it() {
+        let mut watch = Watch::new();
+        watch.applied("10");
+        watch.shows("10");
+        assert_eq!(watch.made.watched_in("alice"), vec![("RoleBinding", "edit".to_string())]);
+        let namespace: PartialObjectMeta<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": "alice", "resourceVersion": "20"},
+        }))
+        .unwrap();
+        watch.made.namespaces.observed("Namespace", &namespace, false);
+        assert!(watch.made.watched_in("alice").is_empty());
+        // Made again from nothing: the object in the new namespace is applied.
+        watch.cache.apply_watcher_event(&watcher::Event::Delete(role_binding("10")));
+        assert!(!watch.unchanged(HASH));
     }
 }
