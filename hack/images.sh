@@ -62,11 +62,13 @@ list_operators() {
 extra_files() {
   local op=$1 rootfs=$2
   case $op in
-    # The generic component renders kfctl packages with kustomize (static, from e2e/env/build.sh).
+    # The generic component renders kfctl packages with kustomize v3.1.0 and current
+    # kubeflow/manifests with v5 (both static, from e2e/env/build.sh), found beside its binary.
     kustomize-operator)
       source "$ROOT/e2e/env/versions.sh"
       "$ROOT/e2e/env/build.sh" kustomize
-      install -m 0755 "$KUSTOMIZE_BIN/kustomize" "$rootfs/usr/local/bin/kustomize" ;;
+      install -m 0755 "$KUSTOMIZE_BIN/kustomize" "$rootfs/usr/local/bin/kustomize"
+      install -m 0755 "$KUSTOMIZE_V5_BIN/kustomize" "$rootfs/usr/local/bin/kustomize-v5" ;;
     *) : "$rootfs" ;;
   esac
 }

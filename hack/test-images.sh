@@ -84,10 +84,10 @@ while read -r op digest layer_bytes gz_bytes; do
   # The root filesystem: exactly what hack/images.sh puts there, no shell. (An image that gets
   # extra files in extra_files() adds them to its expected list here.)
   files=$(cd "$rootfs" && find . -mindepth 1 | sort | tr '\n' ' ')
-  expected="./etc ./etc/group ./etc/nsswitch.conf ./etc/passwd ./etc/ssl ./etc/ssl/certs ./etc/ssl/certs/ca-certificates.crt ./tmp ./usr ./usr/local ./usr/local/bin "
-  # Files extra_files() adds (hack/images.sh), in find's sorted order.
-  [[ $op == kustomize-operator ]] && expected+="./usr/local/bin/kustomize "
-  expected+="./usr/local/bin/$op "
+  expected=(./etc ./etc/group ./etc/nsswitch.conf ./etc/passwd ./etc/ssl ./etc/ssl/certs ./etc/ssl/certs/ca-certificates.crt ./tmp ./usr ./usr/local ./usr/local/bin "./usr/local/bin/$op")
+  # Files extra_files() adds (hack/images.sh).
+  [[ $op == kustomize-operator ]] && expected+=(./usr/local/bin/kustomize ./usr/local/bin/kustomize-v5)
+  expected=$(printf '%s\n' "${expected[@]}" | sort | tr '\n' ' ')
   [[ $files == "$expected" ]] || die "$op: unexpected root filesystem: $files"
   [[ ! -e $rootfs/bin/sh ]] || die "$op: the image has a shell"
   file "$rootfs/usr/local/bin/$op" | grep -qE 'statically linked|static-pie linked' || die "$op: binary is not static: $(file -b "$rootfs/usr/local/bin/$op")"

@@ -343,6 +343,10 @@ pub struct KustomizeSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
     pub repo_sha256: Option<String>,
+    /// The kustomize release for this repository (the KfDef repo's `kustomize`); unset: chosen
+    /// from the package's kustomizations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_kustomize: Option<crate::kfdef::KustomizeRelease>,
 }
 
 /// Lifecycle phase of a component.

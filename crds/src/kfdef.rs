@@ -128,6 +128,40 @@ pub struct Repo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
     pub sha256: Option<String>,
+    /// The kustomize release that renders this repository's packages. Not in kfctl's format.
+    /// Unset: chosen per application from what its kustomizations use — a field kustomize v3.1.0
+    /// (the release kfctl linked) does not know, such as `components`, `labels`, `replacements`
+    /// or `sortOptions`, or a `kind: Component`, selects v5; anything else renders with v3.1.0 as
+    /// kfctl rendered it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<KustomizeRelease>,
+}
+
+/// A kustomize release line the operators ship.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+pub enum KustomizeRelease {
+    /// kustomize v3.1.0, the engine kfctl v1.0–v1.2 linked: kfctl-era packages (`vars`, `bases`,
+    /// generator `env:` files).
+    #[serde(rename = "v3")]
+    V3,
+    /// kustomize v5: kubeflow/manifests since Kubeflow 1.7 and the dated releases.
+    #[serde(rename = "v5")]
+    V5,
+}
+
+impl KustomizeRelease {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KustomizeRelease::V3 => "v3",
+            KustomizeRelease::V5 => "v5",
+        }
+    }
+}
+
+impl std::fmt::Display for KustomizeRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A kfctl plugin. Only `kind` is interpreted; the rest is kept as written.

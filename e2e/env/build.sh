@@ -3,8 +3,9 @@
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes),
 #   kwok (sigs.k8s.io/kwok) and nats-server (github.com/nats-io/nats-server/v2); for the OLM
 #   packaging: OLM's olm and catalog operators with its CRDs, opm, and operator-sdk; kustomize
-#   (the v3 engine kfctl used) for rendering KfDef manifests (crate kubeflow-manifests).
-# `build.sh kustomize` builds only kustomize (seconds), for the unit tests that run it.
+#   v3.1.0 (the engine kfctl used) and v5 (current kubeflow/manifests) for rendering KfDef
+#   manifests (crate kubeflow-manifests).
+# `build.sh kustomize` builds only the two kustomizes (a minute), for the tests that run them.
 # Binaries land in $CACHE_DIR/bin/<name>-<version>, outside the work tree, so fresh clones reuse them.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
@@ -98,11 +99,17 @@ build_kustomize() {
   rm -rf "$KUSTOMIZE_BIN" && mv "$tmp" "$KUSTOMIZE_BIN"
 }
 
+build_kustomizes() {
+  build_kustomize
+  # v5 as published (its go.mod has no replace directives); static like v3.
+  CGO_ENABLED=0 install_tool sigs.k8s.io/kustomize/kustomize/v5 "$KUSTOMIZE_V5_VERSION" "$KUSTOMIZE_V5_BIN" kustomize
+}
+
 mkdir -p "$CACHE_DIR/bin"
-if [[ ${1:-} == kustomize ]]; then build_kustomize; exit; fi
+if [[ ${1:-} == kustomize ]]; then build_kustomizes; exit; fi
 install_tool github.com/nats-io/nats-server/v2 "$NATS_SERVER_VERSION" "$NATS_BIN" nats-server
 install_tool sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" "$KWOK_BIN" kwok
 build_kube
 build_olm
 build_operator_sdk
-build_kustomize
+build_kustomizes

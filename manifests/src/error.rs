@@ -112,6 +112,13 @@ pub enum KustomizeError {
 pub enum RenderError {
     #[error("application {app:?}: kustomizeConfig.repoRef is missing")]
     NoRepoRef { app: String },
+    #[error("application {app:?}: needs kustomize {release} ({why}), which this renderer does not have: {error}")]
+    NoKustomize {
+        app: String,
+        release: kubeflow_crds::kfdef::KustomizeRelease,
+        why: String,
+        error: String,
+    },
     #[error("application {app:?}: {source}")]
     Unconvertible {
         app: String,
@@ -189,6 +196,7 @@ impl RenderError {
             RenderError::Repo(_) => None,
             RenderError::NoRepoRef { app }
             | RenderError::Unconvertible { app, .. }
+            | RenderError::NoKustomize { app, .. }
             | RenderError::UnknownRepo { app, .. }
             | RenderError::InvalidPath { app, .. }
             | RenderError::PathNotFound { app, .. }

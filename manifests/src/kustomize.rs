@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
+use kubeflow_crds::kfdef::KustomizeRelease;
+
 use crate::error::KustomizeError;
 
 /// The kustomize version the project builds (`e2e/env/versions.sh`): the v3 engine kfctl linked.
@@ -13,6 +15,21 @@ pub const KUSTOMIZE_VERSION: &str = "v3.1.0";
 
 /// Environment variable naming the kustomize binary.
 pub const KUSTOMIZE_ENV: &str = "KFOP_KUSTOMIZE";
+
+/// The v5 release the project builds (`e2e/env/versions.sh`), for kubeflow/manifests since 1.7.
+pub const KUSTOMIZE_V5_VERSION: &str = "v5.8.1";
+
+/// Environment variable naming the kustomize v5 binary.
+pub const KUSTOMIZE_V5_ENV: &str = "KFOP_KUSTOMIZE_V5";
+
+/// Where each release is found: its environment variable, its file name beside the operator
+/// binary (in an image), and the prefix of its directory in the build cache.
+fn location(release: KustomizeRelease) -> (&'static str, &'static str, &'static str) {
+    match release {
+        KustomizeRelease::V3 => (KUSTOMIZE_ENV, "kustomize", KUSTOMIZE_VERSION),
+        KustomizeRelease::V5 => (KUSTOMIZE_V5_ENV, "kustomize-v5", KUSTOMIZE_V5_VERSION),
+    }
+}
 
 /// A kustomize binary and the bounds for running it.
 #[derive(Clone, Debug)]
@@ -29,12 +46,17 @@ pub struct Kustomize {
 /// Where `e2e/env/build.sh` puts kustomize: `$KFOP_CACHE_DIR` or `~/.cache/kubeflow-operator`,
 /// then `bin/kustomize-<version>-<go.sum digest>/kustomize`. Returns the newest match.
 pub fn default_location() -> Option<PathBuf> {
+    cached(KUSTOMIZE_VERSION)
+}
+
+/// The newest `bin/kustomize-<version>*/kustomize` of the build cache.
+fn cached(version: &str) -> Option<PathBuf> {
     let cache = std::env::var_os("KFOP_CACHE_DIR")
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kubeflow-operator"))
         })?;
-    let prefix = format!("kustomize-{KUSTOMIZE_VERSION}");
+    let prefix = format!("kustomize-{version}");
     let mut found: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(cache.join("bin"))
         .ok()?
         .filter_map(Result::ok)
@@ -69,19 +91,24 @@ pub fn load_restrictor_flag(version_output: &str) -> Vec<String> {
 }
 
 impl Kustomize {
-    /// The binary `$KFOP_KUSTOMIZE` names, else one beside the running executable, else the one
-    /// `e2e/env/build.sh` built. Runs
-    /// `kustomize version` once to pick the load-restrictor flag.
+    /// The v3.1.0 binary ([`Kustomize::locate_release`]).
     pub async fn locate() -> Result<Self, KustomizeError> {
+        Self::locate_release(KustomizeRelease::V3).await
+    }
+
+    /// The binary of `release`: the one its environment variable (`$KFOP_KUSTOMIZE`,
+    /// `$KFOP_KUSTOMIZE_V5`) names, else one beside the running executable (`kustomize`,
+    /// `kustomize-v5`), else the one `e2e/env/build.sh` built. Runs `kustomize version` once to
+    /// pick the load-restrictor flag.
+    pub async fn locate_release(release: KustomizeRelease) -> Result<Self, KustomizeError> {
+        let (env, file, version) = location(release);
         // An operator image carries kustomize beside the operator binary.
-        let beside_executable = || std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join("kustomize"))).filter(|p| p.is_file());
-        let bin = match std::env::var_os(KUSTOMIZE_ENV) {
+        let beside_executable = || std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join(file))).filter(|p| p.is_file());
+        let bin = match std::env::var_os(env) {
             Some(p) => PathBuf::from(p),
-            None => beside_executable().or_else(default_location).ok_or_else(|| KustomizeError::NotFound {
-                path: PathBuf::from(format!(
-                    "~/.cache/kubeflow-operator/bin/kustomize-{KUSTOMIZE_VERSION}-*/kustomize"
-                )),
-                hint: format!("run `e2e/env/build.sh kustomize` or set {KUSTOMIZE_ENV}"),
+            None => beside_executable().or_else(|| cached(version)).ok_or_else(|| KustomizeError::NotFound {
+                path: PathBuf::from(format!("~/.cache/kubeflow-operator/bin/kustomize-{version}-*/kustomize")),
+                hint: format!("run `e2e/env/build.sh kustomize` or set {env}"),
             })?,
         };
         Self::new(bin).await
@@ -176,6 +203,14 @@ impl Kustomize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_versions_are_the_ones_the_environment_builds() {
+        let versions = include_str!("../../e2e/env/versions.sh");
+        let built = |name: &str| versions.lines().find_map(|l| l.strip_prefix(&format!("{name}="))).map(|v| v.split_whitespace().next().unwrap_or_default().to_string());
+        assert_eq!(built("KUSTOMIZE_VERSION").as_deref(), Some(KUSTOMIZE_VERSION));
+        assert_eq!(built("KUSTOMIZE_V5_VERSION").as_deref(), Some(KUSTOMIZE_V5_VERSION));
+    }
 
     #[test]
     fn load_restrictor_flag_follows_the_version() {

@@ -21,7 +21,10 @@
 //!   conversion listed in [`RenderedApp::conversions`]; one whose meaning would change is an
 //!   error naming it ([`convert`]).
 //!
-//! **Which kustomize.** kfctl v1.0–v1.2 linked `sigs.k8s.io/kustomize/v3` v3.1.0 and built with
+//! **Which kustomize.** Two releases: v3.1.0 for kfctl-era packages, v5 for packages that use what
+//! v3.1.0 refuses (`components`, `labels`, `replacements`, `sortOptions`, a `kind: Component`;
+//! [`refs::check`] reports the first), unless the repository chooses (`spec.repos[].kustomize`).
+//! kfctl v1.0–v1.2 linked `sigs.k8s.io/kustomize/v3` v3.1.0 and built with
 //! `loader.RestrictionNone`. The project builds exactly that release from the Go module proxy
 //! (`e2e/env/build.sh kustomize`) and runs `kustomize build --load_restrictor none`, so
 //! kfctl-era packages — `vars` with `configurations`, `bases:`, `configMapGenerator` `env:` files,
@@ -49,7 +52,7 @@ pub mod fixtures;
 pub use convert::{Conversion, ConvertedKind, Unconvertible};
 pub use error::{KustomizeError, RenderError, RepoError, RepoErrorReason};
 pub use fetch::{FetchOptions, FetchedRepo, RepoCache, RepoSource};
-pub use kustomize::{KUSTOMIZE_ENV, KUSTOMIZE_VERSION, Kustomize};
+pub use kustomize::{KUSTOMIZE_ENV, KUSTOMIZE_V5_ENV, KUSTOMIZE_V5_VERSION, KUSTOMIZE_VERSION, Kustomize};
 pub use order::{INSTALL_ORDER, sort_install_order};
 pub use render::{
     AppSpec, Mode, RenderContext, RenderedApp, Renderer, objects_to_yaml, parse_objects, yaml_stream,

@@ -24,6 +24,50 @@ pub fn kustomization_file(dir: &Path) -> Option<PathBuf> {
 /// A reference that is not allowed: (kustomization file, reference, why).
 pub type Violation = (PathBuf, String, String);
 
+/// Something a kustomization uses that kustomize v3.1.0 does not have: (kustomization file, what).
+pub type NewerFeature = (PathBuf, String);
+
+/// The top-level kustomization fields kustomize v3.1.0 knows (`pkg/types/kustomization.go`); it
+/// refuses any other (`DisallowUnknownFields` in `pkg/target/kusttarget.go`).
+const V3_FIELDS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "namePrefix",
+    "nameSuffix",
+    "namespace",
+    "commonLabels",
+    "commonAnnotations",
+    "patchesStrategicMerge",
+    "patchesJson6902",
+    "patches",
+    "images",
+    "replicas",
+    "vars",
+    "resources",
+    "crds",
+    "bases",
+    "configMapGenerator",
+    "secretGenerator",
+    "generatorOptions",
+    "configurations",
+    "generators",
+    "transformers",
+    "inventory",
+];
+
+/// The first thing in a kustomization that kustomize v3.1.0 cannot build: a top-level field it
+/// does not know (`components`, `labels`, `replacements`, `sortOptions`, …) or a Component.
+fn newer_feature(doc: &Value) -> Option<String> {
+    let Value::Mapping(doc) = doc else { return None };
+    if let Some((key, kind)) = fields(doc, "kind").first()
+        && kind.as_str() == Some("Component")
+    {
+        return Some(format!("{key}: Component"));
+    }
+    let known: BTreeSet<String> = V3_FIELDS.iter().map(|f| fold(f)).collect();
+    doc.keys().filter_map(Value::as_str).find(|key| !known.contains(&fold(key))).map(|key| format!("field {key:?}"))
+}
+
 fn is_remote(r: &str) -> bool {
     r.contains("://")
         || r.starts_with("github.com/")
@@ -247,8 +291,10 @@ fn load(file: &Path) -> Result<Value, String> {
 
 /// Checks every kustomization reachable from `start` (a directory). `roots` must be canonical.
 /// A kustomization that cannot be read or parsed, or whose reference fields do not have the
-/// shape kustomize reads, is refused: what it refers to cannot be checked.
-pub fn check(start: &Path, roots: &[PathBuf]) -> Result<(), Violation> {
+/// shape kustomize reads, is refused: what it refers to cannot be checked. Returns the first
+/// feature kustomize v3.1.0 does not have, if any kustomization uses one.
+pub fn check(start: &Path, roots: &[PathBuf]) -> Result<Option<NewerFeature>, Violation> {
+    let mut newer = None;
     let mut visited = BTreeSet::new();
     let mut queue = vec![start.to_path_buf()];
     while let Some(dir) = queue.pop() {
@@ -262,9 +308,11 @@ pub fn check(start: &Path, roots: &[PathBuf]) -> Result<(), Violation> {
             continue;
         };
         let refused = |why: String| (file.clone(), String::new(), why);
-        let refs = load(&file)
-            .and_then(|doc| references(&doc))
-            .map_err(refused)?;
+        let doc = load(&file).map_err(refused)?;
+        if newer.is_none() {
+            newer = newer_feature(&doc).map(|what| (file.clone(), what));
+        }
+        let refs = references(&doc).map_err(refused)?;
         for r in refs {
             if is_remote(&r) {
                 return Err((
@@ -290,7 +338,7 @@ pub fn check(start: &Path, roots: &[PathBuf]) -> Result<(), Violation> {
             }
         }
     }
-    Ok(())
+    Ok(newer)
 }
 
 #[cfg(test)]
@@ -337,7 +385,7 @@ mod tests {
         std::fs::write(repo.join("app/kustomization.yaml"), "bases: [../common]\n").unwrap();
         std::fs::write(tmp.path().join("secret.txt"), "s3cr3t").unwrap();
         let roots = [std::fs::canonicalize(&repo).unwrap()];
-        assert_eq!(check(&repo.join("app"), &roots), Ok(()));
+        assert_eq!(check(&repo.join("app"), &roots), Ok(None));
 
         // Reached through a base, by a generator.
         std::fs::write(
@@ -381,7 +429,34 @@ mod tests {
         std::fs::write(repo.join("kustomization.yaml"), text).unwrap();
         std::fs::write(tmp.path().join("secret.yaml"), "kind: Secret\n").unwrap();
         let roots = [std::fs::canonicalize(&repo).unwrap()];
-        check(&repo, &roots)
+        check(&repo, &roots).map(|_| ())
+    }
+
+    #[test]
+    fn a_feature_kustomize_v3_1_does_not_have_is_reported_with_its_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        for dir in ["app", "base", "component"] {
+            std::fs::create_dir_all(repo.join(dir)).unwrap();
+        }
+        let roots = [std::fs::canonicalize(&repo).unwrap()];
+        let newer = |app: &str, base: &str| {
+            std::fs::write(repo.join("app/kustomization.yaml"), app).unwrap();
+            std::fs::write(repo.join("base/kustomization.yaml"), base).unwrap();
+            check(&repo.join("app"), &roots).unwrap().map(|(file, what)| (file.strip_prefix(&roots[0]).unwrap().display().to_string(), what))
+        };
+        // kfctl-era fields, any letter case Go's JSON decoder matches.
+        let kfctl_era = "bases: [../base]\nvars: []\ncommonLabels: {a: b}\nPatchesStrategicMerge: []\nconfigurations: []\npatches: []\n";
+        assert_eq!(newer(kfctl_era, "resources: []\ngeneratorOptions: {disableNameSuffixHash: true}\n"), None);
+        // Found in a base the application reaches.
+        for field in ["labels", "replacements", "sortOptions", "components", "buildMetadata", "helmCharts"] {
+            assert_eq!(newer(kfctl_era, &format!("{field}: []\n")), Some(("base/kustomization.yaml".into(), format!("field {field:?}"))), "{field}");
+        }
+        // A Component, and the first file of the walk wins.
+        std::fs::write(repo.join("component/kustomization.yaml"), "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\n").unwrap();
+        assert_eq!(newer("resources: [../base]\ncomponents: [../component]\n", "sortOptions: {order: legacy}\n"), Some(("app/kustomization.yaml".into(), "field \"components\"".into())));
+        std::fs::write(repo.join("app/kustomization.yaml"), "bases: [../component]\n").unwrap();
+        assert_eq!(check(&repo.join("app"), &roots).unwrap().map(|(_, what)| what), Some("kind: Component".into()));
     }
 
     #[test]

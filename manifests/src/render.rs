@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use kube::api::DynamicObject;
 use kubeflow_crds::NameValue;
-use kubeflow_crds::kfdef::{Application, KfDef, KfDefSpec};
+use kubeflow_crds::kfdef::{Application, KfDef, KfDefSpec, KustomizeRelease};
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
@@ -56,6 +56,9 @@ pub struct AppSpec {
     pub path: String,
     pub overlays: Vec<String>,
     pub parameters: Vec<NameValue>,
+    /// The kustomize release its repository asks for; unset: chosen from the package
+    /// ([`refs::check`] reports the first field kustomize v3.1.0 does not know).
+    pub kustomize: Option<KustomizeRelease>,
 }
 
 impl AppSpec {
@@ -72,6 +75,7 @@ impl AppSpec {
             path: repo_ref.path.clone(),
             overlays: cfg.map(|c| c.overlays.clone()).unwrap_or_default(),
             parameters: cfg.map(|c| c.parameters.clone()).unwrap_or_default(),
+            kustomize: None,
         };
         Ok((spec, repo_ref.name.clone()))
     }
@@ -111,6 +115,8 @@ pub struct RenderedApp {
     pub warnings: Vec<String>,
     /// Objects rewritten from API versions Kubernetes no longer serves ([`crate::convert`]).
     pub conversions: Vec<Conversion>,
+    /// The kustomize release that rendered it, and why that one.
+    pub kustomize: (KustomizeRelease, String),
 }
 
 impl RenderedApp {
@@ -177,7 +183,11 @@ fn convert_removed_versions(
 /// only read.
 #[derive(Clone, Debug)]
 pub struct Renderer {
+    /// kustomize v3.1.0, for kfctl-era packages.
     pub kustomize: Kustomize,
+    /// kustomize v5, for packages that use what v3.1.0 lacks ([`refs::check`]); none: such a
+    /// package is an error naming what it uses.
+    pub kustomize_v5: Option<Kustomize>,
     work_root: PathBuf,
 }
 
@@ -197,8 +207,46 @@ impl Renderer {
             .map_err(|e| format!("creating {}: {e}", work_root.display()))?;
         Ok(Renderer {
             kustomize,
+            kustomize_v5: None,
             work_root,
         })
+    }
+
+    /// With kustomize v5 for the packages that need it.
+    pub fn with_v5(self, kustomize_v5: Kustomize) -> Self {
+        Renderer { kustomize_v5: Some(kustomize_v5), ..self }
+    }
+
+    /// Both releases from where [`Kustomize::locate_release`] finds them; v5 is optional (a
+    /// package that needs it then fails, naming what it uses). The error of v5's absence is
+    /// returned beside the renderer, for a log line.
+    pub async fn locate(work_root: impl Into<PathBuf>) -> Result<(Self, Option<String>), String> {
+        let v3 = Kustomize::locate_release(KustomizeRelease::V3).await.map_err(|e| e.to_string())?;
+        let renderer = Renderer::new(v3, work_root)?;
+        match Kustomize::locate_release(KustomizeRelease::V5).await {
+            Ok(v5) => Ok((renderer.with_v5(v5), None)),
+            Err(e) => Ok((renderer, Some(e.to_string()))),
+        }
+    }
+
+    /// The release that renders `app`: its repository's choice, else v5 when the package uses
+    /// what v3.1.0 lacks (`newer`), else v3.1.0. With the reason, for status and logs.
+    fn choose(&self, app: &AppSpec, newer: Option<refs::NewerFeature>) -> Result<(&Kustomize, KustomizeRelease, String), RenderError> {
+        let (release, why) = match (app.kustomize, newer) {
+            (Some(release), _) => (release, "the repository's kustomize field".to_string()),
+            (None, Some((file, what))) => (KustomizeRelease::V5, format!("{} uses {what}", file.display())),
+            (None, None) => (KustomizeRelease::V3, "kfctl's release: nothing in the package needs a newer one".to_string()),
+        };
+        let kustomize = match release {
+            KustomizeRelease::V3 => &self.kustomize,
+            KustomizeRelease::V5 => self.kustomize_v5.as_ref().ok_or_else(|| RenderError::NoKustomize {
+                app: app.name.clone(),
+                release,
+                why: why.clone(),
+                error: format!("set {} or run `e2e/env/build.sh kustomize`", crate::kustomize::KUSTOMIZE_V5_ENV),
+            })?,
+        };
+        Ok((kustomize, release, why))
     }
 
     /// Renders every application of a KfDef in spec order (an application name seen before is
@@ -216,7 +264,7 @@ impl Renderer {
             if !seen.insert(app.name.clone()) {
                 continue;
             }
-            let (spec, repo_name) = AppSpec::from_application(app)?;
+            let (mut spec, repo_name) = AppSpec::from_application(app)?;
             if !fetched.contains_key(&repo_name) {
                 let repo = kfdef
                     .spec
@@ -233,6 +281,7 @@ impl Renderer {
                     cache.fetch(&RepoSource::from(repo)).await?,
                 );
             }
+            spec.kustomize = kfdef.spec.repos.iter().find(|r| r.name == repo_name).and_then(|r| r.kustomize);
             out.push(
                 self.render_application(&fetched[&repo_name], &spec, &ctx)
                     .await?,
@@ -252,7 +301,7 @@ impl Renderer {
             .prefix("render-")
             .tempdir_in(&self.work_root)
             .map_err(io(&app.name, "creating a work directory"))?;
-        let (build_dir, warnings) = {
+        let (build_dir, mut warnings, newer) = {
             let (repo_root, work_dir, spec, ctx) = (
                 repo.root.clone(),
                 work.path().to_path_buf(),
@@ -269,8 +318,13 @@ impl Renderer {
         };
         let home = work.path().join("home");
         std::fs::create_dir_all(&home).map_err(io(&app.name, "creating a work directory"))?;
-        let output = self
-            .kustomize
+        if app.kustomize == Some(KustomizeRelease::V3)
+            && let Some((file, what)) = &newer
+        {
+            warnings.push(format!("rendered with kustomize v3 as the repository asks, though {} uses {what}", file.display()));
+        }
+        let (kustomize, release, why) = self.choose(app, newer)?;
+        let output = kustomize
             .build(&build_dir, &home)
             .await
             .map_err(|source| RenderError::Kustomize {
@@ -292,6 +346,7 @@ impl Renderer {
             objects,
             warnings,
             conversions,
+            kustomize: (release, why),
         })
     }
 }
@@ -324,13 +379,14 @@ fn package_dir(repo_root: &Path, app: &AppSpec) -> Result<(PathBuf, PathBuf), Re
     Ok((root, rel))
 }
 
-/// Sets up the directory to build and returns it, with warnings.
+/// Sets up the directory to build and returns it, with warnings and the first feature of the
+/// package kustomize v3.1.0 lacks.
 fn prepare(
     repo_root: &Path,
     work: &Path,
     app: &AppSpec,
     ctx: &RenderContext,
-) -> Result<(PathBuf, Vec<String>), RenderError> {
+) -> Result<(PathBuf, Vec<String>, Option<refs::NewerFeature>), RenderError> {
     let (root, rel) = package_dir(repo_root, app)?;
     let not_a_package = || RenderError::NotAPackage {
         app: app.name.clone(),
@@ -358,8 +414,8 @@ fn prepare(
                 "parameters {names:?} are not applied to a stacks application"
             ));
         }
-        refs::check(&dir, std::slice::from_ref(&root)).map_err(forbidden)?;
-        return Ok((dir, warnings));
+        let newer = refs::check(&dir, std::slice::from_ref(&root)).map_err(forbidden)?;
+        return Ok((dir, warnings, newer));
     }
 
     let tree = work.join("tree");
@@ -368,8 +424,8 @@ fn prepare(
     let warnings = per_application(&pkg, app, ctx)?;
     let tree_canon =
         std::fs::canonicalize(&tree).map_err(io(&app.name, "resolving the work directory"))?;
-    refs::check(&pkg, &[tree_canon, root]).map_err(forbidden)?;
-    Ok((pkg, warnings))
+    let newer = refs::check(&pkg, &[tree_canon, root]).map_err(forbidden)?;
+    Ok((pkg, warnings, newer))
 }
 
 /// Recreates the path to the package under `tree`: the package itself is copied (it gets

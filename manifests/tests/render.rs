@@ -8,6 +8,7 @@ use std::path::Path;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kubeflow_crds::NameValue;
+use kubeflow_crds::kfdef::KustomizeRelease;
 use kubeflow_manifests::Kustomize;
 use kubeflow_manifests::fixtures::{self, Hostile, Server};
 use kubeflow_manifests::fetch::AllowEntry;
@@ -42,7 +43,12 @@ async fn env(allow_local: bool) -> Env {
         },
     )
     .unwrap();
-    let renderer = Renderer::new(kustomize, tmp.path().join("work")).unwrap();
+    let kustomize_v5 = Kustomize::locate_release(KustomizeRelease::V5)
+        .await
+        .unwrap_or_else(|e| panic!("these tests run the real kustomize v5: {e}"));
+    let renderer = Renderer::new(kustomize, tmp.path().join("work"))
+        .unwrap()
+        .with_v5(kustomize_v5);
     Env {
         _tmp: tmp,
         cache,
@@ -202,6 +208,7 @@ async fn namespace_parameter_overrides_the_kfdef_namespace() {
             name: "namespace".into(),
             value: "istio-system".into(),
         }],
+        kustomize: None,
     };
     let rendered = env
         .renderer
@@ -614,6 +621,7 @@ async fn the_stand_in_repository_renders_every_application_of_the_sample_kfdef()
     );
     let parameters = find(&jupyter.objects, "ConfigMap", "jupyter-web-app-parameters");
     assert_eq!(parameters.data["data"]["userid-header"], "kubeflow-userid");
+    assert!(apps.iter().all(|a| a.kustomize.0 == KustomizeRelease::V3), "a kfctl-era package renders with kfctl's kustomize");
     let cert_manager = apps.iter().find(|a| a.name == "cert-manager").unwrap();
     assert_eq!(find(&cert_manager.objects, "Deployment", "cert-manager").labels().get("overlay.kubeflow.org/application").map(String::as_str), Some("true"), "overlay applied");
 }
@@ -666,5 +674,90 @@ async fn removed_api_versions_render_converted_in_both_modes() {
         assert_eq!(deployment.data["spec"]["selector"], selector, "stacks: {stacks}");
         let crd = find(&app.objects, "CustomResourceDefinition", "legacyjobs.demo.kubeflow.org");
         assert_eq!(crd.data["spec"]["versions"][0]["additionalPrinterColumns"], serde_json::json!([{"name": "Owner", "type": "string", "jsonPath": ".spec.owner"}]));
+    }
+}
+
+/// A package shaped like today's kubeflow/manifests: a Component, `labels`, `replacements`,
+/// `sortOptions`, `patches` with a target.
+fn write_modern_repo(repo: &Path) {
+    let files = [
+        (
+            "apps/web/upstream/base/kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [deployment.yaml, config.yaml]\n\
+             labels:\n- pairs: {app.kubernetes.io/part-of: web}\n  includeSelectors: false\n",
+        ),
+        (
+            "apps/web/upstream/base/deployment.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n\
+             \x20 template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: placeholder}]}\n",
+        ),
+        ("apps/web/upstream/base/config.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-config}\ndata: {image: ghcr.io/kubeflow/web:v1.11.0}\n"),
+        (
+            "common/mesh/components/sidecar/kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\npatches:\n\
+             - target: {kind: Deployment}\n  patch: |-\n    - op: add\n      path: /spec/template/metadata/annotations\n      value: {sidecar.istio.io/inject: \"true\"}\n",
+        ),
+        (
+            "apps/web/upstream/overlays/istio/kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: kubeflow\nresources: [../../base]\n\
+             components: [../../../../../common/mesh/components/sidecar]\nsortOptions: {order: fifo}\nreplacements:\n\
+             - source: {kind: ConfigMap, name: web-config, fieldPath: data.image}\n  targets:\n  - select: {kind: Deployment, name: web}\n    fieldPaths: [\"spec.template.spec.containers.[name=web].image\"]\n",
+        ),
+    ];
+    for (path, text) in files {
+        let file = repo.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, text).unwrap();
+    }
+}
+
+/// kubeflow/manifests since 1.7 needs kustomize v5; such a package is recognised by what its
+/// kustomizations use and rendered with v5, kfctl-era packages keep v3.1.0, and the repository
+/// may choose.
+#[tokio::test]
+async fn a_package_shaped_like_current_kubeflow_manifests_renders_with_kustomize_v5() {
+    let env = env(true).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    write_modern_repo(&repo);
+    let uri = format!("file://{}", repo.display());
+    for mode_kfdef in [app_kfdef(&uri, "apps/web/upstream/overlays/istio", &[], &[]), {
+        let mut stacks = app_kfdef(&uri, "apps/web/upstream/overlays/istio", &[], &[]);
+        stacks.spec.applications[0].name = "kubeflow-apps".into();
+        stacks
+    }] {
+        let apps = env.renderer.render_kfdef(&env.cache, &mode_kfdef).await.unwrap();
+        let web = &apps[0];
+        let (release, why) = &web.kustomize;
+        assert_eq!(*release, KustomizeRelease::V5);
+        assert!(why.ends_with("apps/web/upstream/overlays/istio/kustomization.yaml uses field \"components\""), "{why}");
+        let deployment = find(&web.objects, "Deployment", "web");
+        assert_eq!(deployment.metadata.namespace.as_deref(), Some("kubeflow"));
+        // `labels` without selectors, the Component's patch, the replacement.
+        assert_eq!(deployment.labels().get("app.kubernetes.io/part-of").map(String::as_str), Some("web"));
+        assert_eq!(deployment.data["spec"]["selector"], serde_json::json!({"matchLabels": {"app": "web"}}));
+        assert_eq!(deployment.data["spec"]["template"]["metadata"]["annotations"]["sidecar.istio.io/inject"], "true");
+        assert_eq!(deployment.data["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/kubeflow/web:v1.11.0");
+    }
+
+    // The repository chooses v3: kustomize v3.1.0 refuses the field it does not know.
+    let mut forced = app_kfdef(&uri, "apps/web/upstream/overlays/istio", &[], &[]);
+    forced.spec.repos[0].kustomize = Some(KustomizeRelease::V3);
+    match render_err(&env, &forced).await {
+        RenderError::Kustomize { app, source: KustomizeError::Failed { stderr, .. } } => {
+            assert_eq!(app, "app");
+            assert!(stderr.contains("components"), "{stderr}");
+        }
+        other => panic!("expected kustomize v3 to fail, got {other:?}"),
+    }
+
+    // A renderer without v5 names the application, the release and what needs it.
+    let v3_only = Renderer::new(env.renderer.kustomize.clone(), tmp.path().join("work")).unwrap();
+    match v3_only.render_kfdef(&env.cache, &app_kfdef(&uri, "apps/web/upstream/overlays/istio", &[], &[])).await.unwrap_err() {
+        RenderError::NoKustomize { app, release, why, .. } => {
+            assert_eq!((app.as_str(), release), ("app", KustomizeRelease::V5));
+            assert!(why.contains("uses field \"components\""), "{why}");
+        }
+        other => panic!("expected NoKustomize, got {other:?}"),
     }
 }

@@ -273,7 +273,7 @@ mod tests {
 
     #[test]
     fn the_generic_component_moves_to_new_repositories_last_and_only_when_given_them() {
-        let repo = |uri: &str| Repo { name: "manifests".into(), uri: uri.into(), sha256: None };
+        let repo = |uri: &str| Repo { name: "manifests".into(), uri: uri.into(), sha256: None, kustomize: None };
         let mut current = v12();
         current.insert(ComponentKind::GENERIC, "v1.2.0".into());
         let without = spec("  currentKfDef: {name: kf, version: v1.2.0}\n  newKfDef: {name: kf, version: v1.3.0}\n");

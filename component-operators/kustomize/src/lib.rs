@@ -27,7 +27,7 @@ use component_framework::kinds;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
-use kubeflow_manifests::{AppSpec, Conversion, FetchOptions, Kustomize, Mode, RenderContext, Renderer, RepoCache, RepoErrorReason, RepoSource};
+use kubeflow_manifests::{AppSpec, Conversion, FetchOptions, Mode, RenderContext, Renderer, RepoCache, RepoErrorReason, RepoSource};
 use serde_json::{Value, json};
 
 pub struct KustomizeComponent;
@@ -70,7 +70,7 @@ pub fn app_spec(index: usize, source: &KustomizeSource) -> Result<(RepoSource, A
     let uri = source.repo_uri.clone().filter(|u| !u.is_empty()).ok_or_else(|| InvalidSpec::new(field(index, "repoUri"), "required: the manifests archive (https://…/archive/<ref>.tar.gz)"))?;
     let path = source.path.clone().filter(|p| !p.is_empty()).ok_or_else(|| InvalidSpec::new(field(index, "path"), "required: the package inside the repository"))?;
     let repo = RepoSource { name: uri.clone(), uri, sha256: source.repo_sha256.clone() };
-    let app = AppSpec { name: source.application.clone(), path, overlays: source.overlays.clone(), parameters: source.parameters.iter().map(|p| NameValue { name: p.name.clone(), value: p.value.clone() }).collect() };
+    let app = AppSpec { name: source.application.clone(), path, overlays: source.overlays.clone(), parameters: source.parameters.iter().map(|p| NameValue { name: p.name.clone(), value: p.value.clone() }).collect(), kustomize: source.repo_kustomize };
     Ok((repo, app))
 }
 
@@ -234,6 +234,8 @@ async fn render_source(index: usize, source: &KustomizeSource, repos: &RepoCache
         if fenced { invalid } else { invalid.retryable() }
     })?;
     let rendered = renderer.render_application(&fetched, &app, context).await.map_err(|e| InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string()))?;
+    let (release, why) = &rendered.kustomize;
+    tracing::info!(application = %source.application, kustomize = %release, reason = %why, "rendered");
     for warning in &rendered.warnings {
         tracing::warn!(application = %source.application, "{warning}");
     }
@@ -257,8 +259,11 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     }
     let dir = cache_dir();
     let repos = RepoCache::new(dir.join("repos"), fetch).map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot use its repository cache: {e}")).retryable())?;
-    let kustomize = Kustomize::locate().await.map_err(|e| InvalidSpec::new("spec.sources", format!("the operator has no kustomize: {e}")).retryable())?;
-    let renderer = Renderer::new(kustomize, dir.join("work")).map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot render: {e}")).retryable())?;
+    // Without kustomize v5 only the packages that need it fail, each saying so.
+    let (renderer, no_v5) = Renderer::locate(dir.join("work")).await.map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot render (no kustomize?): {e}")).retryable())?;
+    if let Some(e) = no_v5 {
+        tracing::debug!(error = %e, "no kustomize v5");
+    }
     let mode = match spec.mode {
         RenderMode::PerApplication => Mode::PerApplication,
         RenderMode::Stacks => Mode::Stacks,

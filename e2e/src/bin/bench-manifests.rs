@@ -17,7 +17,7 @@ use kube::api::PostParams;
 use kubeflow_crds::KfDef;
 use kubeflow_crds::kfdef::KfDefPhase;
 use kubeflow_e2e::*;
-use kubeflow_manifests::{FetchOptions, Kustomize, Renderer, RepoCache, fixtures};
+use kubeflow_manifests::{FetchOptions, Renderer, RepoCache, fixtures};
 
 #[tokio::main]
 async fn main() {
@@ -50,7 +50,7 @@ async fn main() {
     // Reference: render (download included) + kubectl apply --server-side + the same readiness.
     let work = tempfile_dir();
     let t0 = Instant::now();
-    let renderer = Renderer::new(Kustomize::locate().await.unwrap(), work.join("work")).unwrap();
+    let (renderer, _) = Renderer::locate(work.join("work")).await.unwrap();
     // The reference fetches from the loopback server the operator is allowed to reach, too.
     let cache = RepoCache::new(work.join("cache"), FetchOptions { allow_fetch_from: vec!["127.0.0.1".parse().unwrap()], ..FetchOptions::default() }).unwrap();
     let apps = renderer.render_kfdef(&cache, &reference).await.unwrap();
