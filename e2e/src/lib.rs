@@ -842,7 +842,7 @@ pub async fn prepare_manifests_fixture(client: &Client) {
         webhooks.delete("tenant-defaulter", &DeleteParams::default()).await.unwrap();
     }
     let grant = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kustomize-operator-demo"},
-                       "rules": [{"apiGroups": ["demo.kubeflow.org"], "resources": ["tenants", "legacyjobs"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}]});
+                       "rules": [{"apiGroups": ["demo.kubeflow.org"], "resources": ["tenants", "legacyjobs", "issuers"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}]});
     let binding = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kustomize-operator-demo"},
                          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kustomize-operator-demo"},
                          "subjects": [{"kind": "ServiceAccount", "name": "kustomize-operator", "namespace": "kubeflow-operators"}]});

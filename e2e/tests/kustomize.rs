@@ -5,7 +5,9 @@
 //! served as a GitHub-style tarball over loopback HTTP, and two of its applications converge;
 //! a deleted object comes back; a parameter edit propagates; a bad URI, a missing path, a missing
 //! overlay and a kustomize error each get a clear per-application reason and touch nothing else;
-//! deleting the resource removes everything but CRDs and namespaces.
+//! deleting the resource removes everything but CRDs and namespaces. A package shaped like current
+//! kubeflow/manifests renders with kustomize v5, its webhook's backend ready before what the
+//! webhook admits.
 
 use std::collections::BTreeMap;
 
@@ -172,5 +174,82 @@ async fn fenced_repositories_and_unparsable_kustomizations_are_refused() {
         api.delete(name, &DeleteParams::default()).await.unwrap();
         gone(&api, name).await;
     }
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// Watches `api` from now until `found` holds for an object; returns that object's resource
+/// version (an etcd revision: comparable across objects, unlike timestamps). Watch errors (the
+/// kind not served yet) are retried by the watcher.
+fn revision_when<K>(api: Api<K>, name: &str, found: impl Fn(&K) -> bool + Send + 'static) -> tokio::task::JoinHandle<u64>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut objects = std::pin::pin!(watcher(api, config).applied_objects().filter_map(|o| async { o.ok() }));
+        while let Some(object) = objects.next().await {
+            if found(&object) {
+                return object.resource_version().unwrap().parse().unwrap();
+            }
+        }
+        unreachable!("watches do not end")
+    })
+}
+
+/// A package shaped like current kubeflow/manifests (kustomize v5 only: `labels`) with
+/// cert-manager's shape: the webhook's backend Deployment is Available before the Issuer it
+/// admits and the webhook configuration itself are written — compared by etcd revision, not by
+/// clock — and no apply fails on the way.
+#[tokio::test]
+async fn a_webhook_backend_is_ready_before_what_it_admits() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let client = client().await;
+    install_crds(&client).await;
+    prepare_manifests_fixture(&client).await;
+    // The package's own namespace and webhook, left by an interrupted run, would be another
+    // install's objects.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    if namespaces.get_opt("demo-certs").await.unwrap().is_some() {
+        namespaces.delete("demo-certs", &DeleteParams::default()).await.unwrap();
+    }
+    if webhooks.get_opt("demo-certs-validator").await.unwrap().is_some() {
+        webhooks.delete("demo-certs-validator", &DeleteParams::default()).await.unwrap();
+    }
+    gone(&namespaces, "demo-certs").await;
+    gone(&webhooks, "demo-certs-validator").await;
+    let ns = TestNamespace::create(&client, "e2e-kustomize-webhook").await;
+    let kubeconfig = install_package(&client, "kustomize").await;
+    let server = fixtures::Server::start(BTreeMap::from([("archive/v1.11.0.tar.gz".to_string(), fixtures::modern_repo_tarball())])).await;
+    let uri = server.url("archive/v1.11.0.tar.gz");
+
+    let available = revision_when(Api::<Deployment>::namespaced(client.clone(), "demo-certs"), "certs-webhook", |d| {
+        d.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| c.type_ == "Available" && c.status == "True")
+    });
+    let issuers = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("demo.kubeflow.org", "v1", "Issuer"), "issuers");
+    let issuer_created = revision_when(Api::<DynamicObject>::namespaced_with(client.clone(), "demo-certs", &issuers), "selfsigned", |_| true);
+    let webhook_created = revision_when(webhooks.clone(), "demo-certs-validator", |_| true);
+
+    let cache = std::env::temp_dir().join(unique_name("kustomize-cache"));
+    let operator = OperatorProcess::start("kustomize-operator", &["--namespace", &ns.name, "--allow-fetch-from", "127.0.0.1"], &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap())]);
+    operator.wait_ready().await;
+    let api: Api<KustomizeApplication> = Api::namespaced(client.clone(), &ns.name);
+    let sources = json!([{"application": "certs", "repoUri": uri, "path": "common/certs/base"}]);
+    api.create(&PostParams::default(), &resource("certs", &ns.name, sources)).await.unwrap();
+    wait_status(&api, "certs", &format!("certs Ready (log: {})", operator.log.display()), |s| s.phase == Some(ComponentPhase::Ready)).await;
+
+    let available = available.await.unwrap();
+    let (issuer_created, webhook_created) = (issuer_created.await.unwrap(), webhook_created.await.unwrap());
+    assert!(issuer_created > available, "the Issuer was written at revision {issuer_created}, before its webhook's backend was Available at {available}");
+    assert!(webhook_created > available, "the webhook configuration was written at revision {webhook_created}, before its backend was Available at {available}");
+    let log = std::fs::read_to_string(&operator.log).unwrap();
+    assert!(!log.contains("reconcile failed"), "a failed reconcile was logged: {}", operator.log.display());
+
+    api.delete("certs", &DeleteParams::default()).await.unwrap();
+    gone(&api, "certs").await;
+    gone(&webhooks, "demo-certs-validator").await;
+    namespaces.delete("demo-certs", &DeleteParams::default()).await.unwrap();
     let _ = std::fs::remove_dir_all(&cache);
 }

@@ -452,11 +452,93 @@ webhooks:
 
 /// Writes the fixture repository into `dir`.
 pub fn write_repo(dir: &Path) {
-    for (path, content) in FILES {
+    write_files(dir, FILES);
+}
+
+fn write_files(dir: &Path, files: &[(&str, &str)]) {
+    for (path, content) in files {
         let file = dir.join(path);
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(file, content).unwrap();
     }
+}
+
+/// Top folder of the modern fixture tarball.
+pub const MODERN_TOP_FOLDER: &str = "manifests-1.11.0";
+
+/// A repository shaped like kubeflow/manifests since 1.7 (kustomize v5 only):
+/// - `apps/web/upstream/overlays/istio`: a base with `labels`, a Component (`kind: Component`
+///   with a targeted JSON patch) from `common/`, `replacements`, `sortOptions`;
+/// - `common/certs/base`: cert-manager's shape — a CRD, a webhook Deployment behind a Service, a
+///   ValidatingWebhookConfiguration admitting the CRD's Issuers, and an Issuer — in namespace
+///   `demo-certs`. Its webhook fails open with a 1 s timeout: the local environment's pods do not
+///   serve, and what is checked is only when the Issuer is written.
+const MODERN_FILES: &[(&str, &str)] = &[
+    (
+        "apps/web/upstream/base/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [deployment.yaml, config.yaml]\n\
+         labels:\n- pairs: {app.kubernetes.io/part-of: web}\n  includeSelectors: false\n",
+    ),
+    (
+        "apps/web/upstream/base/deployment.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n\
+         \x20 template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: placeholder}]}\n",
+    ),
+    ("apps/web/upstream/base/config.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-config}\ndata: {image: ghcr.io/kubeflow/web:v1.11.0}\n"),
+    (
+        "common/mesh/components/sidecar/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\npatches:\n\
+         - target: {kind: Deployment}\n  patch: |-\n    - op: add\n      path: /spec/template/metadata/annotations\n      value: {sidecar.istio.io/inject: \"true\"}\n",
+    ),
+    (
+        "apps/web/upstream/overlays/istio/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: kubeflow\nresources: [../../base]\n\
+         components: [../../../../../common/mesh/components/sidecar]\nsortOptions: {order: fifo}\nreplacements:\n\
+         - source: {kind: ConfigMap, name: web-config, fieldPath: data.image}\n  targets:\n  - select: {kind: Deployment, name: web}\n    fieldPaths: [\"spec.template.spec.containers.[name=web].image\"]\n",
+    ),
+    (
+        "common/certs/base/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: demo-certs\n\
+         resources: [namespace.yaml, crd.yaml, webhook.yaml, issuer.yaml, service.yaml, deployment.yaml]\n\
+         labels:\n- pairs: {app.kubernetes.io/part-of: demo-certs}\n",
+    ),
+    ("common/certs/base/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: demo-certs}\n"),
+    (
+        "common/certs/base/crd.yaml",
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: issuers.demo.kubeflow.org}\nspec:\n\
+         \x20 group: demo.kubeflow.org\n  names: {kind: Issuer, plural: issuers, singular: issuer, listKind: IssuerList}\n  scope: Namespaced\n\
+         \x20 versions:\n  - name: v1\n    served: true\n    storage: true\n\
+         \x20   schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
+    ),
+    (
+        "common/certs/base/deployment.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: certs-webhook}\nspec:\n  selector: {matchLabels: {app: certs-webhook}}\n\
+         \x20 template:\n    metadata: {labels: {app: certs-webhook}}\n    spec: {containers: [{name: webhook, image: ghcr.io/example/certs-webhook:v1.0.0}]}\n",
+    ),
+    (
+        "common/certs/base/service.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: certs-webhook}\nspec:\n  selector: {app: certs-webhook}\n  ports: [{port: 443, targetPort: 10250}]\n",
+    ),
+    (
+        "common/certs/base/webhook.yaml",
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: demo-certs-validator}\nwebhooks:\n\
+         - name: issuers.demo.kubeflow.org\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  failurePolicy: Ignore\n  timeoutSeconds: 1\n\
+         \x20 clientConfig: {service: {name: certs-webhook, namespace: demo-certs, path: /validate}}\n\
+         \x20 rules: [{apiGroups: [demo.kubeflow.org], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [issuers]}]\n",
+    ),
+    ("common/certs/base/issuer.yaml", "apiVersion: demo.kubeflow.org/v1\nkind: Issuer\nmetadata: {name: selfsigned}\nspec: {selfSigned: {}}\n"),
+];
+
+/// Writes the modern fixture repository ([`MODERN_FILES`]) into `dir`.
+pub fn write_modern_repo(dir: &Path) {
+    write_files(dir, MODERN_FILES);
+}
+
+/// The modern fixture repository as a GitHub-style tarball.
+pub fn modern_repo_tarball() -> Vec<u8> {
+    let tmp = tempfile::tempdir().unwrap();
+    write_modern_repo(tmp.path());
+    pack_github_tarball(tmp.path(), MODERN_TOP_FOLDER)
 }
 
 /// Packs `dir` as a GitHub archive: a gzip tar whose entries all sit under `top/`, behind a pax

@@ -677,40 +677,6 @@ async fn removed_api_versions_render_converted_in_both_modes() {
     }
 }
 
-/// A package shaped like today's kubeflow/manifests: a Component, `labels`, `replacements`,
-/// `sortOptions`, `patches` with a target.
-fn write_modern_repo(repo: &Path) {
-    let files = [
-        (
-            "apps/web/upstream/base/kustomization.yaml",
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [deployment.yaml, config.yaml]\n\
-             labels:\n- pairs: {app.kubernetes.io/part-of: web}\n  includeSelectors: false\n",
-        ),
-        (
-            "apps/web/upstream/base/deployment.yaml",
-            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n\
-             \x20 template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: placeholder}]}\n",
-        ),
-        ("apps/web/upstream/base/config.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-config}\ndata: {image: ghcr.io/kubeflow/web:v1.11.0}\n"),
-        (
-            "common/mesh/components/sidecar/kustomization.yaml",
-            "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\npatches:\n\
-             - target: {kind: Deployment}\n  patch: |-\n    - op: add\n      path: /spec/template/metadata/annotations\n      value: {sidecar.istio.io/inject: \"true\"}\n",
-        ),
-        (
-            "apps/web/upstream/overlays/istio/kustomization.yaml",
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: kubeflow\nresources: [../../base]\n\
-             components: [../../../../../common/mesh/components/sidecar]\nsortOptions: {order: fifo}\nreplacements:\n\
-             - source: {kind: ConfigMap, name: web-config, fieldPath: data.image}\n  targets:\n  - select: {kind: Deployment, name: web}\n    fieldPaths: [\"spec.template.spec.containers.[name=web].image\"]\n",
-        ),
-    ];
-    for (path, text) in files {
-        let file = repo.join(path);
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(file, text).unwrap();
-    }
-}
-
 /// kubeflow/manifests since 1.7 needs kustomize v5; such a package is recognised by what its
 /// kustomizations use and rendered with v5, kfctl-era packages keep v3.1.0, and the repository
 /// may choose.
@@ -719,7 +685,7 @@ async fn a_package_shaped_like_current_kubeflow_manifests_renders_with_kustomize
     let env = env(true).await;
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
-    write_modern_repo(&repo);
+    fixtures::write_modern_repo(&repo);
     let uri = format!("file://{}", repo.display());
     for mode_kfdef in [app_kfdef(&uri, "apps/web/upstream/overlays/istio", &[], &[]), {
         let mut stacks = app_kfdef(&uri, "apps/web/upstream/overlays/istio", &[], &[]);

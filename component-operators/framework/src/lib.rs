@@ -28,6 +28,7 @@ pub mod readiness;
 pub mod reconcile;
 pub mod run;
 pub mod status;
+pub mod webhook_gate;
 
 pub use component::{Component, Endpoint, InvalidSpec, Inputs, Release};
 pub use manifest::Params;

@@ -32,6 +32,7 @@ use crate::manifest;
 use crate::metrics::Metrics;
 use crate::readiness;
 use crate::status::{self, Finding, Outcome};
+use crate::webhook_gate;
 
 /// Finalizer that makes deletion of a component resource remove what it installed.
 pub const FINALIZER: &str = "components.kubeflow.org/cleanup";
@@ -545,6 +546,19 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
             handed_over.insert(index, retired);
         }
     }
+    // Webhooks' backends are ready before what the webhooks admit is written (webhook_gate).
+    let gates = webhook_gate::gates(&targets.iter().map(|(desired, info, _)| (*desired, *info)).collect::<Vec<_>>());
+    let unready_backends: BTreeMap<usize, String> = gates
+        .iter()
+        .flat_map(|gate| gate.backends.iter().copied())
+        .filter_map(|index| {
+            let why = match &lives[index] {
+                Some(live) => readiness::not_ready_reason(live)?,
+                None => format!("{} does not exist yet", describe(targets[index].1, &targets[index].2)),
+            };
+            Some((index, why))
+        })
+        .collect();
     // Custom resources need their CRDs Established first (a CRD applied this round is not yet).
     let crds: Vec<String> = targets.iter().filter(|(_, info, _)| info.is_crd()).map(|(_, _, e)| e.name.clone()).collect();
     let mut crds_established = crds.is_empty();
@@ -556,8 +570,16 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
             wait_established(&ctx.client, &crds).await?;
             crds_established = true;
         }
-        let api = info.api(writer, entry.namespace.as_deref());
         let what = describe(info, &entry);
+        if let Some(why) = webhook_gate::held(&gates, index, info, &unready_backends) {
+            // Not written this round; still the resource's, so prune leaves it alone.
+            not_ready.push(Finding::new(application_of(desired), format!("{what}: {why}")));
+            if !info.is_shared() {
+                inventory.push(entry);
+            }
+            continue;
+        }
+        let api = info.api(writer, entry.namespace.as_deref());
         let live = match live {
             Some(live) if up_to_date(desired, &live, info) => live,
             // A shared CRD another install keeps at a newer release stays as it is.
