@@ -47,6 +47,11 @@ use crate::tenant::{self, MANAGED_BY, MANAGED_BY_LABEL, Mesh, PROFILE_LABEL};
 
 /// Field manager of the tenant objects (the component install uses `kubeflow-profiles-operator`).
 pub const FIELD_MANAGER: &str = "kubeflow-profile-controller";
+/// Profiles reconciled at once. Each reconcile sends its objects concurrently, and every request in
+/// flight holds an HTTP connection with its buffers: unbounded, a thousand new Profiles opened
+/// thousands of connections (most of the operator's memory) only to queue at the API server's
+/// priority and fairness.
+const RECONCILE_CONCURRENCY: u16 = 16;
 /// Upstream's finalizer name, so Profiles made for the upstream controller are cleaned up too.
 pub const FINALIZER: &str = "profile-finalizer";
 const AUTHORIZATION_POLICY_CRD: &str = "authorizationpolicies.security.istio.io";
@@ -581,7 +586,7 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
     let profiles: Api<DeserializeGuard<Profile>> = Api::all(client.clone());
     // Built on a watch of our own so a relist triggers only once the store holds it.
     let (store, profile_changes) = WatchesSynced::default().reflect(profiles, watcher::Config::default());
-    let mut controller = Controller::for_stream(profile_changes, store.clone());
+    let mut controller = Controller::for_stream(profile_changes, store.clone()).with_config(kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
     for (resource, stream) in streams {
         controller = controller.owns_stream_with(stream, resource);
     }

@@ -422,9 +422,21 @@ struct Operator {
 
 impl Operator {
     fn rss_mib(&self) -> (f64, f64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.pid())).unwrap_or_default();
-        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().ok()).unwrap_or(0.0) / 1024.0;
+        let field = self.status_mib();
         (rss_kib(self.process.pid()) as f64 / 1024.0, field("VmHWM:"))
+    }
+
+    /// RSS split into anonymous memory (heap, stacks: what the operator holds) and file-backed
+    /// pages (the binary's code and read-only data it touched, which the kernel may drop).
+    fn rss_split_mib(&self) -> (f64, f64) {
+        let field = self.status_mib();
+        (field("RssAnon:"), field("RssFile:"))
+    }
+
+    /// A field of /proc/<pid>/status, in MiB.
+    fn status_mib(&self) -> impl Fn(&str) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.pid())).unwrap_or_default();
+        move |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
     }
 
     /// Failed reconciles the operator logged so far, by category.
@@ -629,6 +641,7 @@ async fn run_size(client: &Client, operator: &Operator, run: &str, n: usize, ste
     tokio::time::sleep(steady).await;
     let quiet = operator.traffic.snapshot().since(&settled);
     let (rss_steady, hwm) = operator.rss_mib();
+    let (anon_steady, file_steady) = operator.rss_split_mib();
     let own_after = operator.own_counters().await;
     eprintln!("   settled after {} ({trailing} more writes); steady {}: {quiet:?}", secs(settled_after), secs(steady));
 
@@ -723,6 +736,7 @@ async fn run_size(client: &Client, operator: &Operator, run: &str, n: usize, ste
     println!("| operator's own `kfop_writes_total` / `kfop_writes_by_field_manager_total` until converged | {} | — | — | — | — |", own_fmt(own_converged, own_before));
     println!("| the same until the end of the steady window | {} | — | — | — | — |", own_fmt(own_after, own_before));
     println!("| operator RSS: converged / after the steady window / peak (VmHWM, whole process life) | {rss:.1} / {rss_steady:.1} / {hwm:.1} MiB | — | — | {upstream_rss} | {target_rss} |");
+    println!("| operator RSS after the steady window: anonymous (heap, stacks) / file-backed (the binary's code pages) | {anon_steady:.1} / {file_steady:.1} MiB | — | — | — | — |");
     println!("| operator RSS before the benchmark's Profiles (after one warm-up Profile) | {:.1} MiB | — | — | — | — |", operator.idle_rss.get().copied().unwrap_or(0.0));
     println!("| CPU seconds until converged / until applied | {} | {} | — | — | — |", cpu_since(&cpu_converged, &cpu_before), cpu_since(&cpu_reference, &cpu_reference_before));
     let (dispatched, waited) = (apf_converged.0 - apf_before.0, apf_converged.1 - apf_before.1);
