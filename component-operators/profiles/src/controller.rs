@@ -98,6 +98,34 @@ pub struct Context {
     cloud: Arc<dyn CloudIdentity>,
     backoffs: Backoffs<String>,
     made: Made,
+    statuses: StatusWrites,
+}
+
+/// What the controller last wrote to each Profile's status (by uid): the Ready condition it
+/// wrote and the resource version the write returned. A reconcile often runs on a Profile from
+/// the cache that does not show that write yet; the same condition is then not written again.
+#[derive(Default)]
+struct StatusWrites(Mutex<HashMap<String, (ReadyWritten, String)>>);
+
+/// The parts of a status write that matter: observed generation, Ready's status, reason, message.
+type ReadyWritten = (Option<i64>, bool, String, String);
+
+impl StatusWrites {
+    /// Whether `ready` was written to Profile `uid` by a write the cached Profile (at
+    /// `resource_version`) does not show yet.
+    fn written_and_not_yet_seen(&self, uid: &str, ready: &ReadyWritten, resource_version: &str) -> bool {
+        let writes = self.0.lock().expect("not poisoned");
+        writes.get(uid).is_some_and(|(written, version)| written == ready && older(resource_version, version))
+    }
+
+    fn record(&self, uid: String, ready: ReadyWritten, resource_version: String) {
+        let mut writes = self.0.lock().expect("not poisoned");
+        writes.insert(uid, (ready, resource_version));
+    }
+
+    fn forget(&self, uid: &str) {
+        self.0.lock().expect("not poisoned").remove(uid);
+    }
 }
 
 /// A key of [`Made`]'s maps within one namespace: `(kind, name)`.
@@ -310,12 +338,19 @@ impl Context {
         if status == before {
             return Ok(());
         }
+        let uid = profile.uid().unwrap_or_default();
+        let written: ReadyWritten = (generation, ready, reason.to_string(), message.to_string());
+        if self.statuses.written_and_not_yet_seen(&uid, &written, &profile.resource_version().unwrap_or_default()) {
+            return Ok(());
+        }
         let api: Api<Profile> = Api::all(self.client.clone());
         let patch = json!({"status": status});
-        api.patch_status(&profile.name_any(), &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &Patch::Merge(&patch))
+        let patched = api
+            .patch_status(&profile.name_any(), &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &Patch::Merge(&patch))
             .await
-            .map(|_| ())
-            .map_err(|source| Error::Status { name: profile.name_any(), source })
+            .map_err(|source| Error::Status { name: profile.name_any(), source })?;
+        self.statuses.record(uid, written, patched.resource_version().unwrap_or_default());
+        Ok(())
     }
 
     async fn refuse(&self, profile: &Profile, reason: &str, message: String) -> Result<Action, Error> {
@@ -454,6 +489,7 @@ impl Context {
             format!("namespace {name} was not made for this Profile and is left as it is")
         };
         self.event(profile, EventType::Normal, "Deleting", note).await;
+        self.statuses.forget(&profile.uid().unwrap_or_default());
         Ok(Action::await_change())
     }
 }
@@ -581,6 +617,7 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
         cloud,
         backoffs: Backoffs::default(),
         made,
+        statuses: StatusWrites::default(),
     });
     let _ = shared.set(ctx.clone());
     let profiles: Api<DeserializeGuard<Profile>> = Api::all(client.clone());
@@ -635,6 +672,21 @@ mod tests {
         assert_eq!(chosen.namespace().as_deref(), Some("a"));
         assert!(effective_settings(&[controller("d", "2025-01-01T00:00:00Z", "Unmanaged")]).is_none());
         assert_eq!(effective_settings(&[newer]).unwrap().namespace().as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_status_write_the_cached_profile_does_not_show_yet_is_not_sent_again() {
+        let statuses = StatusWrites::default();
+        let ready: ReadyWritten = (Some(1), true, "Reconciled".into(), "in place".into());
+        assert!(!statuses.written_and_not_yet_seen("uid", &ready, "10"), "never written");
+        statuses.record("uid".into(), ready.clone(), "12".into());
+        assert!(statuses.written_and_not_yet_seen("uid", &ready, "11"), "the cache is behind the write");
+        assert!(!statuses.written_and_not_yet_seen("uid", &ready, "12"), "the cache shows the write, and another status: written again");
+        assert!(!statuses.written_and_not_yet_seen("uid", &(Some(2), true, "Reconciled".into(), "in place".into()), "11"), "another generation");
+        assert!(!statuses.written_and_not_yet_seen("uid", &(Some(1), false, "Failed".into(), "x".into()), "11"), "another condition");
+        assert!(!statuses.written_and_not_yet_seen("other", &ready, "11"), "another Profile");
+        statuses.forget("uid");
+        assert!(!statuses.written_and_not_yet_seen("uid", &ready, "11"), "forgotten with the Profile");
     }
 
     /// A [`Made`] of RoleBindings whose cache the test fills as a watch would.
