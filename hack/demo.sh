@@ -19,9 +19,9 @@ KFDEF=examples/kfdef-kfctl-istio-dex.yaml
 echo "--- building the operators (hack/cargo.sh build: the one build make test and the images use)" >&2
 hack/cargo.sh build -q
 BIN_DIR=$(hack/cargo.sh bin-dir)
-# The operators render with the cached kustomize (KFOP_KUSTOMIZE).
+# The operators render with the cached kustomizes (v3.1.0 for kfctl-era packages, v5 for current ones).
 e2e/env/build.sh kustomize
-export KFOP_KUSTOMIZE=$KUSTOMIZE_BIN/kustomize
+export KFOP_KUSTOMIZE=$KUSTOMIZE_BIN/kustomize KFOP_KUSTOMIZE_V5=$KUSTOMIZE_V5_BIN/kustomize
 
 echo "--- installing CRDs, RBAC and operator Deployments (kubectl apply -k deploy/all)" >&2
 kubectl apply --server-side --force-conflicts -k deploy/all >/dev/null
