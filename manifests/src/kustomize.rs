@@ -43,13 +43,8 @@ pub struct Kustomize {
     load_restrictor: Vec<String>,
 }
 
-/// Where `e2e/env/build.sh` puts kustomize: `$KFOP_CACHE_DIR` or `~/.cache/kubeflow-operator`,
-/// then `bin/kustomize-<version>-<go.sum digest>/kustomize`. Returns the newest match.
-pub fn default_location() -> Option<PathBuf> {
-    cached(KUSTOMIZE_VERSION)
-}
-
-/// The newest `bin/kustomize-<version>*/kustomize` of the build cache.
+/// Where `e2e/env/build.sh` puts kustomize `version`: `$KFOP_CACHE_DIR` or
+/// `~/.cache/kubeflow-operator`, then `bin/kustomize-<version>*/kustomize`. Returns the newest match.
 fn cached(version: &str) -> Option<PathBuf> {
     let cache = std::env::var_os("KFOP_CACHE_DIR")
         .map(PathBuf::from)

@@ -301,7 +301,7 @@ impl Renderer {
             .prefix("render-")
             .tempdir_in(&self.work_root)
             .map_err(io(&app.name, "creating a work directory"))?;
-        let (build_dir, mut warnings, newer) = {
+        let (build_dir, warnings, newer) = {
             let (repo_root, work_dir, spec, ctx) = (
                 repo.root.clone(),
                 work.path().to_path_buf(),
@@ -318,11 +318,6 @@ impl Renderer {
         };
         let home = work.path().join("home");
         std::fs::create_dir_all(&home).map_err(io(&app.name, "creating a work directory"))?;
-        if app.kustomize == Some(KustomizeRelease::V3)
-            && let Some((file, what)) = &newer
-        {
-            warnings.push(format!("rendered with kustomize v3 as the repository asks, though {} uses {what}", file.display()));
-        }
         let (kustomize, release, why) = self.choose(app, newer)?;
         let output = kustomize
             .build(&build_dir, &home)

@@ -687,8 +687,9 @@ async fn a_package_shaped_like_current_kubeflow_manifests_renders_with_kustomize
     let repo = tmp.path().join("repo");
     fixtures::write_modern_repo(&repo);
     let uri = format!("file://{}", repo.display());
-    for mode_kfdef in [app_kfdef(&uri, "apps/web/upstream/overlays/istio", &[], &[]), {
-        let mut stacks = app_kfdef(&uri, "apps/web/upstream/overlays/istio", &[], &[]);
+    let istio = || app_kfdef(&uri, "apps/web/upstream/overlays/istio", &[], &[]);
+    for mode_kfdef in [istio(), {
+        let mut stacks = istio();
         stacks.spec.applications[0].name = "kubeflow-apps".into();
         stacks
     }] {
@@ -707,7 +708,7 @@ async fn a_package_shaped_like_current_kubeflow_manifests_renders_with_kustomize
     }
 
     // The repository chooses v3: kustomize v3.1.0 refuses the field it does not know.
-    let mut forced = app_kfdef(&uri, "apps/web/upstream/overlays/istio", &[], &[]);
+    let mut forced = istio();
     forced.spec.repos[0].kustomize = Some(KustomizeRelease::V3);
     match render_err(&env, &forced).await {
         RenderError::Kustomize { app, source: KustomizeError::Failed { stderr, .. } } => {
@@ -719,7 +720,7 @@ async fn a_package_shaped_like_current_kubeflow_manifests_renders_with_kustomize
 
     // A renderer without v5 names the application, the release and what needs it.
     let v3_only = Renderer::new(env.renderer.kustomize.clone(), tmp.path().join("work")).unwrap();
-    match v3_only.render_kfdef(&env.cache, &app_kfdef(&uri, "apps/web/upstream/overlays/istio", &[], &[])).await.unwrap_err() {
+    match v3_only.render_kfdef(&env.cache, &istio()).await.unwrap_err() {
         RenderError::NoKustomize { app, release, why, .. } => {
             assert_eq!((app.as_str(), release), ("app", KustomizeRelease::V5));
             assert!(why.contains("uses field \"components\""), "{why}");

@@ -27,7 +27,7 @@ use component_framework::api::profile::{self, Profile};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PartialObjectMeta, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder, Reporter};
@@ -264,12 +264,21 @@ impl Tenants {
     }
 }
 
+/// `(apiVersion, kind, plural)` of every kind the controller makes: the Namespace and
+/// [`tenant::PRUNABLE`].
+fn made_kinds() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
+    std::iter::once(("v1", "Namespace", "namespaces")).chain(tenant::PRUNABLE)
+}
+
 /// `kind` as one of the kinds the controller makes ("" for any other).
 fn kind_static(kind: &str) -> &'static str {
-    if kind == "Namespace" {
-        return "Namespace";
-    }
-    tenant::PRUNABLE.iter().find(|(_, k, _)| *k == kind).map(|(_, k, _)| *k).unwrap_or_default()
+    made_kinds().find(|(_, k, _)| *k == kind).map(|(_, k, _)| k).unwrap_or_default()
+}
+
+/// Where objects of `api_version` `kind` with `plural` are served.
+fn api_resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
 /// The ProfileController whose settings apply: the oldest managed one not being deleted.
@@ -295,11 +304,9 @@ fn params() -> PatchParams {
 
 /// Where `object` (from [`tenant::desired_objects`] or a KFAM binding) is served.
 pub(crate) fn api_for(client: &Client, object: &Value) -> Api<DynamicObject> {
-    let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let kind = object["kind"].as_str().unwrap_or_default();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let plural = if kind == "Namespace" { "namespaces" } else { tenant::PRUNABLE.iter().find(|(_, k, _)| *k == kind).map(|(_, _, p)| *p).unwrap_or_default() };
-    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let plural = made_kinds().find(|(_, k, _)| *k == kind).map(|(_, _, p)| p).unwrap_or_default();
+    let resource = api_resource(object["apiVersion"].as_str().unwrap_or_default(), kind, plural);
     match object["metadata"]["namespace"].as_str() {
         Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
         None => Api::all_with(client.clone(), &resource),
@@ -372,14 +379,9 @@ impl Context {
             Err(invalid) => return self.refuse(profile, "InvalidSpec", invalid.to_string()).await,
         };
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
-        let foreign = |labels: Option<String>| {
-            let owner = labels.map(|o| format!(" (owner annotation {o:?})")).unwrap_or_default();
-            format!("namespace {name} already exists and was not made for this Profile{owner}; it is never adopted: delete the Profile or choose another name")
-        };
         // The watch shows only namespaces Profiles made; one it does not show is created.
-        let existing: Option<Arc<PartialObjectMeta<DynamicObject>>> = self.made.live("Namespace", None, &name);
-        let existing = match existing {
-            Some(ns) => Some((ns.owner_references().to_vec(), ns.labels().clone(), ns.annotations().get(tenant::OWNER_ANNOTATION).cloned())),
+        let existing: Option<ObjectMeta> = match self.made.live("Namespace", None, &name) {
+            Some(ns) => Some(ns.metadata.clone()),
             None => {
                 // A missing namespace is created, never applied: an apply would adopt a namespace
                 // someone created since. Only a create proves it is ours.
@@ -396,17 +398,19 @@ impl Context {
                         let ns = namespaces.get_metadata_opt(&name).await.map_err(|source| Error::ReadNamespace { name: name.clone(), source })?;
                         // Deleted meanwhile: the next reconcile makes it.
                         let Some(ns) = ns else { return Ok(Action::requeue(Duration::from_secs(1))) };
-                        Some((ns.owner_references().to_vec(), ns.labels().clone(), ns.annotations().get(tenant::OWNER_ANNOTATION).cloned()))
+                        Some(ns.metadata)
                     }
                     Err(source) => return Err(Error::Apply { object: format!("Namespace {name}"), source }),
                 }
             }
         };
-        if let Some((owners, _, owner)) = &existing
-            && !tenant::made_for(owners, profile)
+        if let Some(ns) = &existing
+            && !tenant::made_for(ns.owner_references.as_deref().unwrap_or_default(), profile)
         {
+            let owner = ns.annotations.as_ref().and_then(|a| a.get(tenant::OWNER_ANNOTATION)).map(|o| format!(" (owner annotation {o:?})")).unwrap_or_default();
+            let message = format!("namespace {name} already exists and was not made for this Profile{owner}; it is never adopted: delete the Profile or choose another name");
             // The namespace is not watched (not ours): look again later.
-            self.refuse(profile, "NamespaceOwnedByOther", foreign(owner.clone())).await?;
+            self.refuse(profile, "NamespaceOwnedByOther", message).await?;
             return Ok(Action::requeue(Duration::from_secs(300)));
         }
         // The Namespace first (the others live in it), then the others at once.
@@ -416,8 +420,8 @@ impl Context {
         // Labels the settings remove (empty value) may have been set by someone else, e.g. the
         // upstream controller this one replaced: remove them explicitly.
         let (_, remove) = tenant::namespace_labels(spec);
-        if let Some((_, labels, _)) = existing {
-            let present: Vec<&String> = remove.iter().filter(|l| labels.contains_key(*l)).collect();
+        if let Some(ns) = existing {
+            let present: Vec<&String> = remove.iter().filter(|l| ns.labels.as_ref().is_some_and(|labels| labels.contains_key(*l))).collect();
             if !present.is_empty() {
                 let labels: serde_json::Map<String, Value> = present.iter().map(|l| (l.to_string(), Value::Null)).collect();
                 let patch = json!({"metadata": {"labels": labels}});
@@ -542,8 +546,8 @@ fn error_policy(profile: Arc<DeserializeGuard<Profile>>, error: &Error, ctx: Arc
 /// Profile that owned one puts it back), filed in `made` as they come. A kind a CRD serves is
 /// watched once that CRD is established (no failing LIST meanwhile).
 fn made_objects(client: &Client, (api_version, kind, plural): (&'static str, &'static str, &'static str), tenants: Tenants) -> (ApiResource, Store<PartialObjectMeta<DynamicObject>>, impl Stream<Item = Result<PartialObjectMeta<DynamicObject>, watcher::Error>> + Send + 'static) {
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let resource = api_resource(api_version, kind, plural);
+    let group = resource.group.clone();
     let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let (store, changes) = watches::reflect_metadata(Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &resource), config, resource.clone());
     let changes = changes.map_ok(move |change| {
@@ -599,11 +603,10 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
     let (settings, settings_changes) = watches::reflect(settings_api, watcher::Config::default(), ());
     let (crd_store, crd_changes) = watches::reflect(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default(), ());
     let (settings_changes, crd_changes) = (settings_changes.map_ok(Change::object), crd_changes.map_ok(Change::object));
-    let made_kinds = std::iter::once(("v1", "Namespace", "namespaces")).chain(tenant::PRUNABLE);
     let tenants = Tenants::default();
     let mut caches = HashMap::new();
     let mut streams = Vec::new();
-    for info in made_kinds {
+    for info in made_kinds() {
         let (resource, store, stream) = made_objects(&client, info, tenants.clone());
         caches.insert(info.1, (resource.clone(), store));
         streams.push((resource, stream));
