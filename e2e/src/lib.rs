@@ -842,7 +842,7 @@ pub async fn prepare_manifests_fixture(client: &Client) {
         webhooks.delete("tenant-defaulter", &DeleteParams::default()).await.unwrap();
     }
     let grant = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kustomize-operator-demo"},
-                       "rules": [{"apiGroups": ["demo.kubeflow.org"], "resources": ["tenants", "legacyjobs", "issuers"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}]});
+                       "rules": [{"apiGroups": ["demo.kubeflow.org"], "resources": ["tenants", "legacyjobs", "issuers", "gateways", "peerauthentications"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}]});
     let binding = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kustomize-operator-demo"},
                          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kustomize-operator-demo"},
                          "subjects": [{"kind": "ServiceAccount", "name": "kustomize-operator", "namespace": "kubeflow-operators"}]});
@@ -851,6 +851,27 @@ pub async fn prepare_manifests_fixture(client: &Client) {
         let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind), plural);
         Api::<DynamicObject>::all_with(client.clone(), &resource).patch("kustomize-operator-demo", &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await.unwrap();
     }
+}
+
+/// Watches `api` from now until `found` holds for an object; returns that object's resource
+/// version (an etcd revision: comparable across objects, unlike timestamps). Watch errors (the
+/// kind not served yet) are retried by the watcher.
+pub fn revision_when<K>(api: Api<K>, name: &str, found: impl Fn(&K) -> bool + Send + 'static) -> tokio::task::JoinHandle<u64>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    tokio::spawn(async move {
+        let mut objects = std::pin::pin!(watcher(api, config).applied_objects().filter_map(|o| async { o.ok() }));
+        while let Some(object) = objects.next().await {
+            if found(&object) {
+                return kube::ResourceExt::resource_version(&object).unwrap().parse().unwrap();
+            }
+        }
+        unreachable!("watches do not end")
+    })
 }
 
 /// Whether every Deployment, StatefulSet and CRD among `objects` is ready in the cluster.

@@ -347,3 +347,83 @@ async fn kfctl_era_kfdefs_in_removed_api_versions_install_converted_in_both_mode
         assert!(Api::<CustomResourceDefinition>::all(client.clone()).get_opt("legacyjobs.demo.kubeflow.org").await.unwrap().is_some(), "the CRD was deleted");
     }
 }
+
+/// A KfDef whose applications are the entries of current kubeflow/manifests' `example/
+/// kustomization.yaml` (its `resources` and its `components`, in a repository of that shape:
+/// kustomize v5 only, cert-manager's and Istio's webhooks, CRDs with their custom resources in
+/// other applications) installs every one with no retry loop and no failed apply: every
+/// application Ready; the Gateway, PeerAuthentication and Issuer written after the webhook
+/// backends that admit them are Available (by etcd revision); the Component's object installed.
+#[tokio::test]
+async fn the_entries_of_current_kubeflow_manifests_example_install_in_dependency_order() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    prepare_manifests_fixture(&client).await;
+    // What an interrupted run left would be another install's. (Namespace `kubeflow` is shared:
+    // deploy/all makes it, the example's application only creates it where it is missing.)
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let demo = |kind: &str, plural: &str, namespace: &str| {
+        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("demo.kubeflow.org", "v1", kind), plural))
+    };
+    // (Not served before the first run: nothing to delete.)
+    let _ = demo("Gateway", "gateways", "kubeflow").delete("kubeflow-gateway", &DeleteParams::default()).await;
+    for name in ["demo-certs", "demo-mesh"] {
+        if namespaces.get_opt(name).await.unwrap().is_some() {
+            namespaces.delete(name, &DeleteParams::default()).await.unwrap();
+        }
+        gone(&namespaces, name).await;
+    }
+    if mutating.get_opt("demo-mesh-defaulter").await.unwrap().is_some() {
+        mutating.delete("demo-mesh-defaulter", &DeleteParams::default()).await.unwrap();
+    }
+    if validating.get_opt("demo-certs-validator").await.unwrap().is_some() {
+        validating.delete("demo-certs-validator", &DeleteParams::default()).await.unwrap();
+    }
+    let server = fixtures::Server::start(BTreeMap::from([("archive/v1.11.0.tar.gz".to_string(), fixtures::modern_repo_tarball())])).await;
+    // Every operator: the built-in ones announce that they have no v1.11 release, so the
+    // applications named like theirs (istio-crds, istio-install, cert-manager) go to the generic one.
+    let stack = OperatorStack::start(&client, &[]).await;
+    let log = stack.components[&kubeflow_crds::ComponentKind::GENERIC].log.clone();
+    let ns = TestNamespace::create(&client, "e2e-modern-example").await;
+
+    let available = |namespace: &str, name: &str| {
+        revision_when(Api::<Deployment>::namespaced(client.clone(), namespace), name, |d| {
+            d.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| c.type_ == "Available" && c.status == "True")
+        })
+    };
+    let (mesh_available, certs_available) = (available("demo-mesh", "mesh-control"), available("demo-certs", "certs-webhook"));
+    let gateway = revision_when(demo("Gateway", "gateways", "kubeflow"), "kubeflow-gateway", |_| true);
+    let peer_authentication = revision_when(demo("PeerAuthentication", "peerauthentications", "demo-mesh"), "default", |_| true);
+    let issuer = revision_when(demo("Issuer", "issuers", "demo-certs"), "selfsigned", |_| true);
+    let mesh_webhook = revision_when(mutating.clone(), "demo-mesh-defaulter", |_| true);
+
+    let api = api_in(&client, &ns.name);
+    api.create(&PostParams::default(), &fixtures::modern_example_kfdef(&server.url("archive/v1.11.0.tar.gz"), &ns.name)).await.unwrap();
+    let done = wait_kfdef(&api, "kubeflow", &format!("the example's KfDef Available (log: {})", log.display()), |k| phase(k) == Some(KfDefPhase::Available)).await;
+    every_application_ready_from(&done, "kustomize");
+
+    let (mesh_available, certs_available) = (mesh_available.await.unwrap(), certs_available.await.unwrap());
+    for (what, written, backend) in [
+        ("the Gateway", gateway.await.unwrap(), mesh_available),
+        ("the Component's PeerAuthentication", peer_authentication.await.unwrap(), mesh_available),
+        ("the mesh's webhook configuration", mesh_webhook.await.unwrap(), mesh_available),
+        ("the Issuer", issuer.await.unwrap(), certs_available),
+    ] {
+        assert!(written > backend, "{what} was written at revision {written}, before the backend of the webhook admitting it was Available at {backend}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("reconcile failed"), "a failed reconcile was logged: {}", log.display());
+
+    api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
+    gone(&api, "kubeflow").await;
+    gone(&mutating, "demo-mesh-defaulter").await;
+    gone(&validating, "demo-certs-validator").await;
+    gone(&demo("Gateway", "gateways", "kubeflow"), "kubeflow-gateway").await;
+    for name in ["demo-certs", "demo-mesh"] {
+        namespaces.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+}

@@ -177,27 +177,6 @@ async fn fenced_repositories_and_unparsable_kustomizations_are_refused() {
     let _ = std::fs::remove_dir_all(&cache);
 }
 
-/// Watches `api` from now until `found` holds for an object; returns that object's resource
-/// version (an etcd revision: comparable across objects, unlike timestamps). Watch errors (the
-/// kind not served yet) are retried by the watcher.
-fn revision_when<K>(api: Api<K>, name: &str, found: impl Fn(&K) -> bool + Send + 'static) -> tokio::task::JoinHandle<u64>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    tokio::spawn(async move {
-        let mut objects = std::pin::pin!(watcher(api, config).applied_objects().filter_map(|o| async { o.ok() }));
-        while let Some(object) = objects.next().await {
-            if found(&object) {
-                return object.resource_version().unwrap().parse().unwrap();
-            }
-        }
-        unreachable!("watches do not end")
-    })
-}
-
 /// A package shaped like current kubeflow/manifests (kustomize v5 only: `labels`) with
 /// cert-manager's shape: the webhook's backend Deployment is Available before the Issuer it
 /// admits and the webhook configuration itself are written — compared by etcd revision, not by

@@ -473,6 +473,13 @@ pub const MODERN_TOP_FOLDER: &str = "manifests-1.11.0";
 ///   ValidatingWebhookConfiguration admitting the CRD's Issuers, and an Issuer — in namespace
 ///   `demo-certs`. Its webhook fails open with a 1 s timeout: the local environment's pods do not
 ///   serve, and what is checked is only when the Issuer is written.
+/// - `common/mesh/…`: Istio's shape — CRDs (Gateway, PeerAuthentication), a control plane in
+///   `demo-mesh` whose mutating webhook admits both kinds (failing open, as above), and a
+///   Component adding a PeerAuthentication; `common/kubeflow-gateway/base`: a Gateway in
+///   `kubeflow`, which `common/kubeflow-namespace/base` makes.
+/// - `example/kustomization.yaml`: all of it as one kustomization, as upstream installs it
+///   (`resources` and `components`, `sortOptions: legacy`); [`MODERN_EXAMPLE_APPLICATIONS`] lists
+///   its entries.
 const MODERN_FILES: &[(&str, &str)] = &[
     (
         "apps/web/upstream/base/kustomization.yaml",
@@ -527,6 +534,83 @@ const MODERN_FILES: &[(&str, &str)] = &[
          \x20 rules: [{apiGroups: [demo.kubeflow.org], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [issuers]}]\n",
     ),
     ("common/certs/base/issuer.yaml", "apiVersion: demo.kubeflow.org/v1\nkind: Issuer\nmetadata: {name: selfsigned}\nspec: {selfSigned: {}}\n"),
+    (
+        "common/mesh/crds/base/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [crds.yaml]\nlabels:\n- pairs: {app.kubernetes.io/part-of: demo-mesh}\n",
+    ),
+    (
+        "common/mesh/crds/base/crds.yaml",
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: gateways.demo.kubeflow.org}\nspec:\n\
+         \x20 group: demo.kubeflow.org\n  names: {kind: Gateway, plural: gateways, singular: gateway, listKind: GatewayList}\n  scope: Namespaced\n\
+         \x20 versions:\n  - name: v1\n    served: true\n    storage: true\n\
+         \x20   schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n---\n\
+         apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: peerauthentications.demo.kubeflow.org}\nspec:\n\
+         \x20 group: demo.kubeflow.org\n  names: {kind: PeerAuthentication, plural: peerauthentications, singular: peerauthentication, listKind: PeerAuthenticationList}\n\
+         \x20 scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n\
+         \x20   schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n",
+    ),
+    (
+        "common/mesh/install/base/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: demo-mesh\n\
+         resources: [namespace.yaml, webhook.yaml, service.yaml, deployment.yaml]\nlabels:\n- pairs: {app.kubernetes.io/part-of: demo-mesh}\n",
+    ),
+    ("common/mesh/install/base/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: demo-mesh}\n"),
+    (
+        "common/mesh/install/base/deployment.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: mesh-control}\nspec:\n  selector: {matchLabels: {app: mesh-control}}\n\
+         \x20 template:\n    metadata: {labels: {app: mesh-control}}\n    spec: {containers: [{name: discovery, image: ghcr.io/example/mesh-control:v1.28.0}]}\n",
+    ),
+    (
+        "common/mesh/install/base/service.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: mesh-control}\nspec:\n  selector: {app: mesh-control}\n  ports: [{port: 443, targetPort: 15017}]\n",
+    ),
+    (
+        "common/mesh/install/base/webhook.yaml",
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: demo-mesh-defaulter}\nwebhooks:\n\
+         - name: defaults.mesh.demo.kubeflow.org\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  failurePolicy: Ignore\n  timeoutSeconds: 1\n\
+         \x20 clientConfig: {service: {name: mesh-control, namespace: demo-mesh, path: /inject}}\n\
+         \x20 rules: [{apiGroups: [demo.kubeflow.org], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [gateways, peerauthentications]}]\n",
+    ),
+    (
+        "common/mesh/components/strict-mtls/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\nresources: [peer-authentication.yaml]\n",
+    ),
+    (
+        "common/mesh/components/strict-mtls/peer-authentication.yaml",
+        "apiVersion: demo.kubeflow.org/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: demo-mesh}\nspec: {mtls: {mode: STRICT}}\n",
+    ),
+    ("common/kubeflow-namespace/base/kustomization.yaml", "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [namespace.yaml]\n"),
+    ("common/kubeflow-namespace/base/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: kubeflow}\n"),
+    (
+        "common/kubeflow-gateway/base/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: kubeflow\nresources: [gateway.yaml]\n\
+         labels:\n- pairs: {app.kubernetes.io/part-of: kubeflow}\n",
+    ),
+    (
+        "common/kubeflow-gateway/base/gateway.yaml",
+        "apiVersion: demo.kubeflow.org/v1\nkind: Gateway\nmetadata: {name: kubeflow-gateway}\nspec:\n  selector: {app: mesh-ingressgateway}\n\
+         \x20 servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: [\"*\"]}]\n",
+    ),
+    (
+        "example/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nsortOptions:\n  order: legacy\n\
+         \x20 legacySortOptions:\n    orderFirst: [Namespace, CustomResourceDefinition, ServiceAccount, Service, Deployment]\n\
+         \x20   orderLast: [MutatingWebhookConfiguration, ValidatingWebhookConfiguration]\nresources:\n\
+         - ../common/certs/base\n- ../common/mesh/crds/base\n- ../common/mesh/install/base\n- ../common/kubeflow-namespace/base\n\
+         - ../common/kubeflow-gateway/base\n- ../apps/web/upstream/overlays/istio\ncomponents:\n- ../common/mesh/components/strict-mtls\n",
+    ),
+];
+
+/// The entries of the modern fixture's `example/kustomization.yaml` (`resources`, then
+/// `components`) as KfDef applications: (application name, path in the repository).
+pub const MODERN_EXAMPLE_APPLICATIONS: &[(&str, &str)] = &[
+    ("cert-manager", "common/certs/base"),
+    ("istio-crds", "common/mesh/crds/base"),
+    ("istio-install", "common/mesh/install/base"),
+    ("kubeflow-namespace", "common/kubeflow-namespace/base"),
+    ("kubeflow-istio-resources", "common/kubeflow-gateway/base"),
+    ("web", "apps/web/upstream/overlays/istio"),
+    ("strict-mtls", "common/mesh/components/strict-mtls"),
 ];
 
 /// Writes the modern fixture repository ([`MODERN_FILES`]) into `dir`.
@@ -692,6 +776,22 @@ spec:
     uri: {uri}
 "#
     ))
+    .unwrap()
+}
+
+/// A KfDef named `kubeflow` in `namespace` whose applications are the entries of the modern
+/// fixture's `example/kustomization.yaml` ([`MODERN_EXAMPLE_APPLICATIONS`]), from the repository
+/// at `uri`, as Kubeflow v1.11.0.
+pub fn modern_example_kfdef(uri: &str, namespace: &str) -> KfDef {
+    let applications: Vec<serde_json::Value> = MODERN_EXAMPLE_APPLICATIONS
+        .iter()
+        .map(|(name, path)| serde_json::json!({"name": name, "kustomizeConfig": {"repoRef": {"name": "manifests", "path": path}}}))
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef",
+        "metadata": {"name": "kubeflow", "namespace": namespace},
+        "spec": {"version": "v1.11.0", "applications": applications, "repos": [{"name": "manifests", "uri": uri}]},
+    }))
     .unwrap()
 }
 

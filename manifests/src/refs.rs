@@ -21,6 +21,16 @@ pub fn kustomization_file(dir: &Path) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Whether the kustomization in `dir` is a `kind: Component`: kustomize builds one only as part
+/// of a Kustomization that lists it under `components`.
+pub fn is_component(dir: &Path) -> bool {
+    let Some(file) = kustomization_file(dir) else { return false };
+    let Ok(Value::Mapping(doc)) = std::fs::read_to_string(file).map_err(drop).and_then(|text| serde_yaml_ng::from_str(&text).map_err(drop)) else {
+        return false;
+    };
+    fields(&doc, "kind").first().is_some_and(|(_, kind)| kind.as_str() == Some("Component"))
+}
+
 /// A reference that is not allowed: (kustomization file, reference, why).
 pub type Violation = (PathBuf, String, String);
 

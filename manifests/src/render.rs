@@ -410,17 +410,48 @@ fn prepare(
             ));
         }
         let newer = refs::check(&dir, std::slice::from_ref(&root)).map_err(forbidden)?;
+        let dir = wrap_component(work, dir, &mut warnings).map_err(io(&app.name, "wrapping the Component"))?;
         return Ok((dir, warnings, newer));
     }
 
     let tree = work.join("tree");
     let pkg = mirror(&root, &tree, &rel)
         .map_err(io(&app.name, "copying the package into the work directory"))?;
-    let warnings = per_application(&pkg, app, ctx)?;
     let tree_canon =
         std::fs::canonicalize(&tree).map_err(io(&app.name, "resolving the work directory"))?;
-    let newer = refs::check(&pkg, &[tree_canon, root]).map_err(forbidden)?;
+    let roots = [tree_canon, root];
+    // kfctl gave the packages it built a namespace; a package only kustomize v5 builds (which
+    // kfctl never built) is built as upstream builds it, its objects' namespaces kept.
+    let upstream_package = match app.kustomize {
+        Some(release) => release == KustomizeRelease::V5,
+        None => refs::check(&pkg, &roots).map_err(forbidden)?.is_some(),
+    };
+    let mut warnings = per_application(&pkg, app, ctx, !upstream_package)?;
+    let newer = refs::check(&pkg, &roots).map_err(forbidden)?;
+    let pkg = wrap_component(work, pkg, &mut warnings).map_err(io(&app.name, "wrapping the Component"))?;
     Ok((pkg, warnings, newer))
+}
+
+/// The directory to build for package `dir`: itself, or, for a `kind: Component` (an entry of
+/// kubeflow/manifests' `example/kustomization.yaml` under `components`), a Kustomization in the
+/// work directory that lists it, as that file does. Built alone, a Component yields what it adds
+/// (`resources`, generators); its patches reach only those, not other applications' objects,
+/// which is said in a warning.
+fn wrap_component(work: &Path, dir: PathBuf, warnings: &mut Vec<String>) -> std::io::Result<PathBuf> {
+    if !refs::is_component(&dir) {
+        return Ok(dir);
+    }
+    let wrapper = work.join("component");
+    std::fs::create_dir_all(&wrapper)?;
+    std::os::unix::fs::symlink(&dir, wrapper.join("package"))?;
+    std::fs::write(
+        wrapper.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\ncomponents: [package]\n",
+    )?;
+    warnings.push(
+        "a Component, built on its own: what it adds is installed; its patches and transformers change only that, not other applications' objects".into(),
+    );
+    Ok(wrapper)
 }
 
 /// Recreates the path to the package under `tree`: the package itself is copied (it gets
@@ -492,9 +523,11 @@ fn read_mapping(app: &str, file: &Path) -> Result<Mapping, RenderError> {
     }
 }
 
-/// kfctl's per-application preparation of the package copy at `pkg`.
+/// kfctl's per-application preparation of the package copy at `pkg`: overlays merged into the
+/// base, parameters into params.env files, the namespace set where the `namespace` parameter
+/// asks, or (`kfctl_namespace`) where the package sets none, as kfctl did.
 /// Returns what was ignored (parameters the package does not declare).
-fn per_application(pkg: &Path, app: &AppSpec, ctx: &RenderContext) -> Result<Vec<String>, RenderError> {
+fn per_application(pkg: &Path, app: &AppSpec, ctx: &RenderContext, kfctl_namespace: bool) -> Result<Vec<String>, RenderError> {
     let base_dir = pkg.join("base");
     let has_base = base_dir.join("kustomization.yaml").is_file();
     // The directories whose params.env the parameters apply to.
@@ -611,7 +644,7 @@ fn per_application(pkg: &Path, app: &AppSpec, ctx: &RenderContext) -> Result<Vec
             .get("namespace")
             .and_then(Value::as_str)
             .is_some_and(|s| !s.is_empty());
-        if explicit.is_some() || !has_ns {
+        if explicit.is_some() || (kfctl_namespace && !has_ns) {
             k.insert(Value::String("namespace".into()), Value::String(namespace));
         }
         write_mapping(&app.name, &file, &k)?;

@@ -728,3 +728,32 @@ async fn a_package_shaped_like_current_kubeflow_manifests_renders_with_kustomize
         other => panic!("expected NoKustomize, got {other:?}"),
     }
 }
+
+/// A KfDef whose applications are the entries of the modern example's kustomization
+/// (`resources` and `components`) renders, application by application, the objects upstream's
+/// `kustomize build example` renders — none missing, none extra, same namespaces — although the
+/// KfDef lives in another namespace; the Component renders on its own, with a warning saying so.
+#[tokio::test]
+async fn the_entries_of_the_modern_example_render_what_kustomize_builds_of_it() {
+    let env = env(true).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    fixtures::write_modern_repo(&repo);
+    let uri = format!("file://{}", repo.display());
+    let kfdef = fixtures::modern_example_kfdef(&uri, "team-a");
+    let apps = env.renderer.render_kfdef(&env.cache, &kfdef).await.unwrap();
+    let mut rendered: Vec<_> = apps.iter().flat_map(|a| summary(&a.objects)).collect();
+    rendered.sort();
+
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let upstream = env.renderer.kustomize_v5.as_ref().unwrap().build(&repo.join("example"), &home).await.unwrap();
+    let mut expected = summary(&kubeflow_manifests::parse_objects(&upstream).unwrap());
+    expected.sort();
+    assert_eq!(rendered, expected);
+
+    let component = apps.iter().find(|a| a.name == "strict-mtls").unwrap();
+    assert_eq!(summary(&component.objects), owned(&[("PeerAuthentication", "default", "demo-mesh")]));
+    assert!(component.warnings.iter().any(|w| w.contains("a Component, built on its own")), "{:?}", component.warnings);
+    assert!(apps.iter().filter(|a| a.name != "strict-mtls").all(|a| a.warnings.is_empty()), "only the Component is warned about");
+}

@@ -82,7 +82,7 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
         })
         .chain(plan.unresolved.iter().map(|(component, why)| {
             let summary = match why {
-                Unresolved::NotAnnounced { .. } => ComponentSummary { phase: Some("WaitingForOperator".into()), version: None, ready: false, message: why.to_string() },
+                Unresolved::NotAnnounced { .. } | Unresolved::EarlierApplicationUndecided { .. } => ComponentSummary { phase: Some("WaitingForOperator".into()), version: None, ready: false, message: why.to_string() },
                 Unresolved::UnsupportedKubeflow { .. } => ComponentSummary { phase: Some("Degraded".into()), version: None, ready: false, message: format!("spec.version: {why}") },
             };
             (component.name().to_string(), summary)

@@ -20,6 +20,9 @@ pub enum Unresolved {
     NotAnnounced { component: ComponentKind },
     #[error("Kubeflow version {given:?} has no {component} release; {component}-operator ships {shipped}")]
     UnsupportedKubeflow { component: ComponentKind, given: String, shipped: String },
+    /// Applications install in the KfDef's order: one listed earlier has no installer yet.
+    #[error("waiting for {waiting_for}-operator to announce its releases: application {application:?}, listed before this component's, may be its to install")]
+    EarlierApplicationUndecided { waiting_for: ComponentKind, application: String },
 }
 
 /// `v1.2.0`, `1.2`, `v1.2-branch` → `1.2`.

@@ -10,6 +10,11 @@
 //! * Namespaced objects go to the KfDef's namespace, unless one of the component's applications
 //!   sets the kfctl parameter `namespace` — so two KfDefs in two namespaces never share objects.
 //! * `platform` is what API discovery found (OpenShift or Kubernetes).
+//! * Applications install in the KfDef's order across components: while an application's
+//!   installer is not known yet (the component that covers it by name has not announced its
+//!   releases), no component with an application after it is published
+//!   ([`Unresolved::EarlierApplicationUndecided`]) — Istio's CRDs and webhooks before the
+//!   gateways and policies that need them, as in kubeflow/manifests' example.
 
 use std::collections::BTreeMap;
 
@@ -133,8 +138,24 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
     let generic_repos = with_pinned(&kfdef.spec.repos, &pinned_repos(kfdef)?);
     let mut sources: BTreeMap<ComponentKind, Vec<KustomizeSource>> = BTreeMap::new();
     let mut applications = Vec::new();
+    // The first application whose installer is not known yet, and the components with an
+    // application after it. Such a component is held whole, keeping what was published (a spec
+    // cut short would prune what the rest installed, e.g. while a restarted meta-operator waits
+    // for the operators to announce again).
+    let mut undecided: Option<(ComponentKind, String)> = None;
+    let mut after_undecided: BTreeMap<ComponentKind, (ComponentKind, String)> = BTreeMap::new();
     for app in &kfdef.spec.applications {
         let component = installer(&app.name, &kubeflow, catalog);
+        // (A component that has not announced waits for that itself.)
+        let not_announced = component != ComponentKind::GENERIC && matches!(catalog.version_for(component, &kubeflow), Err(Unresolved::NotAnnounced { .. }));
+        if let Some(first) = &undecided
+            && !not_announced
+        {
+            after_undecided.entry(component).or_insert_with(|| first.clone());
+        }
+        if undecided.is_none() && not_announced {
+            undecided = Some((component, app.name.clone()));
+        }
         let config = app.kustomize_config.clone().unwrap_or_default();
         let repo_ref = config.repo_ref.unwrap_or_default();
         let repos = if component == ComponentKind::GENERIC { generic_repos.as_slice() } else { kfdef.spec.repos.as_slice() };
@@ -156,6 +177,10 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
     let mut components = BTreeMap::new();
     let mut unresolved = BTreeMap::new();
     for (component, sources) in sources {
+        if let Some((waiting_for, application)) = after_undecided.remove(&component) {
+            unresolved.insert(component, Unresolved::EarlierApplicationUndecided { waiting_for, application });
+            continue;
+        }
         if component == ComponentKind::GENERIC {
             // One resource renders every such application of the KfDef, in the KfDef's namespace
             // unless an application's own `namespace` parameter says otherwise (kfctl's rule).
@@ -301,8 +326,30 @@ mod tests {
         let mut only_dex = crate::catalog::Catalog::default();
         only_dex.learn(ComponentKind::Dex, catalog().releases(ComponentKind::Dex).unwrap().to_vec());
         let plan = super::plan(&example(), Platform::Kubernetes, &only_dex).unwrap();
-        assert_eq!(plan.components.keys().copied().collect::<Vec<_>>(), [ComponentKind::Dex, ComponentKind::GENERIC]);
         assert_eq!(plan.unresolved[&ComponentKind::Katib], Unresolved::NotAnnounced { component: ComponentKind::Katib });
+        assert_eq!(plan.unresolved[&ComponentKind::Istio], Unresolved::NotAnnounced { component: ComponentKind::Istio });
+        // ... and so is every component whose applications come after one of its: the sample's
+        // first application is Istio's.
+        assert_eq!(plan.applications[0].name, "istio-crds");
+        assert!(plan.components.is_empty(), "{:?}", plan.components.keys());
+        let waiting = Unresolved::EarlierApplicationUndecided { waiting_for: ComponentKind::Istio, application: "istio-crds".into() };
+        assert_eq!((&plan.unresolved[&ComponentKind::Dex], &plan.unresolved[&ComponentKind::GENERIC]), (&waiting, &waiting));
+    }
+
+    #[test]
+    fn a_component_with_an_application_after_an_undecided_one_waits_and_one_before_it_is_published() {
+        let k = kfdef("apiVersion: kfdef.apps.kubeflow.org/v1\nkind: KfDef\nmetadata: {name: kf, namespace: kubeflow}\nspec:\n  version: v1.2.0\n  repos: [{name: manifests, uri: 'https://example.com/m.tar.gz'}]\n  applications:\n  - name: cert-manager\n    kustomizeConfig: {repoRef: {name: manifests, path: cert-manager}}\n  - name: dex\n    kustomizeConfig: {repoRef: {name: manifests, path: dex-auth/dex-crds}}\n  - name: katib-crds\n    kustomizeConfig: {repoRef: {name: manifests, path: katib/katib-crds}}\n  - name: jupyter-web-app\n    kustomizeConfig: {repoRef: {name: manifests, path: jupyter/jupyter-web-app}}\n");
+        let mut only_dex = crate::catalog::Catalog::default();
+        only_dex.learn(ComponentKind::Dex, catalog().releases(ComponentKind::Dex).unwrap().to_vec());
+        let plan = plan(&k, Platform::Kubernetes, &only_dex).unwrap();
+        // Dex's application comes before Katib's; the generic component has one before and one
+        // after (jupyter-web-app): it waits whole.
+        assert_eq!(plan.components.keys().copied().collect::<Vec<_>>(), [ComponentKind::Dex]);
+        assert_eq!(plan.unresolved.keys().copied().collect::<Vec<_>>(), [ComponentKind::Katib, ComponentKind::GENERIC]);
+        assert_eq!(plan.unresolved[&ComponentKind::GENERIC], Unresolved::EarlierApplicationUndecided { waiting_for: ComponentKind::Katib, application: "katib-crds".into() });
+        // Once Katib says it has the release, nothing waits.
+        let plan = super::plan(&k, Platform::Kubernetes, &catalog()).unwrap();
+        assert!(plan.unresolved.is_empty(), "{:?}", plan.unresolved);
     }
 
     #[test]

@@ -8,6 +8,13 @@
 //!   another namespace, then `kubectl apply --server-side` → every Deployment ready.
 //! * Memory: resident set (VmRSS) of the kustomize-operator holding that install, next to the
 //!   meta-operator's.
+//! * Current kubeflow/manifests: the modern fixture repository (kustomize v5 only; cert-manager's
+//!   and Istio's shapes: CRDs in one entry, their custom resources in others, webhooks served by
+//!   Deployments). Upstream's method first, as its README gives it: `kustomize build example |
+//!   kubectl apply --server-side --force-conflicts -f -` re-run after 20 s until it succeeds,
+//!   then its Deployments Available; attempts and the objects refused on the way. Everything it
+//!   made is deleted (CRDs and namespaces too), then a KfDef whose applications are the example's
+//!   entries: created → Available, and the generic operator's failed reconciles.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -72,6 +79,71 @@ async fn main() {
     api.delete("kubeflow", &Default::default()).await.unwrap();
     gone(&api, "kubeflow").await;
     kubectl(&["delete", "--ignore-not-found", "--wait=false", "-f", file.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&work);
+
+    modern_example(&client, &stack).await;
+}
+
+/// Current kubeflow/manifests' way (`kustomize build example | kubectl apply --server-side` in a
+/// retry loop) against a KfDef of the example's entries, on the modern fixture repository.
+async fn modern_example(client: &kube::Client, stack: &OperatorStack) {
+    let work = tempfile_dir();
+    let repo = work.join("repo");
+    fixtures::write_modern_repo(&repo);
+    let kustomize = kubeflow_manifests::Kustomize::locate_release(kubeflow_crds::kfdef::KustomizeRelease::V5).await.unwrap();
+    let rendered = work.join("example.yaml");
+    let built = std::process::Command::new(&kustomize.bin).args(["build", "example"]).current_dir(&repo).output().unwrap();
+    assert!(built.status.success(), "kustomize build example: {}", String::from_utf8_lossy(&built.stderr));
+    std::fs::write(&rendered, &built.stdout).unwrap();
+    let objects: Vec<serde_json::Value> = kubeflow_manifests::parse_objects(&String::from_utf8_lossy(&built.stdout)).unwrap().into_iter().map(|o| serde_json::to_value(o).unwrap()).collect();
+    let remove_all = || {
+        kubectl(&["delete", "--ignore-not-found", "--wait=true", "-f", rendered.to_str().unwrap()]);
+    };
+    remove_all();
+
+    // Upstream: the loop of kubeflow/manifests' README.
+    let kubectl_bin = std::env::var("KFOP_KUBE_BIN").map_or_else(|_| "kubectl".into(), |dir| format!("{dir}/kubectl"));
+    let script = format!(
+        "while ! {} build example | {kubectl_bin} apply --server-side --force-conflicts -f - 2>>{errors}; do echo retry; sleep 20; done",
+        kustomize.bin.display(),
+        errors = work.join("upstream-errors.txt").display()
+    );
+    let t0 = Instant::now();
+    let out = std::process::Command::new("bash").args(["-c", &script]).current_dir(&repo).output().unwrap();
+    assert!(out.status.success());
+    eventually("upstream's workloads ready", || async { if all_workloads_ready(client, &objects).await { Ok(()) } else { Err("not yet") } }).await;
+    let upstream = t0.elapsed();
+    let attempts = 1 + String::from_utf8_lossy(&out.stdout).lines().filter(|l| *l == "retry").count();
+    let errors = std::fs::read_to_string(work.join("upstream-errors.txt")).unwrap_or_default();
+    let refused = errors.lines().filter(|l| l.starts_with("Error from server") || l.starts_with("error:") || l.contains("resource mapping not found")).count();
+    remove_all();
+
+    // The operators: a KfDef of the example's entries.
+    let server = fixtures::Server::start(BTreeMap::from([("archive/v1.11.0.tar.gz".to_string(), fixtures::modern_repo_tarball())])).await;
+    let ns = TestNamespace::create(client, "bench-modern").await;
+    let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    let log = &stack.components[&kubeflow_crds::ComponentKind::GENERIC].log;
+    let failed_before = std::fs::read_to_string(log).unwrap_or_default().matches("reconcile failed").count();
+    let t0 = Instant::now();
+    api.create(&PostParams::default(), &fixtures::modern_example_kfdef(&server.url("archive/v1.11.0.tar.gz"), &ns.name)).await.unwrap();
+    eventually("the example's KfDef Available", || async {
+        let k = api.get("kubeflow").await.map_err(|e| e.to_string())?;
+        if k.status.as_ref().and_then(|s| s.phase) == Some(KfDefPhase::Available) { Ok(()) } else { Err(serde_json::to_string(&k.status).unwrap()) }
+    })
+    .await;
+    let operators = t0.elapsed();
+    let failed = std::fs::read_to_string(log).unwrap_or_default().matches("reconcile failed").count() - failed_before;
+
+    println!("\n## Current kubeflow/manifests: the example's entries (bench-manifests)\n");
+    println!("| figure | operators (KfDef of the example's {} entries) | upstream (`kustomize build example \\| kubectl apply --server-side`, retried after 20 s) |", fixtures::MODERN_EXAMPLE_APPLICATIONS.len());
+    println!("| --- | --- | --- |");
+    println!("| {} objects: start → every Deployment Available | {:.1} s | {:.1} s |", objects.len(), operators.as_secs_f64(), upstream.as_secs_f64());
+    println!("| attempts (runs of the whole apply) | 1 | {attempts} |");
+    println!("| objects refused on the way (upstream: kubectl's errors; operators: failed reconciles logged) | {failed} | {refused} |");
+
+    api.delete("kubeflow", &Default::default()).await.unwrap();
+    gone(&api, "kubeflow").await;
+    remove_all();
     let _ = std::fs::remove_dir_all(&work);
 }
 
