@@ -10,7 +10,8 @@ use tokio::process::Command;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, ResourceExt};
 use kubeflow_crds::KustomizeApplication;
@@ -34,7 +35,13 @@ async fn kfop(args: &[&str]) -> String {
 async fn kfop_builds_applies_and_deletes_a_kfdef_with_the_operators_functions() {
     let client = client().await;
     prepare_manifests_fixture(&client).await;
-    let server = fixtures::Server::start(BTreeMap::from([("archive/v1.0.2.tar.gz".to_string(), fixtures::repo_tarball())])).await;
+    // v1.0.3: a new image and one object fewer.
+    let v103 = [("demo/web-app/base/deployment.yaml", "web-app:v1.0.0", "web-app:v1.0.1"), ("demo/web-app/base/kustomization.yaml", "- cluster-role-binding.yaml\n", "")];
+    let server = fixtures::Server::start(BTreeMap::from([
+        ("archive/v1.0.2.tar.gz".to_string(), fixtures::repo_tarball()),
+        ("archive/v1.0.3.tar.gz".to_string(), fixtures::edited_repo_tarball(&v103)),
+    ]))
+    .await;
     let ns = TestNamespace::create(&client, "e2e-kfop").await;
     let dir = std::env::temp_dir().join(unique_name("kfop"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -68,10 +75,31 @@ async fn kfop_builds_applies_and_deletes_a_kfdef_with_the_operators_functions() 
     assert_eq!(live.data.as_ref().unwrap()["userid-header"], "kubeflow-userid");
     Api::<MutatingWebhookConfiguration>::all(client.clone()).get("tenant-defaulter").await.unwrap();
 
-    // apply again with an edited parameter: the object follows.
+    // plan of what is installed: nothing to do.
+    let stdout = kfop(&["plan", "-f", &file]).await;
+    assert!(stdout.contains(&format!("KfDef {}/demo: 0 to add, 0 to change, 0 to prune", ns.name)), "{stdout}");
+
+    // plan of v1.0.3's repository: the new image and the object it no longer has, nothing written.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let (deployment, binding) = (deployments.get("web-app").await.unwrap(), bindings.get("web-app-binding").await.unwrap());
+    let mut next = kfdef.clone();
+    next.spec.repos[0].uri = server.url("archive/v1.0.3.tar.gz");
+    let next_file = dir.join("kfdef-v1.0.3.yaml");
+    std::fs::write(&next_file, serde_yaml_ng::to_string(&next).unwrap()).unwrap();
+    let stdout = kfop(&["plan", "-f", next_file.to_str().unwrap()]).await;
+    assert!(stdout.contains(&format!("  change    Deployment {}/web-app: spec.template.spec.containers[0].image\n", ns.name)), "{stdout}");
+    assert!(stdout.contains("  prune     ClusterRoleBinding web-app-binding\n"), "{stdout}");
+    assert!(stdout.contains(&format!("KfDef {}/demo: 0 to add, 1 to change, 1 to prune", ns.name)), "{stdout}");
+    assert_eq!(deployments.get("web-app").await.unwrap().resource_version(), deployment.resource_version(), "plan changed the Deployment");
+    assert_eq!(bindings.get("web-app-binding").await.unwrap().resource_version(), binding.resource_version(), "plan changed the binding");
+
+    // apply again with an edited parameter: the plan names it, and the object follows.
     let web_app = kfdef.spec.applications.iter_mut().find(|a| a.name == "web-app").unwrap();
     web_app.kustomize_config.as_mut().unwrap().parameters[0].value = "x-forwarded-user".into();
     std::fs::write(&file, serde_yaml_ng::to_string(&kfdef).unwrap()).unwrap();
+    let stdout = kfop(&["plan", "-f", &file]).await;
+    assert!(stdout.contains(&format!("  change    ConfigMap {}/web-app-parameters: data.userid-header", ns.name)), "{stdout}");
     kfop(&["apply", "-f", &file, "--timeout", "120"]).await;
     assert_eq!(config_maps.get("web-app-parameters").await.unwrap().data.unwrap()["userid-header"], "x-forwarded-user");
 

@@ -12,6 +12,11 @@
 //!   this process — no operator needed — until every application is Ready; then it exits.
 //!   Component resources of the KfDef whose component left the plan are deleted. Repositories
 //!   are fetched as the operators fetch them: http(s) archives only.
+//! - `plan -f kfdef.yaml`: what `apply` (or the operators) would change in the cluster, writing
+//!   nothing: per component its version now and then, and per object whether it is added,
+//!   changed (the fields a server-side dry-run apply with the operator's field manager changes),
+//!   unchanged, pruned (made by the KfDef's resource, no longer rendered) or left as it is (not
+//!   made by this KfDef); for CRDs, the served and storage versions and the schemas that change.
 //! - `delete -f kfdef.yaml`: deletes those resources and runs their controllers until the
 //!   finalizers removed every object they made (CRDs and namespaces stay).
 //! - `local-bus DIR --port P`: a secured NATS bus for operators run on this machine: a CA and
@@ -78,6 +83,11 @@ enum Command {
         /// Give up (exit 1) when not every application is Ready after this many seconds.
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+    },
+    /// Show what applying a KfDef would change in the cluster (server-side dry runs; writes nothing).
+    Plan {
+        #[command(flatten)]
+        kfdef: KfDefArg,
     },
     /// Uninstall a KfDef `kfop apply` installed (CRDs and namespaces stay).
     Delete {
@@ -173,6 +183,134 @@ async fn desired(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) 
     let inputs = Inputs { rendered: Some(rendered), ..Default::default() };
     let objects = component_framework::build::desired_objects::<KustomizeComponent>(&resource, &inputs).map_err(|e| e.to_string())?;
     Ok(Desired { objects, failed, conversions })
+}
+
+/// Identity of an object across API versions: `(group, kind, namespace, name)`.
+fn identity(object: &Value) -> (String, String, String, String) {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let api_version = text(&object["apiVersion"]);
+    let group = api_version.rsplit_once('/').map(|(g, _)| g.to_string()).unwrap_or_default();
+    (group, text(&object["kind"]), text(&object["metadata"]["namespace"]), text(&object["metadata"]["name"]))
+}
+
+fn describe(object: &Value) -> String {
+    let (_, kind, namespace, name) = identity(object);
+    if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") }
+}
+
+#[derive(Default)]
+struct PlanTotals {
+    add: usize,
+    change: usize,
+    unchanged: usize,
+    prune: usize,
+    foreign: usize,
+}
+
+/// `kfop plan`: every line says what would happen to one object; nothing is written.
+async fn plan_command(client: Client, kfdef: &KfDef) -> Result<(), String> {
+    use component_framework::build::{Claim, claim, made_by};
+    use component_framework::{kinds, plan as diff};
+    let registry = kubeflow_component_registry::all();
+    let platform = meta_operator::controller::detect_platform(&client).await.map_err(|e| format!("reading the API groups: {e}"))?;
+    let plan = plan_of(kfdef, platform, &registry)?;
+    let (namespace, name) = (kfdef.namespace().unwrap_or_default(), kfdef.name_any());
+    let owner = format!("{namespace}/{name}");
+    let mut totals = PlanTotals::default();
+    let mut failures = Vec::new();
+    for (component, planned) in &plan.components {
+        let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
+        let Desired { objects, failed, .. } = desired(registered, kfdef, &planned.spec).await?;
+        failures.extend(failed);
+        let installed = match dynamic_api(&client, registered, &namespace).get_opt(&name).await {
+            Ok(found) => found,
+            // The component's CRD is not installed: nothing of it yet.
+            Err(kube::Error::Api(status)) if status.code == 404 => None,
+            Err(e) => return Err(format!("reading {} {owner}: {e}", registered.kind.kind())),
+        };
+        let from = installed.as_ref().and_then(|r| r.data["status"]["version"].as_str().or(r.data["spec"]["version"].as_str()).map(String::from));
+        let applications: Vec<&str> = plan.applications.iter().filter(|a| a.component.as_deref() == Some(component.name())).map(|a| a.name.as_str()).collect();
+        println!("{} {owner}: {} → {} ({})", registered.kind.kind(), from.as_deref().unwrap_or("not installed"), planned.version, applications.join(", "));
+        let params = PatchParams::apply(&format!("kubeflow-{component}-operator")).force().dry_run();
+        let adopt = planned.spec["adoptExisting"] == true;
+        let mut rendered = std::collections::BTreeSet::new();
+        for object in &objects {
+            rendered.insert(identity(object));
+            let what = describe(object);
+            let Some(info) = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()) else {
+                println!("  add       {what} (a kind the cluster does not serve yet)");
+                totals.add += 1;
+                continue;
+            };
+            let api = info.api(&client, object["metadata"]["namespace"].as_str());
+            let object_name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let live = match api.get_opt(object_name).await {
+                Ok(live) => live.map(|l| serde_json::to_value(l).expect("objects serialise")),
+                // Its CRD comes with this install.
+                Err(kube::Error::Api(status)) if status.code == 404 => None,
+                Err(e) => return Err(format!("reading {what}: {e}")),
+            };
+            let Some(live) = live else {
+                println!("  add       {what}");
+                totals.add += 1;
+                continue;
+            };
+            match claim(&live, info, component.name(), &owner, adopt) {
+                Claim::OtherResource | Claim::NotOurs => {
+                    println!("  leave     {what} (exists, not made by {} {owner})", registered.kind.kind());
+                    totals.foreign += 1;
+                    continue;
+                }
+                // Shared objects (namespaces) are only ever created.
+                Claim::Ours if info.is_shared() => {
+                    totals.unchanged += 1;
+                    continue;
+                }
+                Claim::Ours | Claim::HandedOver => {}
+            }
+            let after = api.patch(object_name, &params, &Patch::Apply(object)).await.map_err(|e| format!("dry-run apply of {what}: {e}"))?;
+            let paths = diff::changed_paths(&live, &serde_json::to_value(after).expect("objects serialise"));
+            if paths.is_empty() {
+                totals.unchanged += 1;
+                continue;
+            }
+            println!("  change    {what}: {}", diff::summarize(&paths));
+            if info.is_crd() {
+                for change in diff::crd_changes(&live, object) {
+                    println!("            {change}");
+                }
+            }
+            totals.change += 1;
+        }
+        let inventory = installed.as_ref().map(|r| r.data["status"]["inventory"].clone()).unwrap_or_default();
+        for entry in inventory.as_array().into_iter().flatten() {
+            let text = |k: &str| entry[k].as_str().unwrap_or_default().to_string();
+            let (group, kind, entry_namespace, entry_name) = (text("group"), text("kind"), text("namespace"), text("name"));
+            if rendered.contains(&(group.clone(), kind.clone(), entry_namespace.clone(), entry_name.clone())) {
+                continue;
+            }
+            let api_version = if group.is_empty() { text("version") } else { format!("{group}/{}", text("version")) };
+            let Some(info) = kinds::lookup(&api_version, &kind) else { continue };
+            let live = info.api(&client, (!entry_namespace.is_empty()).then_some(entry_namespace.as_str())).get_opt(&entry_name).await.ok().flatten();
+            // Only what the live object proves this resource made is pruned (a status can be written by others).
+            if let Some(live) = live.map(|l| serde_json::to_value(l).expect("objects serialise"))
+                && made_by(&live, info, component.name(), &owner)
+                && !info.is_crd()
+                && !info.is_shared()
+            {
+                println!("  prune     {}", describe(&live));
+                totals.prune += 1;
+            }
+        }
+    }
+    println!(
+        "KfDef {owner}: {} to add, {} to change, {} to prune, {} unchanged, {} left as they are (not made by this KfDef); nothing was written",
+        totals.add, totals.change, totals.prune, totals.unchanged, totals.foreign
+    );
+    match failures.is_empty() {
+        true => Ok(()),
+        false => Err(failures.join("\n")),
+    }
 }
 
 async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> Result<(), String> {
@@ -354,6 +492,10 @@ async fn main() -> ExitCode {
         },
         Command::Apply { kfdef, timeout } => match (kfdef.read(), client().await) {
             (Ok(k), Ok(client)) => apply(client, &k, Duration::from_secs(timeout)).await,
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        },
+        Command::Plan { kfdef } => match (kfdef.read(), client().await) {
+            (Ok(k), Ok(client)) => plan_command(client, &k).await,
             (Err(e), _) | (_, Err(e)) => Err(e),
         },
         Command::Delete { kfdef, timeout } => match (kfdef.read(), client().await) {

@@ -23,6 +23,7 @@ pub mod kinds;
 pub mod live;
 pub mod manifest;
 pub mod nats_mode;
+pub mod plan;
 pub mod rbac;
 pub mod readiness;
 pub mod reconcile;
