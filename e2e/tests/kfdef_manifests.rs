@@ -417,6 +417,8 @@ async fn the_entries_of_current_kubeflow_manifests_example_install_in_dependency
     }
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.contains("reconcile failed"), "a failed reconcile was logged: {}", log.display());
+    // What waited for a backend was created, not "recreated": nobody deleted it.
+    assert!(!text.contains("recreating deleted object"), "a held object's first write was taken for a heal: {}", log.display());
 
     api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
     gone(&api, "kubeflow").await;

@@ -572,9 +572,11 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
         }
         let what = describe(info, &entry);
         if let Some(why) = webhook_gate::held(&gates, index, info, &unready_backends) {
-            // Not written this round; still the resource's, so prune leaves it alone.
+            // Not written this round. One that exists is still the resource's, so prune leaves it
+            // alone; one that does not is not listed, or its first write would count as
+            // recreating a deleted object.
             not_ready.push(Finding::new(application_of(desired), format!("{what}: {why}")));
-            if !info.is_shared() {
+            if !info.is_shared() && live.is_some() {
                 inventory.push(entry);
             }
             continue;
