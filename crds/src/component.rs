@@ -376,6 +376,13 @@ pub struct InventoryEntry {
     pub name: String,
 }
 
+impl InventoryEntry {
+    /// `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+}
+
 /// Status every component resource reports.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

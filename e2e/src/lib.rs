@@ -468,9 +468,14 @@ pub async fn http_request(method: &str, url: &str, headers: &[(&str, &str)], bod
     (status, body.to_string())
 }
 
+/// The environment's kubectl (`KFOP_KUBE_BIN` from `e2e/env/up.sh`), else the one on the PATH.
+pub fn kubectl_bin() -> String {
+    std::env::var("KFOP_KUBE_BIN").map_or_else(|_| "kubectl".into(), |dir| format!("{dir}/kubectl"))
+}
+
 /// Runs `kubectl` (from the environment's build) with `args`, failing the test on error.
 pub fn kubectl(args: &[&str]) -> String {
-    let kubectl = std::env::var("KFOP_KUBE_BIN").map_or_else(|_| "kubectl".into(), |dir| format!("{dir}/kubectl"));
+    let kubectl = kubectl_bin();
     let output = std::process::Command::new(&kubectl).args(args).output().unwrap_or_else(|e| panic!("run {kubectl}: {e}"));
     assert!(output.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).into_owned()

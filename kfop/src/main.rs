@@ -28,7 +28,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use component_framework::api::component::{ComponentKind, Platform};
+use component_framework::api::component::{ComponentKind, InventoryEntry, Platform};
 use component_framework::api::{KfDef, KustomizeApplication};
 use component_framework::{Inputs, OperatorArgs};
 use k8s_openapi::api::core::v1::Namespace;
@@ -37,7 +37,7 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Pos
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, ResourceExt};
 use kubeflow_component_registry::RegisteredComponent;
-use kustomize_operator::{Discovery, KustomizeComponent};
+use kustomize_operator::{Discovery, KustomizeComponent, identity};
 use meta_operator::catalog::Catalog;
 use meta_operator::plan::{Plan, plan};
 use serde_json::{Value, json};
@@ -185,14 +185,6 @@ async fn desired(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) 
     Ok(Desired { objects, failed, conversions })
 }
 
-/// Identity of an object across API versions: `(group, kind, namespace, name)`.
-fn identity(object: &Value) -> (String, String, String, String) {
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let api_version = text(&object["apiVersion"]);
-    let group = api_version.rsplit_once('/').map(|(g, _)| g.to_string()).unwrap_or_default();
-    (group, text(&object["kind"]), text(&object["metadata"]["namespace"]), text(&object["metadata"]["name"]))
-}
-
 fn describe(object: &Value) -> String {
     let (_, kind, namespace, name) = identity(object);
     if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") }
@@ -231,7 +223,7 @@ async fn plan_command(client: Client, kfdef: &KfDef) -> Result<(), String> {
         let from = installed.as_ref().and_then(|r| r.data["status"]["version"].as_str().or(r.data["spec"]["version"].as_str()).map(String::from));
         let applications: Vec<&str> = plan.applications.iter().filter(|a| a.component.as_deref() == Some(component.name())).map(|a| a.name.as_str()).collect();
         println!("{} {owner}: {} → {} ({})", registered.kind.kind(), from.as_deref().unwrap_or("not installed"), planned.version, applications.join(", "));
-        let params = PatchParams::apply(&format!("kubeflow-{component}-operator")).force().dry_run();
+        let params = PatchParams::apply(&component_framework::run::field_manager(*component)).force().dry_run();
         let adopt = planned.spec["adoptExisting"] == true;
         let mut rendered = std::collections::BTreeSet::new();
         for object in &objects {
@@ -282,16 +274,14 @@ async fn plan_command(client: Client, kfdef: &KfDef) -> Result<(), String> {
             }
             totals.change += 1;
         }
-        let inventory = installed.as_ref().map(|r| r.data["status"]["inventory"].clone()).unwrap_or_default();
-        for entry in inventory.as_array().into_iter().flatten() {
-            let text = |k: &str| entry[k].as_str().unwrap_or_default().to_string();
-            let (group, kind, entry_namespace, entry_name) = (text("group"), text("kind"), text("namespace"), text("name"));
-            if rendered.contains(&(group.clone(), kind.clone(), entry_namespace.clone(), entry_name.clone())) {
+        let inventory: Vec<InventoryEntry> = installed.as_ref().and_then(|r| serde_json::from_value(r.data["status"]["inventory"].clone()).ok()).unwrap_or_default();
+        for entry in &inventory {
+            let entry_namespace = entry.namespace.clone().unwrap_or_default();
+            if rendered.contains(&(entry.group.clone(), entry.kind.clone(), entry_namespace, entry.name.clone())) {
                 continue;
             }
-            let api_version = if group.is_empty() { text("version") } else { format!("{group}/{}", text("version")) };
-            let Some(info) = kinds::lookup(&api_version, &kind) else { continue };
-            let live = info.api(&client, (!entry_namespace.is_empty()).then_some(entry_namespace.as_str())).get_opt(&entry_name).await.ok().flatten();
+            let Some(info) = kinds::lookup(&entry.api_version(), &entry.kind) else { continue };
+            let live = info.api(&client, entry.namespace.as_deref()).get_opt(&entry.name).await.ok().flatten();
             // Only what the live object proves this resource made is pruned (a status can be written by others).
             if let Some(live) = live.map(|l| serde_json::to_value(l).expect("objects serialise"))
                 && made_by(&live, info, component.name(), &owner)

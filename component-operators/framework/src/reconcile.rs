@@ -150,8 +150,7 @@ impl<C: Component> Context<C> {
 
     /// Whether the live object at `entry` was rendered for one of `applications`.
     async fn held_by(&self, entry: &InventoryEntry, applications: &BTreeSet<&str>, installer: &Installer) -> Result<bool, Error> {
-        let api_version = if entry.group.is_empty() { entry.version.clone() } else { format!("{}/{}", entry.group, entry.version) };
-        let Some(info) = kinds::lookup(&api_version, &entry.kind) else { return Ok(false) };
+        let Some(info) = kinds::lookup(&entry.api_version(), &entry.kind) else { return Ok(false) };
         let live = match self.live(info, entry, installer).await {
             Ok(live) => live,
             // Whose it is cannot be told: kept, not pruned.
@@ -727,10 +726,7 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
     let owner = build::owner_id(resource);
     let mut targets: Vec<(&KindInfo, &InventoryEntry)> = entries
         .iter()
-        .filter_map(|e| {
-            let api_version = if e.group.is_empty() { e.version.clone() } else { format!("{}/{}", e.group, e.version) };
-            kinds::lookup(&api_version, &e.kind).map(|info| (info, e))
-        })
+        .filter_map(|e| kinds::lookup(&e.api_version(), &e.kind).map(|info| (info, e)))
         .filter(|(info, _)| !info.is_shared() && (!info.is_crd() || policy == CrdRemovalPolicy::Delete))
         .collect();
     targets.sort_by_key(|(info, _)| std::cmp::Reverse(info.rank));

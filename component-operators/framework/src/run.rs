@@ -12,7 +12,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
-use kubeflow_crds::component::ComponentResource;
+use kubeflow_crds::component::{ComponentKind, ComponentResource};
 use tracing::{info, warn};
 
 use crate::OperatorArgs;
@@ -62,6 +62,12 @@ fn owner_of<K: ComponentResource>(object: &DynamicObject, watched: Option<&str>)
     Some(ObjectRef::new(name).within(namespace))
 }
 
+/// The field manager of `component`'s operator: its applies, deletes and status writes (and
+/// `kfop plan`'s dry runs, which must see the fields as that manager owns them).
+pub fn field_manager(component: ComponentKind) -> String {
+    format!("kubeflow-{component}-operator")
+}
+
 /// Runs the operator for component `C` until SIGTERM/SIGINT.
 pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     let component = C::Resource::COMPONENT;
@@ -69,7 +75,7 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     // Every write the operator sends (applies, deletes, status, events, NATS-mode resources) is
     // counted by the client itself, per field manager.
     let client = operator_runtime::client::counted_client(metrics.clone()).await.map_err(RunError::Client)?;
-    let field_manager = format!("kubeflow-{component}-operator");
+    let field_manager = field_manager(component);
     crate::server::start(args.metrics_addr, metrics.clone()).await?;
     // A standby replica stops here: it neither watches nor reads the bus until it leads.
     let leadership = args.leader_election.lead(client.clone(), &field_manager, &metrics).await?;

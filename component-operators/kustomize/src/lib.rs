@@ -75,7 +75,7 @@ pub fn app_spec(index: usize, source: &KustomizeSource) -> Result<(RepoSource, A
 }
 
 /// `(group, kind, namespace, name)`: what makes two objects the same object (any version).
-fn identity(object: &Value) -> (String, String, String, String) {
+pub fn identity(object: &Value) -> (String, String, String, String) {
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
     let api_version = text(&object["apiVersion"]);
     let group = api_version.split_once('/').map(|(g, _)| g.to_string()).unwrap_or_default();

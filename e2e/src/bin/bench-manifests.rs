@@ -101,7 +101,7 @@ async fn modern_example(client: &kube::Client, stack: &OperatorStack) {
     // their CRDs are gone, so its answer is not what tells that all is gone.
     let own: Vec<serde_json::Value> = objects.iter().filter(|o| !(o["kind"] == "Namespace" && o["metadata"]["name"] == "kubeflow")).cloned().collect();
     std::fs::write(&rendered, kubeflow_manifests::yaml_stream(own.iter().cloned())).unwrap();
-    let kubectl_bin = std::env::var("KFOP_KUBE_BIN").map_or_else(|_| "kubectl".into(), |dir| format!("{dir}/kubectl"));
+    let kubectl_bin = kubectl_bin();
     let remove_all = || async {
         let _ = std::process::Command::new(&kubectl_bin).args(["delete", "--ignore-not-found", "--wait=true", "-f", rendered.to_str().unwrap()]).output();
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());

@@ -650,7 +650,7 @@ async fn run_size(client: &Client, operator: &Operator, run: &str, n: usize, ste
     let objects: Vec<Value> = reference_names.iter().flat_map(|name| tenant_objects(name, &operator.settings, None, Some(run))).collect();
     let file = std::env::temp_dir().join(unique_name("bench-profiles-reference.yaml"));
     std::fs::write(&file, kubeflow_manifests::yaml_stream(objects.iter().cloned())).unwrap();
-    let kubectl = std::env::var("KFOP_KUBE_BIN").map_or_else(|_| "kubectl".into(), |dir| format!("{dir}/kubectl"));
+    let kubectl = kubectl_bin();
     let cpu_reference_before = cpu_seconds(operator.process.pid());
     let t0 = Instant::now();
     let output = tokio::time::timeout(
