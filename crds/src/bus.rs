@@ -32,7 +32,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::component::{ApplicationState, ComponentKind};
+use crate::component::{ApplicationState, ChangePlan, ComponentKind};
 #[cfg(doc)]
 use crate::component::ComponentStatus;
 
@@ -74,6 +74,18 @@ pub struct DesiredComponent {
     /// the value), so the component operator's work joins the meta-operator's trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// A spec to plan but not apply (what a pending KfUpgrade would publish): the component
+    /// operator reports what applying it would change in [`StatusReport::plan`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<Preview>,
+}
+
+/// A spec to plan, with the hash the plan is reported under.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Preview {
+    pub spec_hash: String,
+    pub spec: Value,
 }
 
 /// A component operator's report on the resource it made from a [`DesiredComponent`].
@@ -94,6 +106,9 @@ pub struct StatusReport {
     /// absent in older operators' reports.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub applications: Vec<ApplicationState>,
+    /// The plan of the [`DesiredComponent::preview`] last asked for, once computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<ChangePlan>,
 }
 
 /// One release a component operator ships, as it announces it.

@@ -406,6 +406,120 @@ pub struct ComponentStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub applications: Vec<ApplicationState>,
+    /// What applying the spec in annotation [`PREVIEW_SPEC_ANNOTATION`] would change, computed
+    /// without writing anything (a KfUpgrade asks for it before it moves the component).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<ChangePlan>,
+}
+
+/// Annotation on a component resource holding a spec (JSON) to plan, not apply: its plan is
+/// written to `status.plan`.
+pub const PREVIEW_SPEC_ANNOTATION: &str = "components.kubeflow.org/preview-spec";
+/// Annotation naming the preview by the hash its requester knows it by; echoed in `status.plan`.
+pub const PREVIEW_HASH_ANNOTATION: &str = "components.kubeflow.org/preview-spec-hash";
+
+/// What applying a spec over the cluster would change, found by server-side dry runs with the
+/// operator's field manager and the installer's rights. Each list holds one line per object
+/// (`Kind namespace/name`, with the changed fields or the reason), at most
+/// [`ChangePlan::MAX_LINES`]; `omitted` counts the lines left out.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangePlan {
+    /// The hash of the planned spec (annotation [`PREVIEW_HASH_ANNOTATION`]).
+    pub spec_hash: String,
+    /// The version the planned spec installs.
+    pub version: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add: Vec<String>,
+    /// Objects whose fields change, and which fields.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub change: Vec<String>,
+    /// Objects this resource made that the planned spec no longer renders: deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prune: Vec<String>,
+    /// Objects that leave the render but are kept: they hold data (PersistentVolumeClaims), or
+    /// are CRDs or namespaces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep: Vec<String>,
+    /// What changes in the API of each CRD that changes: versions served, storage, schemas.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crd_changes: Vec<String>,
+    /// Objects that exist but were not made by this resource: left as they are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leave: Vec<String>,
+    /// Why the planned spec cannot be applied as it is (an application that does not render, an
+    /// object the API server refuses).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
+    /// Objects whose fields stay as they are (the operator's version label and applied hash aside).
+    #[serde(default)]
+    pub unchanged: u32,
+    /// Lines left out of the lists above.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Which list of a [`ChangePlan`] a line goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanList {
+    Add,
+    Change,
+    Prune,
+    Keep,
+    CrdChanges,
+    Leave,
+    Failed,
+}
+
+impl ChangePlan {
+    /// Most lines kept per list: a plan travels in status (and over NATS) and must stay small.
+    pub const MAX_LINES: usize = 40;
+    /// Longest line kept, in bytes.
+    pub const MAX_LINE: usize = 300;
+
+    /// Adds `line` to `list`, or counts it in `omitted` once the list is full.
+    pub fn push(&mut self, list: PlanList, mut line: String) {
+        let lines = match list {
+            PlanList::Add => &mut self.add,
+            PlanList::Change => &mut self.change,
+            PlanList::Prune => &mut self.prune,
+            PlanList::Keep => &mut self.keep,
+            PlanList::CrdChanges => &mut self.crd_changes,
+            PlanList::Leave => &mut self.leave,
+            PlanList::Failed => &mut self.failed,
+        };
+        if lines.len() >= Self::MAX_LINES {
+            self.omitted += 1;
+            return;
+        }
+        if line.len() > Self::MAX_LINE {
+            let mut end = Self::MAX_LINE;
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            line.truncate(end);
+            line.push('…');
+        }
+        lines.push(line);
+    }
+
+    /// `N to add, M to change, K to prune, …`.
+    pub fn totals(&self) -> String {
+        let omitted = if self.omitted > 0 { format!(" ({} lines omitted)", self.omitted) } else { String::new() };
+        format!(
+            "{} to add, {} to change, {} to prune, {} kept, {} unchanged, {} left as they are (not made by this resource){omitted}",
+            self.add.len(),
+            self.change.len(),
+            self.prune.len(),
+            self.keep.len(),
+            self.unchanged,
+            self.leave.len()
+        )
+    }
 }
 
 /// Where one application of a component stands.
@@ -918,6 +1032,19 @@ pub trait ComponentResource:
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_plan_keeps_a_bounded_number_of_bounded_lines_and_counts_the_rest() {
+        let mut plan = ChangePlan::default();
+        for i in 0..ChangePlan::MAX_LINES + 3 {
+            plan.push(PlanList::Change, format!("ConfigMap a/c{i}: data.x"));
+        }
+        plan.push(PlanList::Prune, format!("ConfigMap a/{}", "é".repeat(ChangePlan::MAX_LINE)));
+        assert_eq!((plan.change.len(), plan.omitted), (ChangePlan::MAX_LINES, 3));
+        assert_eq!(plan.change[0], "ConfigMap a/c0: data.x");
+        assert!(plan.prune[0].len() <= ChangePlan::MAX_LINE + '…'.len_utf8() && plan.prune[0].ends_with('…'), "{}", plan.prune[0]);
+        assert_eq!(plan.totals(), "0 to add, 40 to change, 1 to prune, 0 kept, 0 unchanged, 0 left as they are (not made by this resource) (3 lines omitted)");
+    }
+
     use super::*;
 
     #[test]

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::Condition;
-use crate::component::ComponentKind;
+use crate::component::{ChangePlan, ComponentKind};
 
 /// A request to upgrade one KfDef.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -32,8 +32,14 @@ use crate::component::ComponentKind;
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "self == oldSelf",
-        "message": "spec is immutable once the upgrade exists; create a new KfUpgrade instead",
+        // Every field but `approved`, which is how a Manual upgrade is started.
+        "rule": "has(self.currentKfDef) == has(oldSelf.currentKfDef) && (!has(self.currentKfDef) || self.currentKfDef == oldSelf.currentKfDef) && has(self.newKfDef) == has(oldSelf.newKfDef) && (!has(self.newKfDef) || self.newKfDef == oldSelf.newKfDef) && has(self.baseConfigPath) == has(oldSelf.baseConfigPath) && (!has(self.baseConfigPath) || self.baseConfigPath == oldSelf.baseConfigPath) && has(self.components) == has(oldSelf.components) && (!has(self.components) || self.components == oldSelf.components) && has(self.onlyListed) == has(oldSelf.onlyListed) && (!has(self.onlyListed) || self.onlyListed == oldSelf.onlyListed) && has(self.order) == has(oldSelf.order) && (!has(self.order) || self.order == oldSelf.order) && has(self.healthTimeoutSeconds) == has(oldSelf.healthTimeoutSeconds) && (!has(self.healthTimeoutSeconds) || self.healthTimeoutSeconds == oldSelf.healthTimeoutSeconds) && has(self.rollbackOnFailure) == has(oldSelf.rollbackOnFailure) && (!has(self.rollbackOnFailure) || self.rollbackOnFailure == oldSelf.rollbackOnFailure) && has(self.approval) == has(oldSelf.approval) && (!has(self.approval) || self.approval == oldSelf.approval)",
+        "message": "spec is immutable once the upgrade exists, except spec.approved; create a new KfUpgrade instead",
+    },
+    {
+        "rule": "!has(oldSelf.approved) || !oldSelf.approved || (has(self.approved) && self.approved)",
+        "message": "spec.approved cannot be withdrawn: the upgrade may already be writing",
+        "fieldPath": ".approved",
     },
     {
         // Upgrades move one KfDef in place.
@@ -79,6 +85,21 @@ pub struct KfUpgradeSpec {
     /// Roll every already-upgraded component back when a step fails or times out.
     #[serde(default = "default_true")]
     pub rollback_on_failure: bool,
+    /// Whether the upgrade starts once its plan is computed (`Automatic`) or waits in phase
+    /// `AwaitingApproval`, plan in status, until `approved` is set (`Manual`).
+    #[serde(default)]
+    pub approval: Approval,
+    /// Starts a `Manual` upgrade whose plan has been read. Cannot be withdrawn.
+    #[serde(default)]
+    pub approved: bool,
+}
+
+/// When an upgrade starts after its plan, as OLM's `installPlanApproval`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Approval {
+    #[default]
+    Automatic,
+    Manual,
 }
 
 fn default_health_timeout() -> i64 {
@@ -119,6 +140,10 @@ pub enum UpgradePhase {
     #[default]
     Pending,
     Validating,
+    /// Validated; the component operators are computing what each step would change.
+    Planning,
+    /// The plan is in status; nothing was written. Set `spec.approved` to start.
+    AwaitingApproval,
     Upgrading,
     RollingBack,
     Succeeded,
@@ -171,6 +196,19 @@ pub struct UpgradeStep {
     pub to_repos: Vec<crate::kfdef::Repo>,
 }
 
+/// The plan of one step, as its component operator computed it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepPlan {
+    pub component: ComponentKind,
+    pub from_version: String,
+    pub to_version: String,
+    /// `N to add, M to change, …`.
+    pub summary: String,
+    #[serde(flatten)]
+    pub changes: ChangePlan,
+}
+
 /// Observed state of an upgrade.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -182,6 +220,13 @@ pub struct KfUpgradeStatus {
     /// One entry per component that moves, in execution order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<UpgradeStep>,
+    /// What each step will change, computed before anything is written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<StepPlan>,
+    /// What the release notes of the Kubeflow releases this upgrade crosses ask of an operator
+    /// by hand (data migrations, removed features), before or after the upgrade.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub manual_steps: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -858,6 +858,38 @@ pub async fn prepare_manifests_fixture(client: &Client) {
     }
 }
 
+/// Removes what an interrupted run of a test installing the modern fixture's example
+/// (`fixtures::modern_example_kfdef`) left: it would be another install's. Namespace `kubeflow`
+/// is shared (deploy/all makes it; the example only creates it where it is missing) and stays.
+pub async fn reset_modern_example(client: &Client) {
+    use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+    use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let gateways = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("demo.kubeflow.org", "v1", "Gateway"), "gateways");
+    // (Not served before the first run: nothing to delete.)
+    let _ = Api::<DynamicObject>::namespaced_with(client.clone(), "kubeflow", &gateways).delete("kubeflow-gateway", &DeleteParams::default()).await;
+    for name in ["demo-certs", "demo-mesh"] {
+        if namespaces.get_opt(name).await.unwrap().is_some() {
+            namespaces.delete(name, &DeleteParams::default()).await.unwrap();
+        }
+        gone(&namespaces, name).await;
+    }
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    if mutating.get_opt("demo-mesh-defaulter").await.unwrap().is_some() {
+        mutating.delete("demo-mesh-defaulter", &DeleteParams::default()).await.unwrap();
+    }
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    if validating.get_opt("demo-certs-validator").await.unwrap().is_some() {
+        validating.delete("demo-certs-validator", &DeleteParams::default()).await.unwrap();
+    }
+    // The 1.10-shaped fixture's claim outlives its install by design.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "kubeflow");
+    if claims.get_opt("minio-pvc").await.unwrap().is_some() {
+        claims.delete("minio-pvc", &DeleteParams::default()).await.unwrap();
+    }
+}
+
 /// Watches `api` from now until `found` holds for an object; returns that object's resource
 /// version (an etcd revision: comparable across objects, unlike timestamps). Watch errors (the
 /// kind not served yet) are retried by the watcher.

@@ -361,28 +361,13 @@ async fn the_entries_of_current_kubeflow_manifests_example_install_in_dependency
     let _serial = SERIAL.lock().await;
     let client = client().await;
     prepare_manifests_fixture(&client).await;
-    // What an interrupted run left would be another install's. (Namespace `kubeflow` is shared:
-    // deploy/all makes it, the example's application only creates it where it is missing.)
+    reset_modern_example(&client).await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let demo = |kind: &str, plural: &str, namespace: &str| {
         Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("demo.kubeflow.org", "v1", kind), plural))
     };
-    // (Not served before the first run: nothing to delete.)
-    let _ = demo("Gateway", "gateways", "kubeflow").delete("kubeflow-gateway", &DeleteParams::default()).await;
-    for name in ["demo-certs", "demo-mesh"] {
-        if namespaces.get_opt(name).await.unwrap().is_some() {
-            namespaces.delete(name, &DeleteParams::default()).await.unwrap();
-        }
-        gone(&namespaces, name).await;
-    }
-    if mutating.get_opt("demo-mesh-defaulter").await.unwrap().is_some() {
-        mutating.delete("demo-mesh-defaulter", &DeleteParams::default()).await.unwrap();
-    }
-    if validating.get_opt("demo-certs-validator").await.unwrap().is_some() {
-        validating.delete("demo-certs-validator", &DeleteParams::default()).await.unwrap();
-    }
     let server = fixtures::Server::start(BTreeMap::from([("archive/v1.11.0.tar.gz".to_string(), fixtures::modern_repo_tarball())])).await;
     // Every operator: the built-in ones announce that they have no v1.11 release, so the
     // applications named like theirs (istio-crds, istio-install, cert-manager) go to the generic one.

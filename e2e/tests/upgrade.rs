@@ -133,6 +133,12 @@ async fn release_upgrade_succeeds_in_order_keeps_user_resources_survives_a_resta
     let status = done.status.unwrap();
     let order: Vec<ComponentKind> = status.steps.iter().map(|s| s.component).collect();
     assert_eq!(order, [ComponentKind::Istio, ComponentKind::Dex, ComponentKind::KFServing, ComponentKind::Katib, ComponentKind::Pipelines]);
+    // Each step was planned before anything moved: Istio's gateway Deployment, whose selector
+    // changes between the releases, is named for replacement (a dry run would refuse it in place).
+    assert_eq!(status.plan.iter().map(|p| p.component).collect::<Vec<_>>(), order);
+    let istio = &status.plan[0].changes;
+    let replaced = format!("Deployment {}/istio-ingressgateway: replaced (spec.selector cannot change in place; the old pods serve until the new Deployment is Available)", ns.name);
+    assert!(istio.change.contains(&replaced) && istio.failed.is_empty(), "{istio:#?}");
     for step in &status.steps {
         assert_eq!(step.phase, StepPhase::Succeeded);
         assert!(step.start_time.is_some() && step.end_time.is_some());

@@ -37,7 +37,7 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Pos
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, ResourceExt};
 use kubeflow_component_registry::RegisteredComponent;
-use kustomize_operator::{Discovery, KustomizeComponent, identity};
+use kustomize_operator::{Discovery, KustomizeComponent};
 use meta_operator::catalog::Catalog;
 use meta_operator::plan::{Plan, plan};
 use serde_json::{Value, json};
@@ -163,6 +163,8 @@ struct Desired {
     objects: Vec<Value>,
     /// The applications that fail, with why.
     failed: Vec<String>,
+    /// Their names: what they installed before stays.
+    held: std::collections::BTreeSet<String>,
     /// Each object converted from a removed API version, with its application.
     conversions: Vec<String>,
 }
@@ -171,7 +173,7 @@ struct Desired {
 async fn desired(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) -> Result<Desired, String> {
     if registered.kind != ComponentKind::GENERIC {
         let objects = (registered.render)(&kfdef.name_any(), &kfdef.namespace().unwrap_or_default(), spec).map_err(|e| format!("{}: {e}", registered.kind))?;
-        return Ok(Desired { objects, failed: Vec::new(), conversions: Vec::new() });
+        return Ok(Desired { objects, failed: Vec::new(), held: Default::default(), conversions: Vec::new() });
     }
     let resource: KustomizeApplication = serde_json::from_value(resource(registered, kfdef, spec)).map_err(|e| e.to_string())?;
     // The KfDef file is the user's own: local repositories are fine here, and so is any address
@@ -179,15 +181,11 @@ async fn desired(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) 
     let fetch = kubeflow_manifests::FetchOptions { allow_local: true, ..unfenced() };
     let rendered = kustomize_operator::render(&resource, Discovery::Offline, fetch).await.map_err(|e| e.to_string())?;
     let failed = rendered.failed.iter().map(|f| format!("application {:?}: {}", f.application, f.error)).collect();
+    let held = rendered.failed.iter().map(|f| f.application.clone()).collect();
     let conversions = rendered.conversion_details.iter().flat_map(|(application, lines)| lines.iter().map(move |line| format!("{application}: {line}"))).collect();
     let inputs = Inputs { rendered: Some(rendered), ..Default::default() };
     let objects = component_framework::build::desired_objects::<KustomizeComponent>(&resource, &inputs).map_err(|e| e.to_string())?;
-    Ok(Desired { objects, failed, conversions })
-}
-
-fn describe(object: &Value) -> String {
-    let (_, kind, namespace, name) = identity(object);
-    if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") }
+    Ok(Desired { objects, failed, held, conversions })
 }
 
 #[derive(Default)]
@@ -196,13 +194,13 @@ struct PlanTotals {
     change: usize,
     unchanged: usize,
     prune: usize,
+    keep: usize,
     foreign: usize,
 }
 
 /// `kfop plan`: every line says what would happen to one object; nothing is written.
 async fn plan_command(client: Client, kfdef: &KfDef) -> Result<(), String> {
-    use component_framework::build::{Claim, claim, made_by};
-    use component_framework::{kinds, plan as diff};
+    use component_framework::plan as diff;
     let registry = kubeflow_component_registry::all();
     let platform = meta_operator::controller::detect_platform(&client).await.map_err(|e| format!("reading the API groups: {e}"))?;
     let plan = plan_of(kfdef, platform, &registry)?;
@@ -210,9 +208,10 @@ async fn plan_command(client: Client, kfdef: &KfDef) -> Result<(), String> {
     let owner = format!("{namespace}/{name}");
     let mut totals = PlanTotals::default();
     let mut failures = Vec::new();
+    let mut manual_steps = Vec::new();
     for (component, planned) in &plan.components {
         let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
-        let Desired { objects, failed, .. } = desired(registered, kfdef, &planned.spec).await?;
+        let Desired { objects, failed, held, .. } = desired(registered, kfdef, &planned.spec).await?;
         failures.extend(failed);
         let installed = match dynamic_api(&client, registered, &namespace).get_opt(&name).await {
             Ok(found) => found,
@@ -223,79 +222,35 @@ async fn plan_command(client: Client, kfdef: &KfDef) -> Result<(), String> {
         let from = installed.as_ref().and_then(|r| r.data["status"]["version"].as_str().or(r.data["spec"]["version"].as_str()).map(String::from));
         let applications: Vec<&str> = plan.applications.iter().filter(|a| a.component.as_deref() == Some(component.name())).map(|a| a.name.as_str()).collect();
         println!("{} {owner}: {} → {} ({})", registered.kind.kind(), from.as_deref().unwrap_or("not installed"), planned.version, applications.join(", "));
-        let params = PatchParams::apply(&component_framework::run::field_manager(*component)).force().dry_run();
+        // The generic component's version is the KfDef's Kubeflow version.
+        if *component == ComponentKind::GENERIC {
+            manual_steps = meta_operator::release_notes::manual_steps(from.as_deref().unwrap_or_default(), &planned.version);
+        }
         let adopt = planned.spec["adoptExisting"] == true;
-        let mut rendered = std::collections::BTreeSet::new();
-        for object in &objects {
-            rendered.insert(identity(object));
-            let what = describe(object);
-            let Some(info) = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()) else {
-                println!("  add       {what} (a kind the cluster does not serve yet)");
-                totals.add += 1;
-                continue;
-            };
-            let api = info.api(&client, object["metadata"]["namespace"].as_str());
-            let object_name = object["metadata"]["name"].as_str().unwrap_or_default();
-            let live = match api.get_opt(object_name).await {
-                Ok(live) => live.map(|l| serde_json::to_value(l).expect("objects serialise")),
-                // Its CRD comes with this install.
-                Err(kube::Error::Api(status)) if status.code == 404 => None,
-                Err(e) => return Err(format!("reading {what}: {e}")),
-            };
-            let Some(live) = live else {
-                println!("  add       {what}");
-                totals.add += 1;
-                continue;
-            };
-            match claim(&live, info, component.name(), &owner, adopt) {
-                Claim::OtherResource | Claim::NotOurs => {
-                    println!("  leave     {what} (exists, not made by {} {owner})", registered.kind.kind());
-                    totals.foreign += 1;
-                    continue;
-                }
-                // Shared objects (namespaces) are only ever created.
-                Claim::Ours if info.is_shared() => {
-                    totals.unchanged += 1;
-                    continue;
-                }
-                Claim::Ours | Claim::HandedOver => {}
-            }
-            let after = api.patch(object_name, &params, &Patch::Apply(object)).await.map_err(|e| format!("dry-run apply of {what}: {e}"))?;
-            let paths = diff::changed_paths(&live, &serde_json::to_value(after).expect("objects serialise"));
-            if paths.is_empty() {
-                totals.unchanged += 1;
-                continue;
-            }
-            println!("  change    {what}: {}", diff::summarize(&paths));
-            if info.is_crd() {
-                for change in diff::crd_changes(&live, object) {
-                    println!("            {change}");
-                }
-            }
-            totals.change += 1;
-        }
         let inventory: Vec<InventoryEntry> = installed.as_ref().and_then(|r| serde_json::from_value(r.data["status"]["inventory"].clone()).ok()).unwrap_or_default();
-        for entry in &inventory {
-            let entry_namespace = entry.namespace.clone().unwrap_or_default();
-            if rendered.contains(&(entry.group.clone(), entry.kind.clone(), entry_namespace, entry.name.clone())) {
-                continue;
-            }
-            let Some(info) = kinds::lookup(&entry.api_version(), &entry.kind) else { continue };
-            let live = info.api(&client, entry.namespace.as_deref()).get_opt(&entry.name).await.ok().flatten();
-            // Only what the live object proves this resource made is pruned (a status can be written by others).
-            if let Some(live) = live.map(|l| serde_json::to_value(l).expect("objects serialise"))
-                && made_by(&live, info, component.name(), &owner)
-                && !info.is_crd()
-                && !info.is_shared()
-            {
-                println!("  prune     {}", describe(&live));
-                totals.prune += 1;
+        let changes = diff::compute(&client, *component, &owner, adopt, &objects, &inventory, &held).await.map_err(|e| e.to_string())?;
+        for (verb, lines) in [("add", &changes.add), ("change", &changes.change), ("prune", &changes.prune), ("keep", &changes.keep), ("leave", &changes.leave), ("failed", &changes.failed)] {
+            for line in lines {
+                println!("  {verb:<9} {line}");
             }
         }
+        for line in &changes.crd_changes {
+            println!("  crd       {line}");
+        }
+        failures.extend(changes.failed.iter().cloned());
+        totals.add += changes.add.len();
+        totals.change += changes.change.len();
+        totals.prune += changes.prune.len();
+        totals.keep += changes.keep.len();
+        totals.unchanged += changes.unchanged as usize;
+        totals.foreign += changes.leave.len();
+    }
+    for step in &manual_steps {
+        println!("manual    {step}");
     }
     println!(
-        "KfDef {owner}: {} to add, {} to change, {} to prune, {} unchanged, {} left as they are (not made by this KfDef); nothing was written",
-        totals.add, totals.change, totals.prune, totals.unchanged, totals.foreign
+        "KfDef {owner}: {} to add, {} to change, {} to prune, {} kept, {} unchanged, {} left as they are (not made by this KfDef); nothing was written",
+        totals.add, totals.change, totals.prune, totals.keep, totals.unchanged, totals.foreign
     );
     match failures.is_empty() {
         true => Ok(()),
@@ -310,7 +265,7 @@ async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> R
     let mut failures = Vec::new();
     for (component, planned) in &plan.components {
         let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
-        let Desired { objects, failed, conversions } = desired(registered, kfdef, &planned.spec).await?;
+        let Desired { objects, failed, conversions, .. } = desired(registered, kfdef, &planned.spec).await?;
         let yaml = kubeflow_manifests::yaml_stream(objects.iter().cloned());
         let path = output.join(format!("{component}.yaml"));
         std::fs::write(&path, yaml).map_err(|e| format!("{}: {e}", path.display()))?;

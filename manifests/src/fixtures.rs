@@ -620,10 +620,67 @@ pub fn write_modern_repo(dir: &Path) {
 
 /// The modern fixture repository as a GitHub-style tarball.
 pub fn modern_repo_tarball() -> Vec<u8> {
+    edited_modern_repo_tarball(&[])
+}
+
+/// The modern fixture repository with `edits` (as [`edited_repo_tarball`]; an empty text to
+/// replace writes a new file), as a GitHub-style tarball.
+pub fn edited_modern_repo_tarball(edits: &[(&str, &str, &str)]) -> Vec<u8> {
     let tmp = tempfile::tempdir().unwrap();
     write_modern_repo(tmp.path());
+    edit(tmp.path(), edits);
     pack_github_tarball(tmp.path(), MODERN_TOP_FOLDER)
 }
+
+/// Applies `edits` (path, text, replacement) to the tree at `dir`: the first occurrence of the
+/// text is replaced; an empty text makes the file with the replacement as its content.
+fn edit(dir: &Path, edits: &[(&str, &str, &str)]) {
+    for (path, from, to) in edits {
+        let file = dir.join(path);
+        if from.is_empty() {
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, to).unwrap();
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(text.contains(from), "{path} has no {from:?}");
+        std::fs::write(&file, text.replacen(from, to, 1)).unwrap();
+    }
+}
+
+/// Edits making the modern fixture Kubeflow-1.10-shaped: older images (the web app's, through
+/// its ConfigMap and replacement; the mesh's control plane), and Pipelines' MinIO object store —
+/// a Deployment and the PersistentVolumeClaim holding its data — in the web app's package.
+pub const MODERN_1_10_EDITS: &[(&str, &str, &str)] = &[
+    ("apps/web/upstream/base/config.yaml", "ghcr.io/kubeflow/web:v1.11.0", "ghcr.io/kubeflow/web:v1.10.0"),
+    ("common/mesh/install/base/deployment.yaml", "mesh-control:v1.28.0", "mesh-control:v1.24.3"),
+    ("apps/web/upstream/base/kustomization.yaml", "resources: [deployment.yaml, config.yaml]", "resources: [deployment.yaml, config.yaml, minio.yaml]"),
+    (
+        "apps/web/upstream/base/minio.yaml",
+        "",
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: minio-pvc}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 1Gi}}\n---\n\
+         apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: minio}\nspec:\n  selector: {matchLabels: {app: minio}}\n\
+         \x20 template:\n    metadata: {labels: {app: minio}}\n    spec: {containers: [{name: minio, image: minio/minio:RELEASE.2019-08-14T20-37-41Z}]}\n",
+    ),
+];
+
+/// Edits making the modern fixture Kubeflow-1.11-shaped where 1.10 differs: SeaweedFS in MinIO's
+/// place (MinIO's claim is no longer rendered), and the Gateway CRD serving a second version.
+pub const MODERN_1_11_EDITS: &[(&str, &str, &str)] = &[
+    ("apps/web/upstream/base/kustomization.yaml", "resources: [deployment.yaml, config.yaml]", "resources: [deployment.yaml, config.yaml, seaweedfs.yaml]"),
+    (
+        "apps/web/upstream/base/seaweedfs.yaml",
+        "",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: seaweedfs}\nspec:\n  selector: {matchLabels: {app: seaweedfs}}\n\
+         \x20 template:\n    metadata: {labels: {app: seaweedfs}}\n    spec: {containers: [{name: seaweedfs, image: chrislusf/seaweedfs:3.85}]}\n",
+    ),
+    (
+        "common/mesh/crds/base/crds.yaml",
+        "  versions:\n  - name: v1\n",
+        "  versions:\n  - name: v1beta1\n    served: true\n    storage: false\n\
+         \x20   schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n  - name: v1\n",
+    ),
+];
 
 /// Packs `dir` as a GitHub archive: a gzip tar whose entries all sit under `top/`, behind a pax
 /// global header as GitHub writes one.
@@ -655,12 +712,7 @@ pub fn repo_tarball() -> Vec<u8> {
 pub fn edited_repo_tarball(edits: &[(&str, &str, &str)]) -> Vec<u8> {
     let tmp = tempfile::tempdir().unwrap();
     write_repo(tmp.path());
-    for (path, from, to) in edits {
-        let file = tmp.path().join(path);
-        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{path}: {e}"));
-        assert!(text.contains(from), "{path} has no {from:?}");
-        std::fs::write(&file, text.replacen(from, to, 1)).unwrap();
-    }
+    edit(tmp.path(), edits);
     pack_github_tarball(tmp.path(), TOP_FOLDER)
 }
 

@@ -180,7 +180,13 @@ async fn apply(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
     let mut bus_error = None;
     let mut edit_refused = None;
     if let Ok(plan) = &plan {
-        match publish(kfdef, plan, &catalog, ctx).await {
+        // A KfUpgrade's targets, planned by the operators before it moves anything; a malformed
+        // annotation previews nothing (the KfUpgrade reads it too, and says why).
+        let preview = plan::preview_plan(kfdef, ctx.platform, &catalog).unwrap_or_else(|error| {
+            warn!(%error, "no preview published");
+            None
+        });
+        match publish(kfdef, plan, preview.as_ref(), &catalog, ctx).await {
             Ok(refused) => edit_refused = refused,
             // Shown in status; the bus watcher triggers the KfDef again once NATS is back.
             Err(e) => bus_error = Some(e.to_string()),
@@ -259,7 +265,7 @@ async fn remove_redundant_pins(kfdef: &KfDef, plan: &plan::Plan, ctx: &Context) 
 /// Publishes each component's desired spec unless NATS already holds it, and deletes the desired
 /// state of components that left the KfDef — unless the versions changed outside a KfUpgrade in a
 /// way a KfUpgrade would refuse: then nothing is written and the refusal returned.
-async fn publish(kfdef: &KfDef, plan: &plan::Plan, catalog: &Catalog, ctx: &Context) -> Result<Option<EditRefused>, BusError> {
+async fn publish(kfdef: &KfDef, plan: &plan::Plan, preview: Option<&plan::Plan>, catalog: &Catalog, ctx: &Context) -> Result<Option<EditRefused>, BusError> {
     let bus = ctx.state.bus.read().await.clone().ok_or(BusError::NotConnected)?;
     let (namespace, name) = object_key(kfdef);
     let mut published = BTreeMap::new();
@@ -281,7 +287,7 @@ async fn publish(kfdef: &KfDef, plan: &plan::Plan, catalog: &Catalog, ctx: &Cont
         return Ok(Some(refused));
     }
     let kfdef_ref = KfDefRef { namespace, name, uid: kfdef.uid().unwrap_or_default(), generation: kfdef.meta().generation.unwrap_or(0) };
-    for write in publish::publications(&kfdef_ref, plan, &published, nats::current_traceparent()) {
+    for write in publish::publications(&kfdef_ref, plan, preview, &published, nats::current_traceparent()) {
         match write {
             Publication::Put { key, msg_id, message } => {
                 nats::put_with_id(&bus.js, &bus::desired_bucket(message.component), &key, &msg_id, &message).await.map_err(|source| BusError::Publish { key: key.clone(), source })?;

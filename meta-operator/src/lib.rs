@@ -8,5 +8,6 @@ pub mod controller;
 pub mod plan;
 pub mod provision;
 pub mod publish;
+pub mod release_notes;
 pub mod upgrade;
 pub mod upgrade_controller;

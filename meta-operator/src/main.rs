@@ -12,7 +12,8 @@ use operator_runtime::watches;
 use futures::StreamExt;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
-use kube::Api;
+use kube::{Api, ResourceExt};
+use kube::runtime::reflector::ObjectRef;
 use kube::core::DeserializeGuard;
 use kubeflow_crds::{KfDef, KfUpgrade};
 use tokio::sync::mpsc;
@@ -98,9 +99,9 @@ async fn main() -> std::process::ExitCode {
         });
     }
     let state = Arc::new(controller::BusState::default());
-    let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
+    let (report_tx, mut report_rx) = mpsc::unbounded_channel::<ObjectRef<DeserializeGuard<KfDef>>>();
     let (all_tx, all_rx) = mpsc::unbounded_channel();
-    tokio::spawn(controller::watch_bus(cli.nats_url.clone(), cli.nats_credentials.clone(), cli.nats_replicas, state.clone(), trigger_tx, all_tx));
+    tokio::spawn(controller::watch_bus(cli.nats_url.clone(), cli.nats_credentials.clone(), cli.nats_replicas, state.clone(), report_tx, all_tx));
 
     // Decoded through `DeserializeGuard`: an object the types cannot read is reported and
     // skipped by the reconcilers instead of failing the watch for every other object.
@@ -119,13 +120,29 @@ async fn main() -> std::process::ExitCode {
     let mut synced = WatchesSynced::default();
     let (upgrade_store, upgrade_changes) = synced.reflect(upgrades, watcher::Config::default().any_semantic());
     let upgrade_controller = Controller::for_stream(upgrade_changes, upgrade_store.clone());
+    // A component's report (status, or the plan of a preview) concerns its KfDef and the
+    // KfUpgrades moving it.
+    let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
+    let (upgrade_tx, upgrade_rx) = mpsc::unbounded_channel();
+    let reports_store = upgrade_store.clone();
+    tokio::spawn(async move {
+        while let Some(kfdef) = report_rx.recv().await {
+            for upgrade in upgrade_controller::upgrades_of(&reports_store, kfdef.namespace.as_deref().unwrap_or_default(), &kfdef.name) {
+                let _ = upgrade_tx.send(upgrade);
+            }
+            if trigger_tx.send(kfdef).is_err() {
+                return;
+            }
+        }
+    });
     // Component health reaches a KfUpgrade through its KfDef's status.
     let mapper_store = upgrade_store.clone();
     let upgrade_controller = upgrade_controller
         .watches(kfdefs.clone(), watcher::Config::default().any_semantic(), move |kfdef: DeserializeGuard<KfDef>| match kfdef.0 {
-            Ok(kfdef) => upgrade_controller::upgrades_of(&mapper_store, &kfdef),
+            Ok(kfdef) => upgrade_controller::upgrades_of(&mapper_store, &kfdef.namespace().unwrap_or_default(), &kfdef.name_any()),
             Err(_) => Vec::new(),
         })
+        .reconcile_on(receiver_stream(upgrade_rx))
         .trigger_backoff(watches::backoff())
         .shutdown_on_signal()
         .run(upgrade_controller::reconcile, controller::error_policy, ctx.clone())

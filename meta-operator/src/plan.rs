@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use kubeflow_crds::component::{ComponentKind, KustomizeSource, Platform, RenderMode, UnknownComponent};
 use kubeflow_crds::kfdef::{ApplicationStatus, KfDef, Repo};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::catalog::{Catalog, Unresolved};
@@ -65,6 +66,41 @@ pub enum PlanError {
     MalformedRepos { source: serde_json::Error },
     #[error("annotation {PINS_ANNOTATION}: {source}")]
     UnknownPinnedComponent { source: UnknownComponent },
+    #[error("annotation {PREVIEW_ANNOTATION} is not a JSON object {{components: {{component: version}}, repos: [...]}}: {source}")]
+    MalformedPreview { source: serde_json::Error },
+    #[error("annotation {PREVIEW_ANNOTATION}: {source}")]
+    UnknownPreviewComponent { source: UnknownComponent },
+}
+
+/// Annotation on a KfDef naming where a validated KfUpgrade will move it ([`PreviewTargets`]).
+/// While it is there, each component whose spec would change is published with that spec as a
+/// preview, and its operator reports what applying it would change, writing nothing.
+pub const PREVIEW_ANNOTATION: &str = "kfupgrade.apps.kubeflow.org/preview";
+
+/// The versions (and the generic component's repositories) an upgrade moves a KfDef to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct PreviewTargets {
+    pub components: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repos: Vec<Repo>,
+}
+
+/// The plan `kfdef` would have with the targets of its [`PREVIEW_ANNOTATION`] pinned; `None`
+/// without the annotation.
+pub fn preview_plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Option<Plan>, PlanError> {
+    let Some(text) = kfdef.annotations().get(PREVIEW_ANNOTATION) else { return Ok(None) };
+    let targets: PreviewTargets = serde_json::from_str(text).map_err(|source| PlanError::MalformedPreview { source })?;
+    let mut pinned = pins(kfdef)?;
+    for (name, version) in targets.components {
+        pinned.insert(name.parse().map_err(|source| PlanError::UnknownPreviewComponent { source })?, version);
+    }
+    let mut moved = kfdef.clone();
+    let pinned: BTreeMap<&str, &String> = pinned.iter().map(|(c, v)| (c.name(), v)).collect();
+    moved.annotations_mut().insert(PINS_ANNOTATION.into(), serde_json::to_string(&pinned).expect("a map of strings"));
+    if !targets.repos.is_empty() {
+        moved.annotations_mut().insert(REPOS_ANNOTATION.into(), serde_json::to_string(&targets.repos).expect("repositories serialise"));
+    }
+    plan(&moved, platform, catalog).map(Some)
 }
 
 /// Component versions pinned on `kfdef`.
@@ -411,5 +447,25 @@ mod tests {
         assert_eq!(p.components[&ComponentKind::Katib].spec["sources"][0]["repoUri"], "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz");
         k.annotations_mut().insert(REPOS_ANNOTATION.into(), "manifests=x".into());
         assert!(matches!(plan(&k, Platform::Kubernetes, &catalog()), Err(PlanError::MalformedRepos { .. })));
+    }
+
+    #[test]
+    fn a_preview_is_the_plan_with_the_targets_pinned_and_leaves_the_kfdef_as_it_is() {
+        let mut k = example();
+        assert!(preview_plan(&k, Platform::Kubernetes, &catalog()).unwrap().is_none(), "no annotation, no preview");
+        k.annotations_mut().insert(PINS_ANNOTATION.into(), r#"{"dex": "v2.24.0"}"#.into());
+        k.annotations_mut().insert(PREVIEW_ANNOTATION.into(), r#"{"components": {"katib": "v0.11.0", "kustomize": "v1.3.0"}, "repos": [{"name": "manifests", "uri": "https://x/v1.3.0.tar.gz"}]}"#.into());
+        let now = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
+        let preview = preview_plan(&k, Platform::Kubernetes, &catalog()).unwrap().unwrap();
+        let version = |p: &Plan, c: ComponentKind| p.components[&c].version.clone();
+        assert_eq!((version(&now, ComponentKind::Katib), version(&preview, ComponentKind::Katib)), ("v0.10.0".into(), "v0.11.0".into()));
+        assert_eq!(version(&preview, ComponentKind::Dex), "v2.24.0", "pins already there stay");
+        assert_eq!(now.components[&ComponentKind::Istio].spec_hash, preview.components[&ComponentKind::Istio].spec_hash, "what does not move has the same spec");
+        assert!(preview.components[&ComponentKind::GENERIC].spec["sources"].as_array().unwrap().iter().all(|s| s["repoUri"] == "https://x/v1.3.0.tar.gz"));
+        assert!(now.components[&ComponentKind::GENERIC].spec["sources"].as_array().unwrap().iter().all(|s| s["repoUri"] != "https://x/v1.3.0.tar.gz"));
+        k.annotations_mut().insert(PREVIEW_ANNOTATION.into(), r#"{"components": {"seldon": "v1"}}"#.into());
+        assert!(matches!(preview_plan(&k, Platform::Kubernetes, &catalog()), Err(PlanError::UnknownPreviewComponent { .. })));
+        k.annotations_mut().insert(PREVIEW_ANNOTATION.into(), "katib=v0.11.0".into());
+        assert!(matches!(preview_plan(&k, Platform::Kubernetes, &catalog()), Err(PlanError::MalformedPreview { .. })));
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use kubeflow_crds::bus::{self, DesiredComponent, KfDefRef};
+use kubeflow_crds::bus::{self, DesiredComponent, KfDefRef, Preview};
 use kubeflow_crds::component::ComponentKind;
 
 use crate::plan::Plan;
@@ -33,8 +33,9 @@ pub fn published_versions(published: &BTreeMap<ComponentKind, Published>) -> BTr
         .collect()
 }
 
-/// The writes that make the bucket hold `plan` for the KfDef `kfdef`.
-pub fn publications(kfdef: &KfDefRef, plan: &Plan, published: &BTreeMap<ComponentKind, Published>, traceparent: Option<String>) -> Vec<Publication> {
+/// The writes that make the bucket hold `plan` for the KfDef `kfdef`, each component with the spec
+/// `preview` (a KfUpgrade's target, [`crate::plan::preview_plan`]) gives it, when that differs.
+pub fn publications(kfdef: &KfDefRef, plan: &Plan, preview: Option<&Plan>, published: &BTreeMap<ComponentKind, Published>, traceparent: Option<String>) -> Vec<Publication> {
     let mut writes = Vec::new();
     for component in ComponentKind::ALL {
         let key = bus::key(component, &kfdef.namespace, &kfdef.name);
@@ -42,7 +43,12 @@ pub fn publications(kfdef: &KfDefRef, plan: &Plan, published: &BTreeMap<Componen
         let desired = current.and_then(|p| p.desired.as_ref());
         match plan.components.get(&component) {
             Some(wanted) => {
-                if desired.is_some_and(|d| d.spec_hash == wanted.spec_hash && d.kfdef.uid == kfdef.uid) {
+                let preview = preview
+                    .and_then(|p| p.components.get(&component))
+                    .filter(|p| p.spec_hash != wanted.spec_hash)
+                    .map(|p| Preview { spec_hash: p.spec_hash.clone(), spec: p.spec.clone() });
+                let preview_hash = preview.as_ref().map(|p| p.spec_hash.as_str());
+                if desired.is_some_and(|d| d.spec_hash == wanted.spec_hash && d.kfdef.uid == kfdef.uid && d.preview.as_ref().map(|p| p.spec_hash.as_str()) == preview_hash) {
                     continue;
                 }
                 let revision = current.map_or(0, |p| p.revision);
@@ -50,8 +56,12 @@ pub fn publications(kfdef: &KfDefRef, plan: &Plan, published: &BTreeMap<Componen
                 // current revision: a KfUpgrade pin changes a spec without a new generation, and a
                 // rollback returns to an earlier spec; both must not be dropped as duplicates, while
                 // a retried publish of the same change (same revision) still is.
-                let msg_id = format!("{}.{}.{component}.{}.{revision}", kfdef.uid, kfdef.generation, wanted.spec_hash);
-                let message = DesiredComponent { kfdef: kfdef.clone(), component, spec_hash: wanted.spec_hash.clone(), spec: wanted.spec.clone(), traceparent: traceparent.clone() };
+                let hashes = match preview_hash {
+                    Some(preview) => format!("{}+{preview}", wanted.spec_hash),
+                    None => wanted.spec_hash.clone(),
+                };
+                let msg_id = format!("{}.{}.{component}.{hashes}.{revision}", kfdef.uid, kfdef.generation);
+                let message = DesiredComponent { kfdef: kfdef.clone(), component, spec_hash: wanted.spec_hash.clone(), spec: wanted.spec.clone(), traceparent: traceparent.clone(), preview };
                 writes.push(Publication::Put { key, msg_id, message });
             }
             None if desired.is_some() && !plan.unresolved.contains_key(&component) => writes.push(Publication::Delete { component, key }),
@@ -77,7 +87,7 @@ mod tests {
     }
 
     fn published(version: &str, revision: u64) -> Published {
-        let desired = DesiredComponent { kfdef: kfdef(), component: ComponentKind::Katib, spec_hash: format!("h{version}"), spec: json!({"version": version}), traceparent: None };
+        let desired = DesiredComponent { kfdef: kfdef(), component: ComponentKind::Katib, spec_hash: format!("h{version}"), spec: json!({"version": version}), traceparent: None, preview: None };
         Published { revision, desired: Some(desired) }
     }
 
@@ -85,7 +95,7 @@ mod tests {
     fn changed_specs_are_put_with_their_revision_and_departed_components_deleted() {
         let plan = Plan { components: [(ComponentKind::Katib, wanted("v0.11.0")), (ComponentKind::Dex, wanted("v2.24.0"))].into(), unresolved: BTreeMap::new(), applications: vec![] };
         let now: BTreeMap<_, _> = [(ComponentKind::Katib, published("v0.10.0", 7)), (ComponentKind::Dex, published("v2.24.0", 2)), (ComponentKind::Istio, published("1.3.1", 3))].into();
-        let writes = publications(&kfdef(), &plan, &now, None);
+        let writes = publications(&kfdef(), &plan, None, &now, None);
         assert_eq!(writes.len(), 2, "{writes:?}");
         assert_eq!(writes[0], Publication::Delete { component: ComponentKind::Istio, key: "istio.team.kf".into() });
         let Publication::Put { key, msg_id, message } = &writes[1] else { panic!("{writes:?}") };
@@ -98,6 +108,26 @@ mod tests {
     fn an_unresolved_component_keeps_what_is_published() {
         let plan = Plan { components: BTreeMap::new(), unresolved: [(ComponentKind::Katib, Unresolved::NotAnnounced { component: ComponentKind::Katib })].into(), applications: vec![] };
         let now: BTreeMap<_, _> = [(ComponentKind::Katib, published("v0.10.0", 7))].into();
-        assert_eq!(publications(&kfdef(), &plan, &now, None), []);
+        assert_eq!(publications(&kfdef(), &plan, None, &now, None), []);
+    }
+
+    #[test]
+    fn a_preview_that_differs_is_published_with_the_spec_and_one_equal_to_it_is_not() {
+        let plan = Plan { components: [(ComponentKind::Katib, wanted("v0.10.0")), (ComponentKind::Dex, wanted("v2.24.0"))].into(), unresolved: BTreeMap::new(), applications: vec![] };
+        let target = Plan { components: [(ComponentKind::Katib, wanted("v0.11.0")), (ComponentKind::Dex, wanted("v2.24.0"))].into(), unresolved: BTreeMap::new(), applications: vec![] };
+        let mut now: BTreeMap<_, _> = [(ComponentKind::Katib, published("v0.10.0", 7))].into();
+        now.insert(ComponentKind::Dex, Published { revision: 2, desired: Some(DesiredComponent { component: ComponentKind::Dex, spec_hash: "hv2.24.0".into(), spec: json!({"version": "v2.24.0"}), ..published("v2.24.0", 2).desired.unwrap() }) });
+        let writes = publications(&kfdef(), &plan, Some(&target), &now, None);
+        assert_eq!(writes.len(), 1, "Dex's spec and target are the same: nothing to preview, nothing to write: {writes:?}");
+        let Publication::Put { key, msg_id, message } = &writes[0] else { panic!("{writes:?}") };
+        assert_eq!((key.as_str(), msg_id.as_str()), ("katib.team.kf", "u1.4.katib.hv0.10.0+hv0.11.0.7"));
+        assert_eq!(message.spec, json!({"version": "v0.10.0"}), "the spec applied stays");
+        assert_eq!(message.preview, Some(Preview { spec_hash: "hv0.11.0".into(), spec: json!({"version": "v0.11.0"}) }));
+        // Once published, the same preview is not written again; without it, the preview goes.
+        let mut after = now.clone();
+        after.insert(ComponentKind::Katib, Published { revision: 8, desired: Some(message.clone()) });
+        assert_eq!(publications(&kfdef(), &plan, Some(&target), &after, None), []);
+        let Publication::Put { message, .. } = &publications(&kfdef(), &plan, None, &after, None)[0] else { panic!() };
+        assert_eq!(message.preview, None);
     }
 }

@@ -1,7 +1,10 @@
-//! The KfUpgrade driver: validate, then move one component at a time by pinning its version on
-//! the KfDef (the KfDef driver publishes it), wait until the KfDef reports the component Ready at
-//! that version (health gate with timeout), and on failure roll the moved components back in
-//! reverse order. All progress lives in the KfUpgrade's status and the KfDef's pins, so a
+//! The KfUpgrade driver: validate; plan (the KfDef is annotated with the targets, the KfDef driver
+//! publishes each component's target spec as a preview, and the component operators report what
+//! applying it would change — shown in status with the release notes' manual steps, nothing
+//! written); wait for `spec.approved` when approval is Manual; then move one component at a time
+//! by pinning its version on the KfDef (the KfDef driver publishes it), wait until the KfDef
+//! reports the component Ready at that version (health gate with timeout), and on failure roll
+//! the moved components back in reverse order. All progress lives in the KfUpgrade's status and the KfDef's pins, so a
 //! restarted meta-operator resumes where it stopped. A finished upgrade leaves the pins and
 //! `spec.version` to the user (see [`crate::plan::pinned_drift`]).
 //!
@@ -22,13 +25,13 @@ use kube::{Api, Resource, ResourceExt};
 use kubeflow_crds::ConditionStatus::{False, True};
 use kubeflow_crds::component::ComponentKind;
 use kubeflow_crds::kfdef::{KfDef, KfDefPhase, Repo};
-use kubeflow_crds::kfupgrade::{KfUpgrade, KfUpgradeStatus, StepFailure, StepPhase, UpgradePhase, UpgradeStep};
+use kubeflow_crds::kfupgrade::{Approval, KfUpgrade, KfUpgradeStatus, StepFailure, StepPhase, StepPlan, UpgradePhase, UpgradeStep};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
 use crate::controller::{Context, Error, FIELD_MANAGER, merge_params};
-use crate::plan::{self, PINNED_BY_ANNOTATION, PINS_ANNOTATION, PlanError, REPOS_ANNOTATION};
-use crate::upgrade;
+use crate::plan::{self, PINNED_BY_ANNOTATION, PINS_ANNOTATION, PREVIEW_ANNOTATION, PlanError, PreviewTargets, REPOS_ANNOTATION};
+use crate::{release_notes, upgrade};
 
 /// Annotation on a KfDef naming the KfUpgrade that is moving it; at most one at a time.
 pub const LOCK_ANNOTATION: &str = "kfupgrade.apps.kubeflow.org/in-progress";
@@ -58,15 +61,16 @@ fn remaining(start: &Option<Time>, timeout_seconds: i64) -> Duration {
     Duration::from_secs((timeout_seconds - elapsed).max(0) as u64)
 }
 
-/// The unfinished KfUpgrades in `store` that move `kfdef`: a change of the KfDef (its status
-/// carries the components' health) is a change for them.
-pub fn upgrades_of(store: &Store<DeserializeGuard<KfUpgrade>>, kfdef: &KfDef) -> Vec<ObjectRef<DeserializeGuard<KfUpgrade>>> {
+/// The unfinished KfUpgrades in `store` that move KfDef `namespace`/`name`: a change of the KfDef
+/// (its status carries the components' health) or a report of one of its components (a plan) is
+/// a change for them.
+pub fn upgrades_of(store: &Store<DeserializeGuard<KfUpgrade>>, namespace: &str, name: &str) -> Vec<ObjectRef<DeserializeGuard<KfUpgrade>>> {
     store
         .state()
         .iter()
         .filter(|guard| {
             guard.0.as_ref().is_ok_and(|u| {
-                u.namespace() == kfdef.namespace() && u.spec.current_kf_def.name == kfdef.name_any() && !u.status.as_ref().and_then(|s| s.phase).is_some_and(is_finished)
+                u.namespace().as_deref() == Some(namespace) && u.spec.current_kf_def.name == name && !u.status.as_ref().and_then(|s| s.phase).is_some_and(is_finished)
             })
         })
         .map(|guard| ObjectRef::from_obj(guard.as_ref()))
@@ -94,6 +98,8 @@ async fn reconcile_upgrade(up: Arc<KfUpgrade>, ctx: Arc<Context>) -> Result<Acti
     let phase = status.phase.unwrap_or_default();
     let action = match phase {
         UpgradePhase::Pending | UpgradePhase::Validating => validate(&up, &mut status, &kfdefs, &ctx).await?,
+        UpgradePhase::Planning => planning(&up, &mut status, &kfdefs, &ctx).await?,
+        UpgradePhase::AwaitingApproval => awaiting_approval(&up, &mut status, &kfdefs, &ctx).await?,
         UpgradePhase::Upgrading => advance(&up, &mut status, &kfdefs, &ctx).await?,
         UpgradePhase::RollingBack => roll_back(&up, &mut status, &kfdefs, &ctx).await?,
         UpgradePhase::Succeeded | UpgradePhase::Failed | UpgradePhase::RolledBack => return Ok(Action::await_change()),
@@ -193,14 +199,115 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
             other => other?,
         }
     }
-    let plan: Vec<String> = steps.iter().map(|s| format!("{} {} → {}", s.component, s.from_version, s.to_version)).collect();
+    let moves: Vec<String> = steps.iter().map(|s| format!("{} {} → {}", s.component, s.from_version, s.to_version)).collect();
+    let targets = PreviewTargets {
+        components: steps.iter().map(|s| (s.component.name().to_string(), s.to_version.clone())).collect(),
+        repos: steps.iter().find(|s| s.component == ComponentKind::GENERIC).map(|s| s.to_repos.clone()).unwrap_or_default(),
+    };
+    let preview = serde_json::to_string(&targets).expect("targets serialise");
+    patch_kfdef(kfdefs, &kfdef, "ask for the plan of", json!({"metadata": {"annotations": {PREVIEW_ANNOTATION: preview}}})).await?;
     status.steps = steps;
-    status.phase = Some(UpgradePhase::Upgrading);
+    status.phase = Some(UpgradePhase::Planning);
     status.start_time = Some(now());
-    condition(status, "Validated", true, "Validated", &plan.join(", "), up.meta().generation);
-    event(ctx, up, EventType::Normal, "Validated", plan.join(", ")).await;
+    condition(status, "Validated", true, "Validated", &moves.join(", "), up.meta().generation);
+    condition(status, "Planned", false, "Planning", "the component operators are planning each step; nothing is written until it is done", up.meta().generation);
+    event(ctx, up, EventType::Normal, "Validated", moves.join(", ")).await;
     // The status write triggers the next reconcile.
     Ok(Action::await_change())
+}
+
+/// Collects each step's plan from its component operator's report (on the preview the KfDef
+/// driver published); all in: shows them, and starts, waits for approval, or refuses a plan that
+/// cannot be applied. Nothing has been written to the components yet.
+async fn planning(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
+    let Some(kfdef) = get_kfdef(kfdefs, &up.spec.current_kf_def.name).await? else {
+        return Ok(end_early(up, status, ctx, "KfDefDeleted", "the KfDef was deleted before the upgrade started".into()).await);
+    };
+    let catalog = ctx.state.catalog.read().await.clone();
+    let preview = match plan::preview_plan(&kfdef, ctx.platform, &catalog) {
+        Ok(Some(preview)) => preview,
+        // The annotation is written with the Planning phase; a KfDef read before that write.
+        Ok(None) => return Ok(Action::requeue(Duration::from_millis(500))),
+        Err(e) => return end_planning(up, status, &kfdef, kfdefs, ctx, "PlanFailed", e.to_string()).await,
+    };
+    let reports = ctx.state.reports.read().await.get(&(kfdef.namespace().unwrap_or_default(), kfdef.name_any())).cloned().unwrap_or_default();
+    let mut plans = Vec::new();
+    let mut waiting = Vec::new();
+    for step in &status.steps {
+        let hash = preview.components.get(&step.component).map(|c| c.spec_hash.as_str());
+        match reports.get(&step.component).and_then(|r| r.plan.as_ref()).filter(|p| Some(p.spec_hash.as_str()) == hash) {
+            Some(changes) => plans.push(StepPlan {
+                component: step.component,
+                from_version: step.from_version.clone(),
+                to_version: step.to_version.clone(),
+                summary: changes.totals(),
+                changes: changes.clone(),
+            }),
+            None => waiting.push(format!("{}-operator", step.component)),
+        }
+    }
+    if !waiting.is_empty() {
+        let left = remaining(&status.start_time, up.spec.health_timeout_seconds);
+        if left.is_zero() {
+            let reason = format!("no plan from {} within {} s; nothing was written", waiting.join(", "), up.spec.health_timeout_seconds);
+            return end_planning(up, status, &kfdef, kfdefs, ctx, "NoPlan", reason).await;
+        }
+        // Reports arrive as triggers; only the deadline needs a timer.
+        return Ok(Action::requeue(left + Duration::from_secs(1)));
+    }
+    status.plan = plans;
+    let from = up.spec.current_kf_def.version.clone().or(kfdef.spec.version.clone()).unwrap_or_default();
+    status.manual_steps = release_notes::manual_steps(&from, up.spec.new_kf_def.version.as_deref().unwrap_or_default());
+    let failed: Vec<String> = status.plan.iter().filter(|p| !p.changes.failed.is_empty()).map(|p| format!("{} {}: {}", p.component, p.to_version, p.changes.failed.join("; "))).collect();
+    if !failed.is_empty() {
+        let reason = format!("the plan shows the new versions cannot be applied, so nothing was written: {}", failed.join(" | "));
+        return end_planning(up, status, &kfdef, kfdefs, ctx, "PlanFailed", reason).await;
+    }
+    let summary: Vec<String> = status.plan.iter().map(|p| format!("{} {} → {}: {}", p.component, p.from_version, p.to_version, p.summary)).collect();
+    condition(status, "Planned", true, "Planned", &summary.join("; "), up.meta().generation);
+    event(ctx, up, EventType::Normal, "Planned", summary.join("; ")).await;
+    if up.spec.approval == Approval::Manual && !up.spec.approved {
+        status.phase = Some(UpgradePhase::AwaitingApproval);
+        let note = format!("read status.plan and status.manualSteps ({} steps), then set spec.approved: true to start", status.manual_steps.len());
+        event(ctx, up, EventType::Normal, "AwaitingApproval", note).await;
+        return Ok(Action::await_change());
+    }
+    start(status, &kfdef, kfdefs).await
+}
+
+/// A Manual upgrade whose plan is shown: starts once `spec.approved` is set.
+async fn awaiting_approval(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
+    let Some(kfdef) = get_kfdef(kfdefs, &up.spec.current_kf_def.name).await? else {
+        return Ok(end_early(up, status, ctx, "KfDefDeleted", "the KfDef was deleted before the upgrade started".into()).await);
+    };
+    if !up.spec.approved {
+        return Ok(Action::await_change());
+    }
+    event(ctx, up, EventType::Normal, "Approved", "spec.approved is set; starting".into()).await;
+    start(status, &kfdef, kfdefs).await
+}
+
+/// Ends the preview and moves to the first step.
+async fn start(status: &mut KfUpgradeStatus, kfdef: &KfDef, kfdefs: &Api<KfDef>) -> Result<Action, UpgradeError> {
+    if kfdef.annotations().contains_key(PREVIEW_ANNOTATION) {
+        patch_kfdef(kfdefs, kfdef, "end the preview on", json!({"metadata": {"annotations": {PREVIEW_ANNOTATION: null}}})).await?;
+    }
+    status.phase = Some(UpgradePhase::Upgrading);
+    Ok(Action::await_change())
+}
+
+/// The upgrade ends before its first write: the KfDef is released, its preview withdrawn.
+async fn end_planning(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdef: &KfDef, kfdefs: &Api<KfDef>, ctx: &Context, reason: &str, message: String) -> Result<Action, UpgradeError> {
+    unlock(kfdef, kfdefs, up).await?;
+    Ok(end_early(up, status, ctx, reason, message).await)
+}
+
+async fn end_early(up: &KfUpgrade, status: &mut KfUpgradeStatus, ctx: &Context, reason: &str, message: String) -> Action {
+    status.phase = Some(UpgradePhase::Failed);
+    status.completion_time = Some(now());
+    condition(status, "Planned", false, reason, &message, up.meta().generation);
+    event(ctx, up, EventType::Warning, reason, message).await;
+    Action::await_change()
 }
 
 fn lock_holder(kfdef: &KfDef) -> Option<String> {
@@ -211,12 +318,12 @@ fn is_finished(phase: UpgradePhase) -> bool {
     matches!(phase, UpgradePhase::Succeeded | UpgradePhase::Failed | UpgradePhase::RolledBack)
 }
 
-/// Releases the KfDef when this upgrade holds it (an upgrade that ended).
+/// Releases the KfDef when this upgrade holds it (an upgrade that ended), and any preview left.
 async fn unlock(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade) -> Result<(), UpgradeError> {
     if lock_holder(kfdef).as_deref() != Some(up.name_any().as_str()) {
         return Ok(());
     }
-    patch_kfdef(kfdefs, kfdef, "release", json!({"metadata": {"annotations": {LOCK_ANNOTATION: null}}})).await
+    patch_kfdef(kfdefs, kfdef, "release", json!({"metadata": {"annotations": {LOCK_ANNOTATION: null, PREVIEW_ANNOTATION: null}}})).await
 }
 
 /// Pins `component` to `version` on the KfDef, and the generic component also to `repos` (empty:

@@ -48,6 +48,14 @@ pub fn made_by(live: &Value, info: &kinds::KindInfo, component: &str, owner: &st
     metadata["labels"][PART_OF_LABEL] == component && (shared_by_installs(info, live) || metadata["annotations"][OWNER_ANNOTATION] == owner)
 }
 
+/// `(group, kind, namespace, name)`: what makes two objects the same object (any version).
+pub fn identity(object: &Value) -> (String, String, String, String) {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let api_version = text(&object["apiVersion"]);
+    let group = api_version.split_once('/').map(|(g, _)| g.to_string()).unwrap_or_default();
+    (group, text(&object["kind"]), text(&object["metadata"]["namespace"]), text(&object["metadata"]["name"]))
+}
+
 /// Whose a live object is, as far as its labels and annotations say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {

@@ -172,6 +172,27 @@ impl KindInfo {
     pub fn is_shared(&self) -> bool {
         self.kind == Namespace::KIND
     }
+
+    /// The first immutable field of this kind whose desired value differs from the live one: the
+    /// API server refuses to change it in place, so the object is replaced.
+    pub fn immutable_field_changed(&self, desired: &serde_json::Value, live: &serde_json::Value) -> Option<&'static str> {
+        self.immutable_fields.iter().copied().find(|path| {
+            let pointer = format!("/{}", path.replace('.', "/"));
+            let Some(wanted) = desired.pointer(&pointer) else { return false };
+            match live.pointer(&pointer) {
+                None => true,
+                // Claim templates gain defaults on the server; selectors and names must match exactly.
+                Some(current) if path.ends_with("volumeClaimTemplates") => !crate::manifest::is_subset(wanted, current),
+                Some(current) => wanted != current,
+            }
+        })
+    }
+
+    /// PersistentVolumeClaims hold users' data (a pipeline store's database, an object store):
+    /// an object that leaves the render is pruned, but never one of these.
+    pub fn holds_data(&self) -> bool {
+        self.kind == PersistentVolumeClaim::KIND && self.group.is_empty()
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use backoff::backoff::Backoff;
 use kubeflow_crds::bus::{self, DesiredComponent, Heartbeat, StatusReport};
+use kubeflow_crds::component::{PREVIEW_HASH_ANNOTATION, PREVIEW_SPEC_ANNOTATION};
 use operator_runtime::{nats, retry};
 use crate::component::Component;
 
@@ -54,6 +55,7 @@ pub fn report<K: ComponentResource>(resource: &K, status: &ComponentStatus) -> O
             generation: resource.meta().generation,
             observed_generation: status.observed_generation,
             applications: status.applications.clone(),
+            plan: status.plan.clone(),
         },
     ))
 }
@@ -220,6 +222,9 @@ fn accept<C: Component>(key: &str, value: &[u8]) -> Result<DesiredComponent, Str
     if !desired.spec.is_object() {
         return Err("field spec: must be an object".into());
     }
+    if desired.preview.as_ref().is_some_and(|p| !p.spec.is_object()) {
+        return Err("field preview.spec: must be an object".into());
+    }
     Ok(desired)
 }
 
@@ -252,6 +257,12 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                 nats::adopt_traceparent(&span, traceparent);
             }
             async {
+                let mut annotations = json!({SPEC_HASH_ANNOTATION: desired.spec_hash});
+                // Applied by this manager every time: a preview no longer asked for is removed.
+                if let Some(preview) = &desired.preview {
+                    annotations[PREVIEW_SPEC_ANNOTATION] = json!(preview.spec.to_string());
+                    annotations[PREVIEW_HASH_ANNOTATION] = json!(preview.spec_hash);
+                }
                 let object = json!({
                     "apiVersion": C::Resource::api_version(&()),
                     "kind": C::Resource::kind(&()),
@@ -259,7 +270,7 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                         "name": name,
                         "namespace": namespace,
                         "labels": {KFDEF_LABEL: desired.kfdef.name},
-                        "annotations": {SPEC_HASH_ANNOTATION: desired.spec_hash},
+                        "annotations": annotations,
                         "ownerReferences": [{
                             "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef",
                             "name": desired.kfdef.name, "uid": desired.kfdef.uid,

@@ -1,10 +1,139 @@
-//! What applying desired objects over a cluster would change, before anything is written (pure).
+//! What applying desired objects over a cluster would change, before anything is written.
 //!
-//! The driver (`kfop plan`) reads each desired object's live counterpart and asks the API server
-//! for a server-side dry-run apply with the operator's field manager; this module compares the
-//! two and names what differs, and what a CRD's new release changes in its versions and schemas.
+//! [`compute`] reads each desired object's live counterpart and asks the API server for a
+//! server-side dry-run apply with the operator's field manager; the pure functions below compare
+//! the two and name what differs, and what a CRD's new release changes in its versions and
+//! schemas. The operators compute the plan of a preview spec with it (the installer's rights),
+//! `kfop plan` with the caller's.
 
+use std::collections::BTreeSet;
+
+use kube::Client;
+use kube::api::{Patch, PatchParams};
+use kubeflow_crds::component::{ChangePlan, ComponentKind, InventoryEntry, PlanList};
 use serde_json::Value;
+
+use crate::build::{APPLICATION_ANNOTATION, Claim, claim, identity, made_by};
+use crate::kinds;
+
+/// `Kind namespace/name`, or `Kind name` for a cluster-scoped object.
+pub fn describe(object: &Value) -> String {
+    let (_, kind, namespace, name) = identity(object);
+    if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") }
+}
+
+/// A plan could not be computed: the API server could not be asked (not a refusal of the spec,
+/// which the plan lists under `failed`).
+#[derive(Debug, thiserror::Error)]
+#[error("planning {object}: {source}")]
+pub struct PlanError {
+    pub object: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+/// Whether the API server answered for good (a refusal the plan reports) rather than failed.
+fn refusal(error: &kube::Error) -> Option<String> {
+    match error {
+        kube::Error::Api(status) if (400..500).contains(&status.code) && ![404, 409, 429].contains(&status.code) => Some(status.message.clone()),
+        _ => None,
+    }
+}
+
+/// What applying `objects` for resource `owner` of `component` would change, reading and dry-running
+/// as `client`; `inventory` is what the resource applied so far (its prune candidates, but those of
+/// the `held` applications, which did not render and keep what they have). Nothing is written.
+pub async fn compute(client: &Client, component: ComponentKind, owner: &str, adopt: bool, objects: &[Value], inventory: &[InventoryEntry], held: &BTreeSet<String>) -> Result<ChangePlan, PlanError> {
+    let mut plan = ChangePlan::default();
+    let params = PatchParams::apply(&crate::run::field_manager(component)).force().dry_run();
+    let mut rendered = BTreeSet::new();
+    for object in objects {
+        rendered.insert(identity(object));
+        let what = describe(object);
+        let Some(info) = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()) else {
+            plan.push(PlanList::Add, format!("{what} (a kind the cluster does not serve yet)"));
+            continue;
+        };
+        let api = info.api(client, object["metadata"]["namespace"].as_str());
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let live = match api.get_opt(name).await {
+            Ok(live) => live.map(|l| serde_json::to_value(l).expect("objects serialise")),
+            // Its CRD comes with this install.
+            Err(kube::Error::Api(status)) if status.code == 404 => None,
+            Err(e) if refusal(&e).is_some() => {
+                plan.push(PlanList::Failed, format!("{what}: cannot be read: {}", refusal(&e).unwrap_or_default()));
+                continue;
+            }
+            Err(source) => return Err(PlanError { object: what, source }),
+        };
+        let Some(live) = live else {
+            plan.push(PlanList::Add, what);
+            continue;
+        };
+        match claim(&live, info, component.name(), owner, adopt) {
+            Claim::OtherResource | Claim::NotOurs => {
+                plan.push(PlanList::Leave, what);
+                continue;
+            }
+            // Shared objects (namespaces) are only ever created.
+            Claim::Ours if info.is_shared() => {
+                plan.unchanged += 1;
+                continue;
+            }
+            Claim::Ours | Claim::HandedOver => {}
+        }
+        // The API server would refuse the field in place (a dry run says "field is immutable"):
+        // the operator replaces its own object instead, as the apply would.
+        if let Some(field) = info.immutable_field_changed(object, &live).filter(|_| made_by(&live, info, component.name(), owner)) {
+            let how = if info.kind == "Deployment" { "; the old pods serve until the new Deployment is Available" } else { "" };
+            plan.push(PlanList::Change, format!("{what}: replaced ({field} cannot change in place{how})"));
+            continue;
+        }
+        let after = match api.patch(name, &params, &Patch::Apply(object)).await {
+            Ok(after) => serde_json::to_value(after).expect("objects serialise"),
+            Err(e) if refusal(&e).is_some() => {
+                plan.push(PlanList::Failed, format!("{what}: refused: {}", refusal(&e).unwrap_or_default()));
+                continue;
+            }
+            Err(source) => return Err(PlanError { object: what, source }),
+        };
+        let paths = changed_paths(&live, &after);
+        if paths.is_empty() {
+            plan.unchanged += 1;
+            continue;
+        }
+        plan.push(PlanList::Change, format!("{what}: {}", summarize(&paths)));
+        if info.is_crd() {
+            for change in crd_changes(&live, object) {
+                plan.push(PlanList::CrdChanges, format!("{what}: {change}"));
+            }
+        }
+    }
+    for entry in inventory {
+        if rendered.contains(&(entry.group.clone(), entry.kind.clone(), entry.namespace.clone().unwrap_or_default(), entry.name.clone())) {
+            continue;
+        }
+        let Some(info) = kinds::lookup(&entry.api_version(), &entry.kind) else { continue };
+        let live = match info.api(client, entry.namespace.as_deref()).get_opt(&entry.name).await {
+            Ok(live) => live.map(|l| serde_json::to_value(l).expect("objects serialise")),
+            Err(e) if refusal(&e).is_some() => continue,
+            Err(source) => return Err(PlanError { object: format!("{} {}", entry.kind, entry.name), source }),
+        };
+        // Only what the live object proves this resource made is pruned (a status can be written by others).
+        let Some(live) = live.filter(|live| made_by(live, info, component.name(), owner)) else { continue };
+        if live["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_some_and(|application| held.contains(application)) {
+            continue;
+        }
+        if info.is_crd() || info.is_shared() {
+            plan.push(PlanList::Keep, format!("{} (retained: removing it is an explicit opt-in)", describe(&live)));
+        } else if info.holds_data() {
+            plan.push(PlanList::Keep, format!("{} (holds data: never pruned; delete it yourself once migrated)", describe(&live)));
+        } else {
+            plan.push(PlanList::Prune, describe(&live));
+        }
+    }
+    Ok(plan)
+}
 
 /// Most paths listed per changed object; the rest are counted.
 pub const MAX_PATHS: usize = 8;
@@ -13,7 +142,7 @@ pub const MAX_PATHS: usize = 8;
 const SERVER_METADATA: &[&str] = &["managedFields", "resourceVersion", "generation", "creationTimestamp", "uid"];
 
 /// The leaf paths at which `after` (a dry-run apply's answer) differs from `live`, outside
-/// `status`, server-written metadata and the applied hash; arrays are compared by index where
+/// `status`, server-written metadata, the applied hash and the version label; arrays are compared by index where
 /// both have as many items, else whole.
 pub fn changed_paths(live: &Value, after: &Value) -> Vec<String> {
     let mut paths = Vec::new();
@@ -21,8 +150,9 @@ pub fn changed_paths(live: &Value, after: &Value) -> Vec<String> {
     paths.retain(|p| {
         let top = p.split(['.', '[']).next().unwrap_or_default();
         let server_written = SERVER_METADATA.iter().any(|m| p.strip_prefix("metadata.").and_then(|rest| rest.strip_prefix(m)).is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '['])));
-        // The applied hash changes with anything else that changes: it is no change of its own.
-        let own_bookkeeping = *p == format!("metadata.annotations.{}", crate::build::HASH_ANNOTATION);
+        // The applied hash changes with anything else that changes, the version label with every
+        // release: neither is a change of its own.
+        let own_bookkeeping = *p == format!("metadata.annotations.{}", crate::build::HASH_ANNOTATION) || *p == format!("metadata.labels.{}", crate::build::VERSION_LABEL);
         top != "status" && !server_written && !own_bookkeeping
     });
     paths
@@ -110,7 +240,7 @@ mod tests {
     fn changed_paths_name_the_leaves_that_differ_and_ignore_status_and_server_metadata() {
         let live = json!({"metadata": {"name": "web", "resourceVersion": "7", "labels": {"a": "1"}, "managedFields": [{"manager": "x"}]},
                           "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "web", "image": "web:v1"}]}}}, "status": {"replicas": 1}});
-        let after = json!({"metadata": {"name": "web", "resourceVersion": "8", "labels": {"a": "1", "b": "2"}, "managedFields": [{"manager": "y"}],
+        let after = json!({"metadata": {"name": "web", "resourceVersion": "8", "labels": {"a": "1", "b": "2", crate::build::VERSION_LABEL: "v2"}, "managedFields": [{"manager": "y"}],
                                         "annotations": {crate::build::HASH_ANNOTATION: "h2"}},
                            "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "web", "image": "web:v2"}]}}}, "status": {"replicas": 2}});
         assert_eq!(changed_paths(&live, &after), ["metadata.labels.b", "spec.template.spec.containers[0].image"]);

@@ -15,7 +15,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
-use kubeflow_crds::component::{ComponentResource, ComponentStatus, ConvertedKind, CrdRemovalPolicy, InventoryEntry, ManagementState};
+use kubeflow_crds::component::{ChangePlan, ComponentResource, ComponentStatus, ConvertedKind, CrdRemovalPolicy, InventoryEntry, ManagementState, PREVIEW_HASH_ANNOTATION, PREVIEW_SPEC_ANNOTATION, PlanList};
 use operator_runtime::finalizer::{Step, with_finalizer};
 use operator_runtime::retry::Backoffs;
 use serde_json::{Value, json};
@@ -55,6 +55,8 @@ pub enum Error {
     Finalizer { resource: String, source: kube::Error },
     #[error("CustomResourceDefinition {crd} is not Established, so its custom resources cannot be applied yet")]
     NotEstablished { crd: String },
+    #[error("planning the preview of {resource}: {source}")]
+    Plan { resource: String, source: crate::plan::PlanError },
 }
 
 impl Error {
@@ -68,6 +70,7 @@ impl Error {
             Error::Status { .. } => "status",
             Error::Finalizer { .. } => "finalizer",
             Error::NotEstablished { .. } => "establish",
+            Error::Plan { .. } => "plan",
         }
     }
 }
@@ -276,12 +279,14 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
     let core = resource.core();
     let owner = build::owner_id(resource);
     let mut retry_failed = false;
+    // Only a managed resource plans a preview.
+    let mut plan = None;
     let installer = match core.management_state {
         ManagementState::Unmanaged => None,
         _ => match ctx.installer(resource) {
             Ok(installer) => Some(installer),
             Err(invalid) => {
-                write_status(resource, ctx, &Outcome::Invalid { field: invalid.field.clone(), message: invalid.message.clone() }, Some(&invalid)).await?;
+                write_status(resource, ctx, &Outcome::Invalid { field: invalid.field.clone(), message: invalid.message.clone() }, Some(&invalid), None).await?;
                 return Ok(if invalid.retry { Action::requeue(Duration::from_secs(10)) } else { Action::await_change() });
             }
         },
@@ -294,13 +299,13 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
         (ManagementState::Removed, Some(installer)) => {
             ctx.desired.forget(&owner);
             let inventory = resource.component_status().map(|s| s.inventory.clone()).unwrap_or_default();
-            delete_entries(resource, ctx, &installer, &inventory, core.crd_removal_policy).await?;
+            delete_entries(resource, ctx, &installer, &inventory, core.crd_removal_policy, Prune::Everything).await?;
             Outcome::Removed
         }
         (ManagementState::Managed, Some(installer)) => match desired::<C>(resource, ctx, &installer).await? {
             Err(invalid) => {
                 let retry = invalid.retry;
-                write_status(resource, ctx, &Outcome::Invalid { field: invalid.field.clone(), message: invalid.message.clone() }, Some(&invalid)).await?;
+                write_status(resource, ctx, &Outcome::Invalid { field: invalid.field.clone(), message: invalid.message.clone() }, Some(&invalid), None).await?;
                 // A missing Secret may appear; a wrong spec needs an edit, which triggers us anyway.
                 return Ok(if retry { Action::requeue(Duration::from_secs(10)) } else { Action::await_change() });
             }
@@ -314,7 +319,7 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                             kube::Error::Api(status) => format!("{object}: {}", status.message),
                             other => format!("{object}: {other}"),
                         };
-                        write_status(resource, ctx, &Outcome::Invalid { field: "apply".into(), message }, None).await?;
+                        write_status(resource, ctx, &Outcome::Invalid { field: "apply".into(), message }, None, None).await?;
                         return Err(Error::Apply { object, source });
                     }
                     Err(e) => return Err(e),
@@ -337,12 +342,13 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                         left.push(entry);
                     }
                 }
-                delete_entries(resource, ctx, &installer, &left, core.crd_removal_policy).await?;
+                delete_entries(resource, ctx, &installer, &left, core.crd_removal_policy, Prune::KeepData).await?;
+                plan = preview_plan(resource, ctx).await?;
                 outcome
             }
         },
     };
-    write_status(resource, ctx, &outcome, None).await?;
+    write_status(resource, ctx, &outcome, None, plan.as_ref()).await?;
     Ok(match outcome {
         // An application that failed for a passing reason (a download) is tried again.
         _ if retry_failed => Action::requeue(Duration::from_secs(10)),
@@ -408,6 +414,65 @@ async fn dereference<C: Component>(resource: &C::Resource, ctx: &Context<C>, ins
         None => {}
     }
     Ok(Ok(inputs))
+}
+
+/// The plan status carries: that of the spec in annotation [`PREVIEW_SPEC_ANNOTATION`], computed
+/// once per preview hash with the preview's installer; none without a preview. A preview that
+/// is not a valid spec of this kind, or does not render, is a plan whose `failed` says why.
+async fn preview_plan<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Option<ChangePlan>, Error> {
+    let annotations = resource.annotations();
+    let Some(text) = annotations.get(PREVIEW_SPEC_ANNOTATION) else { return Ok(None) };
+    let hash = annotations.get(PREVIEW_HASH_ANNOTATION).cloned().unwrap_or_default();
+    if let Some(plan) = resource.component_status().and_then(|s| s.plan.as_ref()).filter(|p| p.spec_hash == hash) {
+        return Ok(Some(plan.clone()));
+    }
+    let mut plan = ChangePlan { spec_hash: hash, ..Default::default() };
+    let field = format!("metadata.annotations[{PREVIEW_SPEC_ANNOTATION}]");
+    // The preview as a resource of this kind: the same metadata and inventory, the preview's spec.
+    let mut value = serde_json::to_value(resource).expect("resources serialise");
+    value["spec"] = match serde_json::from_str(text) {
+        Ok(spec) => spec,
+        Err(e) => {
+            plan.push(PlanList::Failed, format!("{field}: not JSON: {e}"));
+            return Ok(Some(plan));
+        }
+    };
+    let preview: C::Resource = match serde_json::from_value(value) {
+        Ok(preview) => preview,
+        Err(e) => {
+            plan.push(PlanList::Failed, format!("{field}: not a {} spec: {e}", C::Resource::kind(&())));
+            return Ok(Some(plan));
+        }
+    };
+    plan.version = preview.core().version.clone();
+    let installer = match ctx.installer(&preview) {
+        Ok(installer) => installer,
+        Err(invalid) => {
+            plan.push(PlanList::Failed, invalid.to_string());
+            return Ok(Some(plan));
+        }
+    };
+    let desired = match desired::<C>(&preview, ctx, &installer).await? {
+        Ok(desired) => desired,
+        Err(invalid) => {
+            plan.push(PlanList::Failed, invalid.to_string());
+            return Ok(Some(plan));
+        }
+    };
+    let inventory = resource.component_status().map(|s| s.inventory.clone()).unwrap_or_default();
+    let owner = build::owner_id(resource);
+    let held: BTreeSet<String> = desired.failed.iter().map(|f| f.application.clone()).collect();
+    let computed = crate::plan::compute(installer.client(), C::Resource::COMPONENT, &owner, preview.core().adopt_existing, &desired.objects, &inventory, &held)
+        .await
+        .map_err(|e| Error::Plan { resource: owner.clone(), source: e })?;
+    for failure in &desired.failed {
+        plan.push(PlanList::Failed, format!("application {:?}: {}", failure.application, failure.error));
+    }
+    let failed = std::mem::take(&mut plan.failed);
+    plan = ChangePlan { spec_hash: plan.spec_hash, version: plan.version, omitted: plan.omitted + computed.omitted, ..computed };
+    plan.failed.splice(0..0, failed);
+    info!(hash = %plan.spec_hash, version = %plan.version, totals = %plan.totals(), "preview planned");
+    Ok(Some(plan))
 }
 
 fn entry_of(object: &Value, info: &KindInfo) -> InventoryEntry {
@@ -536,7 +601,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
         if foreign.contains(&index) {
             continue;
         }
-        if info.kind == "Deployment" && immutable_field_changed(desired, current, info).is_some() && build::made_by(current, info, component, &owner) {
+        if info.kind == "Deployment" && info.immutable_field_changed(desired, current).is_some() && build::made_by(current, info, component, &owner) {
             ctx.desired.deleting(current["metadata"]["uid"].as_str().unwrap_or_default());
             let retired = handover::retire(writer, current, desired, component, &owner, &ctx.field_manager)
                 .await
@@ -611,7 +676,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
                     info!(object = %what, "recreating deleted object");
                     changed.push(format!("recreated {what}"));
                 } else if let Some(live) = &live {
-                    match immutable_field_changed(desired, live, info) {
+                    match info.immutable_field_changed(desired, live) {
                         // The API server refuses to change this field in place: replace the object,
                         // if it is ours (applying over someone else's then fails and says so).
                         Some(field) if build::made_by(live, info, component, &owner) => {
@@ -703,25 +768,22 @@ fn up_to_date(desired: &Value, live: &Value, info: &KindInfo) -> bool {
         && manifest::is_subset(desired, live)
 }
 
-/// The first immutable field of `info`'s kind whose desired value differs from the live one.
-fn immutable_field_changed(desired: &Value, live: &Value, info: &KindInfo) -> Option<&'static str> {
-    info.immutable_fields.iter().copied().find(|path| {
-        let pointer = format!("/{}", path.replace('.', "/"));
-        let Some(wanted) = desired.pointer(&pointer) else { return false };
-        match live.pointer(&pointer) {
-            None => true,
-            // Claim templates gain defaults on the server; selectors and names must match exactly.
-            Some(current) if path.ends_with("volumeClaimTemplates") => !manifest::is_subset(wanted, current),
-            Some(current) => wanted != current,
-        }
-    })
+/// What a delete of inventory entries leaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Prune {
+    /// Objects that left the render: PersistentVolumeClaims stay (they hold data; an upgrade
+    /// that drops one from its packages never deletes a database).
+    KeepData,
+    /// The resource is removed or deleted: everything it made goes (but CRDs and namespaces, as
+    /// `policy` says).
+    Everything,
 }
 
 /// Deletes the objects of `entries` that `resource` made, webhooks first; namespaces are never
 /// deleted and CRDs only when the resource opted in with `crdRemovalPolicy: Delete`. An entry whose
 /// live object does not prove it was made by `resource` (see [`build::made_by`]) is kept and named
 /// in a Warning Event: an inventory can be written by anyone who can write the status.
-async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, installer: &Installer, entries: &[InventoryEntry], policy: CrdRemovalPolicy) -> Result<(), Error> {
+async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, installer: &Installer, entries: &[InventoryEntry], policy: CrdRemovalPolicy, prune: Prune) -> Result<(), Error> {
     let component = C::Resource::COMPONENT.name();
     let owner = build::owner_id(resource);
     let mut targets: Vec<(&KindInfo, &InventoryEntry)> = entries
@@ -730,6 +792,12 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
         .filter(|(info, _)| !info.is_shared() && (!info.is_crd() || policy == CrdRemovalPolicy::Delete))
         .collect();
     targets.sort_by_key(|(info, _)| std::cmp::Reverse(info.rank));
+    let (data, targets): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(info, _)| prune == Prune::KeepData && info.holds_data());
+    if !data.is_empty() {
+        let names: Vec<String> = data.iter().map(|(info, entry)| describe(info, entry)).collect();
+        let note = format!("kept {}: no longer rendered, but it holds data; delete it yourself once its data is migrated", names.join(", "));
+        ctx.event(resource, EventType::Normal, "DataKept", note).await;
+    }
     let mut kept = Vec::new();
     // Objects the installer may not read or delete (e.g. its rights went with a namespace being
     // deleted): left, named in an Event, never retried forever.
@@ -812,7 +880,7 @@ async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
                         }
                     }
                 }
-                delete_entries(resource, ctx, &installer, &entries.into_iter().collect::<Vec<_>>(), core.crd_removal_policy).await?;
+                delete_entries(resource, ctx, &installer, &entries.into_iter().collect::<Vec<_>>(), core.crd_removal_policy, Prune::Everything).await?;
                 ctx.event(resource, EventType::Normal, "Uninstalled", format!("removed the objects of {} {}", C::Resource::COMPONENT.kind(), resource.name_any())).await;
             }
             // Nobody to delete as: nothing is deleted with the operator's own rights.
@@ -827,10 +895,12 @@ async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
 }
 
 /// Writes the status computed from `outcome` if it differs from the current one.
-async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, outcome: &Outcome, invalid: Option<&InvalidSpec>) -> Result<(), Error> {
+/// Writes the status `outcome` makes, with `plan` as the plan of the preview (none: no preview).
+async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, outcome: &Outcome, invalid: Option<&InvalidSpec>, plan: Option<&ChangePlan>) -> Result<(), Error> {
     let now = Time(jiff_now());
     let cached = resource.component_status();
-    let next = status::next_status(cached, resource.meta().generation, outcome, &now);
+    let next_status = |current| ComponentStatus { plan: plan.cloned(), ..status::next_status(current, resource.meta().generation, outcome, &now) };
+    let next = next_status(cached);
     ctx.report(resource, Some(&next));
     if cached == Some(&next) {
         return Ok(());
@@ -841,7 +911,7 @@ async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, ou
     // seen yet): compare with the stored status before writing the same one again.
     let Some(stored) = api.get_opt(&resource.name_any()).await.map_err(status_error)? else { return Ok(()) };
     let current = stored.component_status();
-    let next = status::next_status(current, resource.meta().generation, outcome, &now);
+    let next = next_status(current);
     if current == Some(&next) {
         tracing::debug!("status already current in the API server");
         return Ok(());
@@ -880,8 +950,8 @@ mod tests {
         let info = kinds::lookup("apps/v1", "Deployment").unwrap();
         let live = json!({"spec": {"selector": {"matchLabels": {"app": "ui", "app.kubernetes.io/name": "kfp"}}}});
         let narrower = json!({"spec": {"selector": {"matchLabels": {"app": "ui"}}}});
-        assert_eq!(immutable_field_changed(&narrower, &live, info), Some("spec.selector"));
-        assert_eq!(immutable_field_changed(&live, &live, info), None);
+        assert_eq!(info.immutable_field_changed(&narrower, &live), Some("spec.selector"));
+        assert_eq!(info.immutable_field_changed(&live, &live), None);
     }
 
     #[test]
@@ -889,8 +959,8 @@ mod tests {
         let info = kinds::lookup("apps/v1", "StatefulSet").unwrap();
         let desired = json!({"spec": {"serviceName": "s", "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}]}});
         let live = json!({"spec": {"serviceName": "s", "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"}, "status": {"phase": "Pending"}}]}});
-        assert_eq!(immutable_field_changed(&desired, &live, info), None);
+        assert_eq!(info.immutable_field_changed(&desired, &live), None);
         let renamed = json!({"spec": {"serviceName": "t"}});
-        assert_eq!(immutable_field_changed(&renamed, &live, info), Some("spec.serviceName"));
+        assert_eq!(info.immutable_field_changed(&renamed, &live), Some("spec.serviceName"));
     }
 }

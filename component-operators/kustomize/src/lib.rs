@@ -74,13 +74,7 @@ pub fn app_spec(index: usize, source: &KustomizeSource) -> Result<(RepoSource, A
     Ok((repo, app))
 }
 
-/// `(group, kind, namespace, name)`: what makes two objects the same object (any version).
-pub fn identity(object: &Value) -> (String, String, String, String) {
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let api_version = text(&object["apiVersion"]);
-    let group = api_version.split_once('/').map(|(g, _)| g.to_string()).unwrap_or_default();
-    (group, text(&object["kind"]), text(&object["metadata"]["namespace"]), text(&object["metadata"]["name"]))
-}
+pub use component_framework::build::identity;
 
 /// One application's rendered objects: `(index in spec.sources, application, objects)`.
 pub type ApplicationObjects = (usize, String, Vec<Value>);
