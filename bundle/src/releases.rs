@@ -33,7 +33,7 @@ impl OperatorRelease {
 
 pub const OPERATOR_RELEASES: &[OperatorRelease] = &[
     OperatorRelease { version: "0.1.0", created_at: "2026-10-05T00:00:00Z", kubeflow: &["1.2"], digest: Some("sha256:c12ee1c3c99d167dab50302844ddd95f08053fdf01bbeb86137b9edc0bcb26dd") },
-    OperatorRelease { version: "0.2.0", created_at: "2026-11-21T00:00:00Z", kubeflow: &["1.2", "1.3"], digest: None },
+    OperatorRelease { version: "0.2.0", created_at: "2026-11-21T00:00:00Z", kubeflow: &["1.2", "1.3", "1.10", "1.11"], digest: None },
 ];
 
 /// Packages that appeared after the first release, with the version that introduced them.

@@ -42,7 +42,7 @@ fn newest_release_is_the_crate_version_and_every_release_adds_kubeflow_versions(
     }
     let katib = kubeflow_component_registry::get(kubeflow_crds::ComponentKind::Katib);
     assert_eq!(releases::shipped_versions(&katib.releases, &OPERATOR_RELEASES[0]), ["v0.10.0"]);
-    assert_eq!(releases::shipped_versions(&katib.releases, &OPERATOR_RELEASES[1]), ["v0.10.0", "v0.11.0"]);
+    assert_eq!(releases::shipped_versions(&katib.releases, &OPERATOR_RELEASES[1]), ["v0.10.0", "v0.11.0", "v0.18.0", "v0.19.0"]);
     // A package added later starts its channel at the release that introduced it.
     assert_eq!(releases::first_release("kubeflow-profiles-operator"), 1);
     assert_eq!(releases::first_release("kubeflow-katib-operator"), 0);
@@ -166,13 +166,13 @@ fn alm_examples_use_owned_kinds_and_versions_the_release_ships() {
                 ("kubeflow-istio-operator", 0) => "1.3.1",
                 ("kubeflow-istio-operator", _) => "1.9.6",
                 ("kubeflow-dex-operator", 0) => "v2.22.0",
-                ("kubeflow-dex-operator", _) => "v2.24.0",
+                ("kubeflow-dex-operator", _) => "v2.43.1",
                 ("kubeflow-kfserving-operator", 0) => "v0.4.1",
                 ("kubeflow-kfserving-operator", _) => "v0.5.1",
                 ("kubeflow-katib-operator", 0) => "v0.10.0",
-                ("kubeflow-katib-operator", _) => "v0.11.0",
+                ("kubeflow-katib-operator", _) => "v0.19.0",
                 ("kubeflow-pipelines-operator", 0) => "1.0.4",
-                ("kubeflow-pipelines-operator", _) => "1.5.0",
+                ("kubeflow-pipelines-operator", _) => "2.15.0",
                 ("kubeflow-profiles-operator", _) => "v1.3.0",
                 // No built-in releases: the version its example spec names.
                 ("kubeflow-kustomize-operator", _) => "v1.0.2",

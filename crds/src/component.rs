@@ -782,7 +782,8 @@ pub struct PipelinesDatabase {
     "message": "secretRef is required when endpoint names an external object store",
 }]))]
 pub struct ObjectStore {
-    /// External S3-compatible endpoint; when empty Pipelines runs its own MinIO.
+    /// External S3-compatible endpoint; when empty Pipelines runs its own store (MinIO up to 2.5.0,
+    /// SeaweedFS behind the same Service from 2.15.0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
     /// S3 bucket name: 3 to 63 lower-case alphanumerics, `.` and `-`.

@@ -475,8 +475,11 @@ async fn installs_at_two_releases_converge_on_the_newest_crds_and_then_write_not
     install_crds(&client).await;
     let older = TestNamespace::create(&client, "e2e-dex-older").await;
     let newer = TestNamespace::create(&client, "e2e-dex-newer").await;
+    // The two newest releases: a CRD left by another test at the newest stays there.
+    let releases = <dex_operator::DexComponent as component_framework::Component>::releases();
+    let [.., previous, newest] = releases else { panic!("Dex ships fewer than two releases") };
     let mut installs = Vec::new();
-    for (ns, version) in [(&older, "v2.22.0"), (&newer, "v2.24.0")] {
+    for (ns, version) in [(&older, previous.version), (&newer, newest.version)] {
         let operator = OperatorProcess::start("dex-operator", &["--namespace", &ns.name], &[]);
         operator.wait_ready().await;
         let dex: Dex = serde_json::from_value(json!({
@@ -500,7 +503,7 @@ async fn installs_at_two_releases_converge_on_the_newest_crds_and_then_write_not
     assert!(!shipped.is_empty());
     for name in &shipped {
         let crd = crds.get(name).await.unwrap();
-        assert_eq!(crd.labels().get("components.kubeflow.org/version").map(String::as_str), Some("v2.24.0"), "CRD {name} is not at the newest release");
+        assert_eq!(crd.labels().get("components.kubeflow.org/version").map(String::as_str), Some(newest.version), "CRD {name} is not at the newest release");
     }
     // Reconcile both again (a metadata touch each): neither writes anything.
     let before: Vec<(f64, f64)> = futures::future::join_all(installs.iter().map(|(op, _, _)| op.quiescent())).await;

@@ -1,6 +1,7 @@
-//! A KfUpgrade between Kubeflow-1.10-shaped and 1.11-shaped kubeflow/manifests (the modern
-//! fixture's example, installed through the generic component), on the real control plane with
-//! every operator over NATS: the plan comes first — what each object would become, by server-side
+//! A KfUpgrade from Kubeflow 1.10 to 1.11: Dex, Katib and Pipelines from their built-in releases,
+//! the rest from 1.10-shaped and 1.11-shaped kubeflow/manifests (the modern fixture's example,
+//! installed through the generic component), on the real control plane with every operator over
+//! NATS: the plan comes first — what each object would become, by server-side
 //! dry run, what is pruned, what is kept because it holds data, what changes in a CRD, and the
 //! release notes' manual steps — and nothing moves until the upgrade is approved; then it is
 //! applied, MinIO's claim outliving MinIO; a release that does not render is refused by its
@@ -24,17 +25,21 @@ use serde_json::json;
 
 /// How long a "nothing moves" check watches.
 const STAYS: Duration = Duration::from_secs(5);
+/// The built-in components' versions of Kubeflow 1.10 and 1.11.
+const V1_10: [(&str, &str); 4] = [("dex", "v2.41.1"), ("katib", "v0.18.0"), ("kustomize", "v1.10.0"), ("pipelines", "2.5.0")];
+const V1_11: [(&str, &str); 4] = [("dex", "v2.43.1"), ("katib", "v0.19.0"), ("kustomize", "v1.11.0"), ("pipelines", "2.15.0")];
 
 fn image(d: &Deployment) -> String {
     d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].image.clone().unwrap()
 }
 
-async fn kfdef_available_at(api: &Api<KfDef>, version: &str) -> KfDef {
-    eventually(&format!("KfDef Available with the generic component at {version}"), || async {
+async fn kfdef_available_at(api: &Api<KfDef>, versions: [(&str, &str); 4]) -> KfDef {
+    let wanted: BTreeMap<String, Option<String>> = versions.iter().map(|(c, v)| (c.to_string(), Some(v.to_string()))).collect();
+    eventually(&format!("KfDef Available at {wanted:?}"), || async {
         let k = api.get("kubeflow").await.map_err(|e| e.to_string())?;
         let s = k.status.clone().unwrap_or_default();
-        let at = s.components.get("kustomize").and_then(|c| c.version.clone());
-        match s.phase == Some(KfDefPhase::Available) && s.observed_generation == k.metadata.generation && at.as_deref() == Some(version) {
+        let at: BTreeMap<String, Option<String>> = s.components.iter().map(|(c, summary)| (c.clone(), summary.version.clone())).collect();
+        match s.phase == Some(KfDefPhase::Available) && s.observed_generation == k.metadata.generation && at == wanted {
             true => Ok(k),
             false => Err(format!("{:?} at {at:?}", s.phase)),
         }
@@ -57,6 +62,11 @@ fn has_line(lines: &[String], line: &str) -> bool {
     lines.iter().any(|l| l == line)
 }
 
+/// Whether `changes` names field `field` among the changed fields of object `what`.
+fn changes_field(changes: &[String], what: &str, field: &str) -> bool {
+    changes.iter().any(|l| l.strip_prefix(&format!("{what}: ")).is_some_and(|fields| fields.split(", ").any(|f| f == field)))
+}
+
 #[tokio::test]
 async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_data_and_rolls_back_a_failing_release() {
     let client: Client = client().await;
@@ -75,8 +85,15 @@ async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_da
     let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
     let mut kfdef = fixtures::modern_example_kfdef(&server.url("archive/v1.10.0.tar.gz"), &ns.name);
     kfdef.spec.version = Some("v1.10.0".into());
+    // Named like the built-in components' applications: installed from their 1.10 releases.
+    for name in ["dex", "katib", "kubeflow-pipelines"] {
+        kfdef.spec.applications.push(serde_json::from_value(json!({"name": name})).unwrap());
+    }
     kfdefs.create(&PostParams::default(), &kfdef).await.unwrap();
-    kfdef_available_at(&kfdefs, "v1.10.0").await;
+    kfdef_available_at(&kfdefs, V1_10).await;
+    let ours = |namespace: &str| Api::<Deployment>::namespaced(client.clone(), namespace);
+    ours(&ns.name).get("minio").await.unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns.name).get("minio-pvc").await.unwrap();
 
     let deployments = |namespace: &str| Api::<Deployment>::namespaced(client.clone(), namespace);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "kubeflow");
@@ -98,8 +115,28 @@ async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_da
     upgrades.create(&PostParams::default(), &upgrade("to-1-11", "v1.11.0", json!({"approval": "Manual"}))).await.unwrap();
     let shown = phase_reached(&upgrades, "to-1-11", &[UpgradePhase::AwaitingApproval, UpgradePhase::Failed, UpgradePhase::Upgrading]).await;
     assert_eq!(shown.phase, Some(UpgradePhase::AwaitingApproval), "{shown:?}");
-    assert_eq!(shown.plan.len(), 1, "{:?}", shown.plan);
-    let plan = &shown.plan[0];
+    let steps: Vec<(ComponentKind, &str, &str)> = shown.plan.iter().map(|p| (p.component, p.from_version.as_str(), p.to_version.as_str())).collect();
+    assert_eq!(
+        steps,
+        [
+            (ComponentKind::Dex, "v2.41.1", "v2.43.1"),
+            (ComponentKind::Katib, "v0.18.0", "v0.19.0"),
+            (ComponentKind::Pipelines, "2.5.0", "2.15.0"),
+            (ComponentKind::GENERIC, "v1.10.0", "v1.11.0"),
+        ]
+    );
+    // The built-in Pipelines moves its store from MinIO to SeaweedFS: MinIO goes, its data stays.
+    let pipelines = &shown.plan[2].changes;
+    assert!(pipelines.add.contains(&format!("Deployment {}/seaweedfs", ns.name)), "{pipelines:#?}");
+    assert!(pipelines.prune.contains(&format!("Deployment {}/minio", ns.name)), "{pipelines:#?}");
+    assert_eq!(pipelines.keep, [format!("PersistentVolumeClaim {}/minio-pvc (holds data: never pruned; delete it yourself once migrated)", ns.name)], "{pipelines:#?}");
+    let image_field = "spec.template.spec.containers[0].image";
+    assert!(changes_field(&pipelines.change, &format!("Deployment {}/ml-pipeline", ns.name), image_field), "{pipelines:#?}");
+    assert!(changes_field(&pipelines.change, &format!("Service {}/minio-service", ns.name), "spec.selector.app"), "SeaweedFS takes over MinIO's Service: {pipelines:#?}");
+    assert!(changes_field(&shown.plan[0].changes.change, &format!("Deployment {}/dex", ns.name), image_field), "{:#?}", shown.plan[0]);
+    assert!(changes_field(&shown.plan[1].changes.change, &format!("Deployment {}/katib-controller", ns.name), image_field), "{:#?}", shown.plan[1]);
+    assert!(shown.plan.iter().all(|p| p.changes.failed.is_empty()), "{:#?}", shown.plan);
+    let plan = &shown.plan[3];
     assert_eq!((plan.component, plan.from_version.as_str(), plan.to_version.as_str()), (ComponentKind::GENERIC, "v1.10.0", "v1.11.0"));
     let changes = &plan.changes;
     assert!(has_line(&changes.change, "Deployment kubeflow/web: spec.template.spec.containers[0].image"), "{changes:#?}");
@@ -114,6 +151,8 @@ async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_da
     // Nothing was written: the component still runs 1.10's spec, and its objects stay as they are.
     let kustomize: Api<KustomizeApplication> = Api::namespaced(client.clone(), &ns.name);
     assert_eq!(kustomize.get("kubeflow").await.unwrap().spec.core.version, "v1.10.0");
+    let pipelines_resource: Api<kubeflow_crds::Pipelines> = Api::namespaced(client.clone(), &ns.name);
+    assert_eq!(pipelines_resource.get("kubeflow").await.unwrap().spec.core.version, "2.5.0");
     let web_version = web.resource_version();
     holds_for(&deployments("kubeflow"), "web", STAYS, |d: &Deployment| if d.resource_version() == web_version { Ok(()) } else { Err(format!("web changed: {}", image(d))) }).await;
     assert_eq!(upgrades.get("to-1-11").await.unwrap().status.unwrap().phase, Some(UpgradePhase::AwaitingApproval));
@@ -124,8 +163,12 @@ async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_da
     upgrades.patch("to-1-11", &PatchParams::default(), &Patch::Merge(json!({"spec": {"approved": true}}))).await.unwrap();
     let done = phase_reached(&upgrades, "to-1-11", &[UpgradePhase::Succeeded, UpgradePhase::Failed, UpgradePhase::RolledBack]).await;
     assert_eq!(done.phase, Some(UpgradePhase::Succeeded), "{done:?}");
-    kfdef_available_at(&kfdefs, "v1.11.0").await;
+    kfdef_available_at(&kfdefs, V1_11).await;
     assert_eq!(image(&deployments("kubeflow").get("web").await.unwrap()), "ghcr.io/kubeflow/web:v1.11.0");
+    ours(&ns.name).get("seaweedfs").await.unwrap();
+    gone(&ours(&ns.name), "minio").await;
+    let minio_claim = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns.name).get("minio-pvc").await.unwrap();
+    assert!(minio_claim.metadata.deletion_timestamp.is_none(), "the upgrade deleted the built-in MinIO's claim");
     assert_eq!(image(&deployments("demo-mesh").get("mesh-control").await.unwrap()), "ghcr.io/example/mesh-control:v1.28.0");
     deployments("kubeflow").get("seaweedfs").await.unwrap();
     gone(&deployments("kubeflow"), "minio").await;
@@ -149,7 +192,7 @@ async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_da
     let rolled = phase_reached(&upgrades, "to-1-11-1", &[UpgradePhase::RolledBack, UpgradePhase::Failed, UpgradePhase::Succeeded]).await;
     assert_eq!(rolled.phase, Some(UpgradePhase::RolledBack), "{rolled:?}");
     assert!(has_line(&rolled.plan[0].changes.change, "Deployment kubeflow/web: spec.template.spec.nodeSelector.demo.kubeflow.org/no-such-node"), "{:#?}", rolled.plan);
-    kfdef_available_at(&kfdefs, "v1.11.0").await;
+    kfdef_available_at(&kfdefs, V1_11).await;
     let web = deployments("kubeflow").get("web").await.unwrap();
     assert!(web.spec.unwrap().template.spec.unwrap().node_selector.is_none(), "v1.11.1's render is still applied");
 

@@ -23,6 +23,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use kubeflow_crds::ConditionStatus::{False, True};
+use kubeflow_crds::bus::StatusReport;
 use kubeflow_crds::component::ComponentKind;
 use kubeflow_crds::kfdef::{KfDef, KfDefPhase, Repo};
 use kubeflow_crds::kfupgrade::{Approval, KfUpgrade, KfUpgradeStatus, StepFailure, StepPhase, StepPlan, UpgradePhase, UpgradeStep};
@@ -231,21 +232,7 @@ async fn planning(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
         Err(e) => return end_planning(up, status, &kfdef, kfdefs, ctx, "PlanFailed", e.to_string()).await,
     };
     let reports = ctx.state.reports.read().await.get(&(kfdef.namespace().unwrap_or_default(), kfdef.name_any())).cloned().unwrap_or_default();
-    let mut plans = Vec::new();
-    let mut waiting = Vec::new();
-    for step in &status.steps {
-        let hash = preview.components.get(&step.component).map(|c| c.spec_hash.as_str());
-        match reports.get(&step.component).and_then(|r| r.plan.as_ref()).filter(|p| Some(p.spec_hash.as_str()) == hash) {
-            Some(changes) => plans.push(StepPlan {
-                component: step.component,
-                from_version: step.from_version.clone(),
-                to_version: step.to_version.clone(),
-                summary: changes.totals(),
-                changes: changes.clone(),
-            }),
-            None => waiting.push(format!("{}-operator", step.component)),
-        }
-    }
+    let (plans, waiting) = step_plans(&status.steps, &preview, &reports);
     if !waiting.is_empty() {
         let left = remaining(&status.start_time, up.spec.health_timeout_seconds);
         if left.is_zero() {
@@ -273,6 +260,27 @@ async fn planning(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
         return Ok(Action::await_change());
     }
     start(status, &kfdef, kfdefs).await
+}
+
+/// Each step's plan from its component's report, when the report is about the step's preview spec
+/// (a plan of an earlier preview is not this one); and the operators still to report.
+pub fn step_plans(steps: &[UpgradeStep], preview: &plan::Plan, reports: &BTreeMap<ComponentKind, StatusReport>) -> (Vec<StepPlan>, Vec<String>) {
+    let mut plans = Vec::new();
+    let mut waiting = Vec::new();
+    for step in steps {
+        let hash = preview.components.get(&step.component).map(|c| c.spec_hash.as_str());
+        match reports.get(&step.component).and_then(|r| r.plan.as_ref()).filter(|p| Some(p.spec_hash.as_str()) == hash) {
+            Some(changes) => plans.push(StepPlan {
+                component: step.component,
+                from_version: step.from_version.clone(),
+                to_version: step.to_version.clone(),
+                summary: changes.totals(),
+                changes: changes.clone(),
+            }),
+            None => waiting.push(format!("{}-operator", step.component)),
+        }
+    }
+    (plans, waiting)
 }
 
 /// A Manual upgrade whose plan is shown: starts once `spec.approved` is set.
@@ -463,4 +471,48 @@ async fn roll_back(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<Kf
     condition(status, "Succeeded", false, "RollbackFailed", &reason, up.meta().generation);
     event(ctx, up, EventType::Warning, "RollbackFailed", reason).await;
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::ComponentPlan;
+    use kubeflow_crds::component::ChangePlan;
+
+    fn step(component: ComponentKind, from: &str, to: &str) -> UpgradeStep {
+        UpgradeStep {
+            component,
+            from_version: from.into(),
+            to_version: to.into(),
+            phase: StepPhase::Pending,
+            start_time: None,
+            end_time: None,
+            message: String::new(),
+            failure: None,
+            from_repos: vec![],
+            to_repos: vec![],
+        }
+    }
+
+    fn report(plan_hash: Option<&str>) -> StatusReport {
+        StatusReport { plan: plan_hash.map(|h| ChangePlan { spec_hash: h.into(), add: vec!["Deployment kubeflow/x".into()], ..Default::default() }), ..Default::default() }
+    }
+
+    #[test]
+    fn a_step_takes_only_the_plan_of_its_own_preview_and_names_the_operators_still_planning() {
+        let target = |hash: &str| ComponentPlan { spec: serde_json::json!({}), spec_hash: hash.into(), version: String::new(), pinned: true, release_version: None };
+        let preview = plan::Plan { components: [(ComponentKind::Katib, target("k2")), (ComponentKind::Dex, target("d2"))].into(), unresolved: BTreeMap::new(), applications: vec![] };
+        let steps = [step(ComponentKind::Dex, "v2.41.1", "v2.43.1"), step(ComponentKind::Katib, "v0.18.0", "v0.19.0")];
+        // Katib's report is about an earlier preview (another upgrade's): not this step's plan.
+        let reports: BTreeMap<_, _> = [(ComponentKind::Dex, report(Some("d2"))), (ComponentKind::Katib, report(Some("k1")))].into();
+        let (plans, waiting) = step_plans(&steps, &preview, &reports);
+        assert_eq!(plans.iter().map(|p| (p.component, p.to_version.as_str())).collect::<Vec<_>>(), [(ComponentKind::Dex, "v2.43.1")]);
+        assert_eq!(plans[0].summary, "1 to add, 0 to change, 0 to prune, 0 kept, 0 unchanged, 0 left as they are (not made by this resource)");
+        assert_eq!(waiting, ["katib-operator"]);
+        let reports: BTreeMap<_, _> = [(ComponentKind::Dex, report(Some("d2"))), (ComponentKind::Katib, report(None))].into();
+        assert_eq!(step_plans(&steps, &preview, &reports).1, ["katib-operator"], "a report without a plan is no plan");
+        let reports: BTreeMap<_, _> = [(ComponentKind::Dex, report(Some("d2"))), (ComponentKind::Katib, report(Some("k2")))].into();
+        let (plans, waiting) = step_plans(&steps, &preview, &reports);
+        assert_eq!((plans.len(), waiting.len()), (2, 0));
+    }
 }

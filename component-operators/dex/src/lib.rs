@@ -1,12 +1,26 @@
-//! Dex: the OpenID Connect provider Kubeflow's authservice logs users in through (KfDef application
-//! `dex`, with its storage CRDs from `dex-crds` in the Kubeflow 1.2 layout). Releases v2.22.0
-//! (Kubeflow 1.2) and v2.24.0 (Kubeflow 1.3) share one template; v2.24.0 is pulled from
-//! `ghcr.io/dexidp/dex` instead of `quay.io/dexidp/dex`, adds the device-flow CRDs
-//! (`devicerequests`, `devicetokens`) and relabels the Deployment (`app` becomes
-//! `app.kubernetes.io/name`; its selector changes, so an upgrade replaces that Deployment).
+//! Dex: the OpenID Connect provider Kubeflow's authentication front logs users in through (KfDef
+//! application `dex`, with its storage CRDs from `dex-crds` in the Kubeflow 1.2 layout).
 //!
-//! The Dex configuration is built here rather than templated: issuer, Kubernetes storage, the
-//! `kubeflow-oidc-authservice` static client, the spec's connectors and the static passwords read
+//! Releases:
+//! - v2.22.0 (Kubeflow 1.2) and v2.24.0 (Kubeflow 1.3) share one template (`manifests/dex.yaml`);
+//!   v2.24.0 is pulled from `ghcr.io/dexidp/dex` instead of `quay.io/dexidp/dex`, adds the
+//!   device-flow CRDs (`devicerequests`, `devicetokens`) and relabels the Deployment (`app` becomes
+//!   `app.kubernetes.io/name`; its selector changes, so an upgrade replaces that Deployment). Their
+//!   static client redirects to oidc-authservice's `/login/oidc`.
+//! - v2.41.1 (Kubeflow 1.10) and v2.43.1 (Kubeflow 1.11) share a second template
+//!   (`manifests/dex-common.yaml`, shaped like kubeflow/manifests' `common/dex`): the workload is
+//!   labelled `app: dex` again, runs unprivileged, and is ready when Dex's health check
+//!   (`<issuer path>/healthz`) answers; the CRDs are v2.24.0's ten, unchanged. Their static client
+//!   redirects to oauth2-proxy's `/oauth2/callback`, oauth2-proxy having replaced oidc-authservice
+//!   in Kubeflow 1.9. Neither front is installed here: oidc-authservice never was, and oauth2-proxy
+//!   (its own `oauth2-proxy` namespace, plus Istio external-authorization objects) is left to its
+//!   own install as well.
+//!   v2.41.1 is a fresh install: upstream supports no upgrade from Kubeflow 1.3 to 1.10. v2.43.1
+//!   upgrades from v2.41.1 in place (only the image tag changes).
+//!
+//! The Dex configuration is built here rather than templated, the same for every release but the
+//! static client's redirect: issuer, Kubernetes storage, the `kubeflow-oidc-authservice` static
+//! client (the id oauth2-proxy keeps using), the spec's connectors and the static passwords read
 //! from the Secret key `spec.staticPasswordsSecretRef` names. It is installed as the Secret
 //! `dex-config` (it holds password hashes and the client secret), and its hash is a pod-template
 //! annotation so that a configuration change rolls the Dex pods.
@@ -21,29 +35,67 @@ use serde_yaml_ng::{Mapping, Value as Yaml};
 
 pub struct DexComponent;
 
+/// Template of the Kubeflow 1.2 and 1.3 releases.
 const TEMPLATE: &str = include_str!("../manifests/dex.yaml");
+/// Template of the releases from Kubeflow 1.10 on (kubeflow/manifests `common/dex`).
+const COMMON_TEMPLATE: &str = include_str!("../manifests/dex-common.yaml");
 
-static RELEASES: [Release; 2] = [
+/// Release parameter read by [`dex_config`], not by the templates: where the static client's login
+/// flow returns to, i.e. which authentication front the Kubeflow release logs users in with.
+const REDIRECT_PARAM: &str = "clientRedirectURI";
+/// oidc-authservice's callback (Kubeflow up to 1.8).
+pub const AUTHSERVICE_REDIRECT_URI: &str = "/login/oidc";
+/// oauth2-proxy's callback (Kubeflow 1.9 on).
+pub const OAUTH2_PROXY_REDIRECT_URI: &str = "/oauth2/callback";
+
+static RELEASES: [Release; 4] = [
     Release {
         version: "v2.22.0",
         manifest: TEMPLATE,
-        params: &[("image", "quay.io/dexidp/dex"), ("selectorKey", "app"), ("deviceFlowCrds", "false")],
+        params: &[
+            ("image", "quay.io/dexidp/dex"),
+            ("selectorKey", "app"),
+            ("deviceFlowCrds", "false"),
+            (REDIRECT_PARAM, AUTHSERVICE_REDIRECT_URI),
+        ],
         upgrades_from: &[],
         kubeflow: &["1.2"],
     },
     Release {
         version: "v2.24.0",
         manifest: TEMPLATE,
-        params: &[("image", "ghcr.io/dexidp/dex"), ("selectorKey", "app.kubernetes.io/name"), ("deviceFlowCrds", "true")],
+        params: &[
+            ("image", "ghcr.io/dexidp/dex"),
+            ("selectorKey", "app.kubernetes.io/name"),
+            ("deviceFlowCrds", "true"),
+            (REDIRECT_PARAM, AUTHSERVICE_REDIRECT_URI),
+        ],
         upgrades_from: &["v2.22.0"],
         kubeflow: &["1.3"],
     },
+    Release {
+        version: "v2.41.1",
+        manifest: COMMON_TEMPLATE,
+        params: &[("image", "ghcr.io/dexidp/dex"), (REDIRECT_PARAM, OAUTH2_PROXY_REDIRECT_URI)],
+        // Kubeflow 1.3 → 1.10 is no upgrade upstream supports: a fresh install.
+        upgrades_from: &[],
+        kubeflow: &["1.10"],
+    },
+    Release {
+        version: "v2.43.1",
+        manifest: COMMON_TEMPLATE,
+        params: &[("image", "ghcr.io/dexidp/dex"), (REDIRECT_PARAM, OAUTH2_PROXY_REDIRECT_URI)],
+        upgrades_from: &["v2.41.1"],
+        kubeflow: &["1.11"],
+    },
 ];
 
-/// OAuth2 client id Kubeflow's authservice logs in with.
+/// OAuth2 client id Kubeflow's authentication front logs in with (oidc-authservice's, which
+/// oauth2-proxy kept from Kubeflow 1.9 on).
 pub const CLIENT_ID: &str = "kubeflow-oidc-authservice";
-/// Kubeflow's well-known default secret of that client (`application_secret` in its manifests);
-/// override the `clientSecret` parameter, together with the authservice's, in real deployments.
+/// Kubeflow's well-known default secret of that client (`application_secret` in the authservice's
+/// manifests, `client-secret` in oauth2-proxy's); override the `clientSecret` parameter, together
+/// with the authentication front's, in real deployments.
 pub const DEFAULT_CLIENT_SECRET: &str = "pUBnBOY80SnXgjibTYM9ZWNzY2xreNGQok";
 
 const STATIC_PASSWORDS_FIELD: &str = "spec.staticPasswordsSecretRef.key";
@@ -74,7 +126,7 @@ impl Component for DexComponent {
     }
 
     fn default_parameters() -> Params {
-        let config = dex_config(&default_issuer(Self::DEFAULT_NAMESPACE), DEFAULT_CLIENT_SECRET, Vec::new(), None);
+        let config = dex_config(&default_issuer(Self::DEFAULT_NAMESPACE), DEFAULT_CLIENT_SECRET, AUTHSERVICE_REDIRECT_URI, Vec::new(), None);
         Params::from([
             ("clientSecret".to_string(), DEFAULT_CLIENT_SECRET.to_string()),
             ("configChecksum".to_string(), checksum(&config)),
@@ -97,11 +149,55 @@ impl Component for DexComponent {
                 Some(static_passwords(reference, text)?)
             }
         };
-        let built = dex_config(&issuer, &client_secret, connectors, passwords);
+        let built = dex_config(&issuer, &client_secret, redirect_uri(&spec.core.version), connectors, passwords);
         // `dexConfig` may be overridden wholesale; the checksum must follow what is installed.
         let installed = parameter(resource, "dexConfig").unwrap_or_else(|| built.clone());
         Ok(Params::from([("configChecksum".to_string(), checksum(&installed)), ("dexConfig".to_string(), built)]))
     }
+
+    fn customize(_resource: &Dex, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+        follow_issuer_in_health_checks(objects);
+        Ok(())
+    }
+}
+
+/// Where the static client of release `version` redirects to; an unknown version (refused by the
+/// framework before it asks) gets the oldest releases' value.
+fn redirect_uri(version: &str) -> &'static str {
+    RELEASES
+        .iter()
+        .find(|r| r.version == version)
+        .and_then(|r| r.params.iter().find(|(name, _)| *name == REDIRECT_PARAM))
+        .map_or(AUTHSERVICE_REDIRECT_URI, |(_, value)| value)
+}
+
+/// Dex serves its health check under its issuer's path (`http://dex.auth…:5556/dex` answers on
+/// `/dex/healthz`, `https://login.example.com` on `/healthz`). An HTTP readiness probe of the
+/// Dex Deployment (the templates from v2.41.1 on) is pointed there, from the issuer of the
+/// configuration as installed (a wholesale `dexConfig` override included), so that any issuer a
+/// spec may set keeps the pods ready. A configuration without a readable issuer is left as it is:
+/// Dex refuses to start on it anyway.
+fn follow_issuer_in_health_checks(objects: &mut [Value]) {
+    let config = objects
+        .iter()
+        .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == "dex-config")
+        .and_then(|secret| secret["stringData"]["config.yaml"].as_str())
+        .and_then(|text| serde_yaml_ng::from_str::<Yaml>(text).ok());
+    let Some(path) = config.as_ref().and_then(|c| c.get("issuer")).and_then(Yaml::as_str).and_then(health_path) else { return };
+    let deployments = objects.iter_mut().filter(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "dex");
+    for deployment in deployments {
+        let containers = deployment["spec"]["template"]["spec"]["containers"].as_array_mut().into_iter().flatten();
+        for probe in containers.filter(|c| c["name"] == "dex").filter_map(|c| c.pointer_mut("/readinessProbe/httpGet")) {
+            probe["path"] = Value::String(path.clone());
+        }
+    }
+}
+
+/// `<issuer path>/healthz` for an `http(s)://host[:port][/path]` issuer.
+fn health_path(issuer: &str) -> Option<String> {
+    let rest = issuer.strip_prefix("https://").or_else(|| issuer.strip_prefix("http://"))?;
+    let path = rest.find('/').map_or("", |slash| &rest[slash..]);
+    Some(format!("{}/healthz", path.trim_end_matches('/')))
 }
 
 /// Value a KfDef application parameter or `spec.overrides.parameters` gives `name`, with the
@@ -193,12 +289,12 @@ fn describe(value: &Yaml) -> &'static str {
 }
 
 /// The Dex configuration file (`config.yaml`).
-fn dex_config(issuer: &str, client_secret: &str, connectors: Vec<Yaml>, static_passwords: Option<Vec<Yaml>>) -> String {
+fn dex_config(issuer: &str, client_secret: &str, redirect_uri: &str, connectors: Vec<Yaml>, static_passwords: Option<Vec<Yaml>>) -> String {
     let client = mapping([
         ("id", CLIENT_ID.into()),
         ("name", "Dex Login Application".into()),
         ("secret", client_secret.into()),
-        ("redirectURIs", Yaml::Sequence(vec!["/login/oidc".into()])),
+        ("redirectURIs", Yaml::Sequence(vec![redirect_uri.into()])),
     ]);
     let mut config = vec![
         ("issuer", issuer.into()),
@@ -286,7 +382,7 @@ mod tests {
             let crds = names(&objects, "CustomResourceDefinition");
             let device = ["devicerequests.dex.coreos.com", "devicetokens.dex.coreos.com"];
             assert_eq!(crds.len(), if release.version == "v2.22.0" { 8 } else { 10 }, "{}", release.version);
-            assert_eq!(device.iter().all(|d| crds.contains(&d.to_string())), release.version == "v2.24.0");
+            assert_eq!(device.iter().all(|d| crds.contains(&d.to_string())), release.version != "v2.22.0");
             assert!(crds.iter().all(|c| c.ends_with(".dex.coreos.com")));
             for crd in objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition") {
                 assert_eq!(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-preserve-unknown-fields"], true);
@@ -452,5 +548,172 @@ mod tests {
         assert_eq!(selector("v2.24.0"), json!({"matchLabels": {"app.kubernetes.io/name": "dex"}}));
         let upgrade = DexComponent::releases().iter().find(|r| r.version == "v2.24.0").unwrap();
         assert_eq!(upgrade.upgrades_from, ["v2.22.0"]);
+    }
+
+    const MODERN: [&str; 2] = ["v2.41.1", "v2.43.1"];
+
+    fn build(spec: Value) -> Vec<Value> {
+        desired_objects::<DexComponent>(&dex(spec), &Inputs::default()).unwrap()
+    }
+
+    fn crds(objects: &[Value]) -> Vec<Value> {
+        objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition").cloned().collect()
+    }
+
+    fn readiness_probe(objects: &[Value]) -> Value {
+        find(objects, "Deployment", "dex")["spec"]["template"]["spec"]["containers"][0]["readinessProbe"].clone()
+    }
+
+    #[test]
+    fn kubeflow_1_10_and_1_11_releases_and_their_edges() {
+        let table: Vec<_> = DexComponent::releases().iter().map(|r| (r.version, r.upgrades_from, r.kubeflow)).collect();
+        assert_eq!(
+            table,
+            [
+                ("v2.22.0", &[][..], &["1.2"][..]),
+                ("v2.24.0", &["v2.22.0"][..], &["1.3"][..]),
+                ("v2.41.1", &[][..], &["1.10"][..]),
+                ("v2.43.1", &["v2.41.1"][..], &["1.11"][..]),
+            ]
+        );
+        for (version, image) in [("v2.41.1", "ghcr.io/dexidp/dex:v2.41.1"), ("v2.43.1", "ghcr.io/dexidp/dex:v2.43.1")] {
+            let objects = build(json!({"version": version}));
+            let deployment = find(&objects, "Deployment", "dex");
+            let pod = &deployment["spec"]["template"]["spec"];
+            assert_eq!(pod["containers"][0]["image"], image);
+            assert_eq!(deployment["metadata"]["labels"]["components.kubeflow.org/version"], version);
+            assert_eq!(deployment["spec"]["selector"], json!({"matchLabels": {"app": "dex"}}));
+            assert_eq!(deployment["spec"]["template"]["metadata"]["labels"], json!({"app": "dex"}));
+            assert_eq!(find(&objects, "Service", "dex")["spec"]["selector"], json!({"app": "dex"}));
+            assert_eq!(
+                pod["containers"][0]["securityContext"],
+                json!({"allowPrivilegeEscalation": false, "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})
+            );
+            assert_eq!(pod["containers"][0]["env"][0]["name"], "KUBERNETES_POD_NAMESPACE");
+            assert_eq!(pod["serviceAccountName"], "dex");
+            assert_eq!(pod["volumes"][0]["secret"], json!({"secretName": "dex-config", "items": [{"key": "config.yaml", "path": "config.yaml"}]}));
+            assert_eq!(readiness_probe(&objects)["httpGet"], json!({"path": "/dex/healthz", "port": "http"}));
+            assert_eq!(
+                find(&objects, "ClusterRole", "dex-auth")["rules"],
+                json!([{"apiGroups": ["dex.coreos.com"], "resources": ["*"], "verbs": ["*"]},
+                       {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["create"]}])
+            );
+            // Dex only: oauth2-proxy is installed on its own, as oidc-authservice was.
+            assert!(objects.iter().all(|o| o["metadata"]["name"] != "oauth2-proxy" && o["metadata"]["namespace"] != "oauth2-proxy"));
+            assert_eq!(objects.len(), 1 + 10 + 5 + 1, "{version}: namespace, CRDs, SA/roles/Secret/Service, Deployment");
+        }
+        // v2.41.1 → v2.43.1 is in place: the Deployment differs in its image alone, its selector is kept.
+        let comparable = |version: &str| {
+            let mut deployment = find(&build(json!({"version": version})), "Deployment", "dex").clone();
+            deployment["spec"]["template"]["spec"]["containers"][0]["image"] = json!("");
+            deployment["metadata"]["labels"]["components.kubeflow.org/version"] = json!("");
+            deployment["metadata"]["annotations"]["components.kubeflow.org/applied-hash"] = json!("");
+            deployment
+        };
+        assert_eq!(comparable("v2.41.1"), comparable("v2.43.1"));
+    }
+
+    #[test]
+    fn modern_releases_ship_the_ten_storage_crds_shared_by_installs() {
+        let expected = [
+            "authcodes.dex.coreos.com", "authrequests.dex.coreos.com", "connectors.dex.coreos.com", "devicerequests.dex.coreos.com",
+            "devicetokens.dex.coreos.com", "oauth2clients.dex.coreos.com", "offlinesessionses.dex.coreos.com", "passwords.dex.coreos.com",
+            "refreshtokens.dex.coreos.com", "signingkeies.dex.coreos.com",
+        ];
+        let old = crds(&build(json!({"version": "v2.24.0"})));
+        for version in MODERN {
+            let here = build(json!({"version": version}));
+            let mut names = names(&here, "CustomResourceDefinition");
+            names.sort();
+            assert_eq!(names, expected, "{version}");
+            // A second install, elsewhere and into another namespace, renders them byte for byte.
+            let elsewhere = desired_objects::<DexComponent>(
+                &{
+                    let mut other = dex(json!({"version": version, "targetNamespace": "login", "issuer": "https://login.example.com"}));
+                    other.metadata.namespace = Some("other-team".into());
+                    other
+                },
+                &Inputs::default(),
+            )
+            .unwrap();
+            assert_eq!(crds(&here), crds(&elsewhere), "{version}");
+            for crd in crds(&here) {
+                assert_eq!(crd["metadata"]["labels"]["components.kubeflow.org/part-of"], "dex");
+                assert!(crd["metadata"]["annotations"].get("components.kubeflow.org/owner").is_none(), "CRDs name no owner");
+                // Same definitions as v2.24.0's: installs at either release share them unchanged.
+                let before = old.iter().find(|o| o["metadata"]["name"] == crd["metadata"]["name"]).unwrap();
+                assert_eq!(crd["spec"], before["spec"], "{version} {}", crd["metadata"]["name"]);
+                assert_eq!(crd["spec"]["scope"], "Namespaced");
+                assert_eq!(crd["spec"]["group"], "dex.coreos.com");
+            }
+        }
+    }
+
+    #[test]
+    fn modern_releases_install_the_same_spec_with_oauth2_proxy_as_the_client() {
+        let reference = json!({"name": "dex-users", "key": "passwords.yaml"});
+        let specs = [
+            json!({}),
+            json!({"targetNamespace": "login",
+                   "connectors": [{"type": "github", "id": "gh", "name": "GitHub", "config": {"clientID": "abc", "clientSecret": "$GITHUB_SECRET", "orgs": [{"name": "kubeflow"}]}},
+                                  {"type": "ldap", "id": "corp", "name": "Corp LDAP"}],
+                   "staticPasswordsSecretRef": reference}),
+            json!({"issuer": "https://kubeflow.example.com/dex", "overrides": {"parameters": [{"name": "clientSecret", "value": "s3cret"}]}}),
+        ];
+        let secrets = inputs("dex-users", "passwords.yaml", PASSWORDS);
+        for spec in specs {
+            let config = |version: &str| {
+                let mut spec = spec.clone();
+                spec["version"] = json!(version);
+                installed_config(&desired_objects::<DexComponent>(&dex(spec), &secrets).unwrap())
+            };
+            let old = config("v2.24.0");
+            assert_eq!(old["staticClients"][0]["redirectURIs"], json!(["/login/oidc"]));
+            for version in MODERN {
+                let mut new = config(version);
+                assert_eq!(new["staticClients"][0]["id"], "kubeflow-oidc-authservice");
+                assert_eq!(new["staticClients"][0]["redirectURIs"], json!(["/oauth2/callback"]), "{version}");
+                // All else is what v2.24.0 installs for the same spec.
+                new["staticClients"][0]["redirectURIs"] = json!(["/login/oidc"]);
+                assert_eq!(new, old, "{version} {spec}");
+            }
+        }
+        // The connectors and static users of the spec, as they land for v2.43.1.
+        let spec = json!({"version": "v2.43.1",
+                          "connectors": [{"type": "oidc", "id": "sso", "name": "SSO", "config": {"issuer": "https://sso.example.com", "clientID": "kubeflow"}}],
+                          "staticPasswordsSecretRef": reference});
+        let config = installed_config(&desired_objects::<DexComponent>(&dex(spec), &secrets).unwrap());
+        assert_eq!(config["connectors"], json!([{"type": "oidc", "id": "sso", "name": "SSO", "config": {"issuer": "https://sso.example.com", "clientID": "kubeflow"}}]));
+        assert_eq!(
+            config["staticPasswords"],
+            json!([{"email": "admin@kubeflow.org", "hash": "$2y$12$ruoM7FqXrpVgaol44eRZW.4HWS8SAvg6KYVVSCIwKQPBmTpCm.EeO", "username": "admin", "userID": "08a8684b-db88-4b73-90a9-3cd1661f5466"}])
+        );
+        assert_eq!(config["issuer"], "http://dex.auth.svc.cluster.local:5556/dex");
+        assert_eq!(config["storage"], json!({"type": "kubernetes", "config": {"inCluster": true}}));
+        // Bad input is refused the same way.
+        let err = desired_objects::<DexComponent>(
+            &dex(json!({"version": "v2.41.1", "connectors": [{"type": "github", "id": "gh", "name": "a"}, {"type": "ldap", "id": "gh", "name": "b"}]})),
+            &Inputs::default(),
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "spec.connectors[1].id");
+        let err = desired_objects::<DexComponent>(&dex(json!({"version": "v2.44.0"})), &Inputs::default()).unwrap_err();
+        assert!(err.message.contains("supported versions: v2.22.0, v2.24.0, v2.41.1, v2.43.1"), "{err}");
+    }
+
+    #[test]
+    fn the_health_check_follows_the_installed_issuer() {
+        let path = |spec: Value| readiness_probe(&build(spec))["httpGet"]["path"].as_str().unwrap().to_string();
+        assert_eq!(path(json!({"version": "v2.41.1"})), "/dex/healthz");
+        assert_eq!(path(json!({"version": "v2.41.1", "issuer": "https://login.example.com"})), "/healthz");
+        assert_eq!(path(json!({"version": "v2.43.1", "issuer": "https://kubeflow.example.com/dex/"})), "/dex/healthz");
+        assert_eq!(path(json!({"version": "v2.43.1", "issuer": "http://kubeflow.example.com:8080/auth/dex"})), "/auth/dex/healthz");
+        let replaced = json!({"version": "v2.43.1", "overrides": {"parameters": [{"name": "dexConfig", "value": "issuer: https://elsewhere/sso\n"}]}});
+        assert_eq!(path(replaced), "/sso/healthz");
+        // The Kubeflow 1.2/1.3 releases keep their port check.
+        for version in ["v2.22.0", "v2.24.0"] {
+            let probe = readiness_probe(&build(json!({"version": version, "issuer": "https://login.example.com"})));
+            assert_eq!(probe, json!({"tcpSocket": {"port": "http"}, "initialDelaySeconds": 2}));
+        }
     }
 }

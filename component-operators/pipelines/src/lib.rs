@@ -8,13 +8,32 @@
 //! (`cache-server` with its opt-in pod webhook), and relabels the UI (its Deployment selector
 //! changes, so an upgrade replaces that Deployment).
 //!
-//! Storage is built in by default (MySQL and MinIO with 20Gi claims). `spec.database.host` points
-//! Pipelines at an external MySQL instead (`secretRef` holds the password; the user is the
-//! `dbUser` parameter, `root` unless overridden); `spec.objectStore.endpoint` at an external
-//! S3-compatible store, written `host`, `host:port` or `http(s)://host[:port]` (no scheme means
+//! Releases 2.5.0 (Kubeflow 1.10) and 2.15.0 (Kubeflow 1.11) share a second template, shaped like
+//! upstream's KFP 2 manifests: images from `ghcr.io/kubeflow/kfp-*`, the v2 driver and launcher
+//! (`kfp-launcher` ConfigMap: where v2 runs keep artifacts), the metadata envoy and writer, and
+//! Argo Workflows with all eight of its CRDs, its controller limited to the install's namespace.
+//! 2.5.0 is a fresh install (upstream has no upgrade from Kubeflow 1.3's Pipelines 1.5.0 to it);
+//! 2.15.0 upgrades 2.5.0. Between them Argo moves from v3.5.14 to v3.7.3, MySQL from 8.0 to 8.4
+//! (an in-place upgrade; 8.4 needs `mysql_native_password` switched on for the metadata store), and
+//! the built-in object store from MinIO to SeaweedFS (release parameter `objectStoreServer`).
+//! SeaweedFS (Deployment `seaweedfs`, claim `seaweedfs-pvc`) takes over Service `minio-service`
+//! and Secret `mlpipeline-minio-artifact`, so every client keeps its endpoint and credentials, but
+//! it starts empty: an upgrade deletes MinIO's Deployment and keeps its claim (`minio-pvc`, never
+//! pruned), and copying the objects over is the user's manual step, as upstream's release notes
+//! ask: back up MinIO's data before upgrading (or serve the kept claim from a MinIO of one's own
+//! afterwards), copy it into SeaweedFS with an S3 client, then delete the claim.
+//!
+//! Storage is built in by default (MySQL and MinIO or SeaweedFS, with 20Gi claims).
+//! `spec.database.host` points Pipelines at an external MySQL instead (`secretRef` holds the
+//! password; the user is the `dbUser` parameter, `root` unless overridden);
+//! `spec.objectStore.endpoint` at an external S3-compatible store, with no built-in store at all,
+//! written `host`, `host:port` or `http(s)://host[:port]` (no scheme means
 //! HTTPS on 443 unless another port is given). Its Secret holds the access key ID under
 //! `accesskey` and the secret access key under `secretRef.key` (upstream calls it `secretkey`).
-//! A `secretRef` without a host or endpoint gives the built-in store those credentials.
+//! A `secretRef` without a host or endpoint gives the built-in store those credentials. In 2.x, v2
+//! pipeline runs keep artifacts under `minio://<bucket>/v2/artifacts` on the built-in store and
+//! `s3://<bucket>/v2/artifacts` on an external one (its region is the `objectStoreRegion`
+//! parameter, `us-east-1` unless overridden).
 
 use component_framework::api::Pipelines;
 use component_framework::api::component::SecretKeyRef;
@@ -24,12 +43,14 @@ use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 pub struct PipelinesComponent;
 
 const TEMPLATE: &str = include_str!("../manifests/pipelines.yaml");
+/// The KFP 2.x object set (Kubeflow 1.10 and later).
+const TEMPLATE_V2: &str = include_str!("../manifests/pipelines-v2.yaml");
 
 /// Key of the object store Secret that holds the access key ID (as in upstream's
 /// `mlpipeline-minio-artifact`).
 const ACCESS_KEY_KEY: &str = "accesskey";
 
-static RELEASES: [Release; 2] = [
+static RELEASES: [Release; 4] = [
     Release {
         version: "1.0.4",
         manifest: TEMPLATE,
@@ -60,7 +81,47 @@ static RELEASES: [Release; 2] = [
         upgrades_from: &["1.0.4"],
         kubeflow: &["1.3"],
     },
+    Release {
+        version: "2.5.0",
+        manifest: TEMPLATE_V2,
+        params: &[
+            ("objectStoreServer", "minio"),
+            ("objectStoreTargetPort", "9000"),
+            ("argoVersion", "v3.5.14"),
+            ("mysqlImage", "mysql:8.0.26"),
+            // MySQL 8.0 takes one flag; the second slot repeats it (the same value either way).
+            ("mysqlAuthArg", "--default-authentication-plugin=mysql_native_password"),
+            ("mysqlAuthArg2", "--default-authentication-plugin=mysql_native_password"),
+        ],
+        // Kubeflow 1.3 → 1.10 is no upgrade upstream supports: a fresh install.
+        upgrades_from: &[],
+        kubeflow: &["1.10"],
+    },
+    Release {
+        version: "2.15.0",
+        manifest: TEMPLATE_V2,
+        params: &[
+            // SeaweedFS's S3 gateway listens on 8333, behind minio-service's port 9000.
+            ("objectStoreServer", "seaweedfs"),
+            ("objectStoreTargetPort", "8333"),
+            ("argoVersion", "v3.7.3"),
+            // 8.0 → 8.4 is an in-place MySQL upgrade (LTS to LTS).
+            ("mysqlImage", "mysql:8.4"),
+            // 8.4 drops --default-authentication-plugin and loads mysql_native_password only on request.
+            ("mysqlAuthArg", "--authentication-policy=mysql_native_password"),
+            ("mysqlAuthArg2", "--mysql-native-password=ON"),
+        ],
+        upgrades_from: &["2.5.0"],
+        kubeflow: &["1.11"],
+    },
 ];
+
+/// The object store `version` runs when the spec names no external one (its `objectStoreServer`
+/// parameter; none for 1.x releases, whose template always runs MinIO).
+fn builtin_object_store_server(version: &str) -> Option<&'static str> {
+    let release = RELEASES.iter().find(|r| r.version == version)?;
+    release.params.iter().find(|(k, _)| *k == "objectStoreServer").map(|(_, v)| *v)
+}
 
 fn params(pairs: &[(&str, &str)]) -> Params {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -151,6 +212,14 @@ impl Component for PipelinesComponent {
             ("objectStoreSecretKey", "secretkey"),
             ("bucket", "mlpipeline"),
             ("minioPvcName", "minio-pvc"),
+            // 2.x: which built-in store runs. parameters() sets both from the release's
+            // objectStoreServer and the spec; both true here so the objects a release can ship
+            // (rendered without a spec) include either store.
+            ("builtinMinio", "true"),
+            ("builtinSeaweedfs", "true"),
+            // 2.x: the scheme of v2 pipeline roots, minio:// for the built-in store, s3:// otherwise.
+            ("objectStoreScheme", "minio"),
+            ("objectStoreRegion", "us-east-1"),
         ])
     }
 
@@ -199,6 +268,11 @@ impl Component for PipelinesComponent {
                 p.insert("objectStoreEndpoint".into(), format!("minio-service.{namespace}"));
             }
         }
+        let builtin = store.endpoint.is_none();
+        let server = builtin_object_store_server(&resource.spec.core.version);
+        p.insert("builtinMinio".into(), (builtin && server == Some("minio")).to_string());
+        p.insert("builtinSeaweedfs".into(), (builtin && server == Some("seaweedfs")).to_string());
+        p.insert("objectStoreScheme".into(), if builtin { "minio" } else { "s3" }.into());
         if let Some(secret) = &store.secret_ref {
             if secret.key == ACCESS_KEY_KEY {
                 return Err(InvalidSpec::new(
@@ -260,7 +334,8 @@ mod tests {
 
     #[test]
     fn every_release_builds_a_full_object_set() {
-        for release in PipelinesComponent::releases() {
+        // The 1.x template; 2.x releases have their own tests below.
+        for release in PipelinesComponent::releases().iter().filter(|r| r.version.starts_with("1.")) {
             let objects = build(json!({"version": release.version}));
             let v15 = release.version == "1.5.0";
             let mut deployments = COMMON.to_vec();
@@ -436,5 +511,300 @@ mod tests {
         assert_eq!(api["spec"]["replicas"], 2);
         assert_eq!(api["spec"]["template"]["spec"]["containers"][0]["image"], "registry.local/api-server:patched");
         assert_eq!(env(api, "DBCONFIG_USER")["value"], "kfp");
+    }
+
+    // --- KFP 2.x (Kubeflow 1.10 and 1.11): expected values written from upstream's manifests.
+
+    fn image(objects: &[Value], deployment: &str) -> String {
+        find(objects, "Deployment", deployment)["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap().to_string()
+    }
+
+    const V2_DEPLOYMENTS: [&str; 13] = [
+        "ml-pipeline",
+        "ml-pipeline-persistenceagent",
+        "ml-pipeline-scheduledworkflow",
+        "ml-pipeline-ui",
+        "ml-pipeline-viewer-crd",
+        "ml-pipeline-visualizationserver",
+        "workflow-controller",
+        "mysql",
+        "minio",
+        "metadata-grpc-deployment",
+        "metadata-envoy-deployment",
+        "metadata-writer",
+        "cache-server",
+    ];
+
+    const ARGO_CRDS: [&str; 8] = [
+        "workflows.argoproj.io",
+        "workflowtemplates.argoproj.io",
+        "cronworkflows.argoproj.io",
+        "workflowtaskresults.argoproj.io",
+        "workflowtasksets.argoproj.io",
+        "workflowartifactgctasks.argoproj.io",
+        "clusterworkflowtemplates.argoproj.io",
+        "workfloweventbindings.argoproj.io",
+    ];
+
+    #[test]
+    fn kubeflow_1_10_and_1_11_releases_and_their_upgrade_edge() {
+        let info = |v: &str| PipelinesComponent::releases().iter().find(|r| r.version == v).unwrap().info();
+        let v25 = info("2.5.0");
+        assert!(v25.upgrades_from.is_empty(), "1.5.0 → 2.5.0 is a fresh install");
+        assert_eq!(v25.kubeflow, ["1.10"]);
+        let v215 = info("2.15.0");
+        assert_eq!(v215.upgrades_from, ["2.5.0"]);
+        assert_eq!(v215.kubeflow, ["1.11"]);
+        let versions: Vec<&str> = PipelinesComponent::releases().iter().map(|r| r.version).collect();
+        assert_eq!(versions, ["1.0.4", "1.5.0", "2.5.0", "2.15.0"], "oldest first");
+    }
+
+    #[test]
+    fn kfp_2_5_0_runs_kfp_images_argo_3_5_mysql_8_0_and_minio() {
+        let objects = build(json!({"version": "2.5.0"}));
+        assert_eq!(names(&objects, "Deployment"), V2_DEPLOYMENTS);
+        let images = [
+            ("ml-pipeline", "ghcr.io/kubeflow/kfp-api-server:2.5.0"),
+            ("ml-pipeline-persistenceagent", "ghcr.io/kubeflow/kfp-persistence-agent:2.5.0"),
+            ("ml-pipeline-scheduledworkflow", "ghcr.io/kubeflow/kfp-scheduled-workflow-controller:2.5.0"),
+            ("ml-pipeline-ui", "ghcr.io/kubeflow/kfp-frontend:2.5.0"),
+            ("ml-pipeline-viewer-crd", "ghcr.io/kubeflow/kfp-viewer-crd-controller:2.5.0"),
+            ("ml-pipeline-visualizationserver", "ghcr.io/kubeflow/kfp-visualization-server:2.5.0"),
+            ("workflow-controller", "quay.io/argoproj/workflow-controller:v3.5.14"),
+            ("mysql", "mysql:8.0.26"),
+            ("minio", "gcr.io/ml-pipeline/minio:RELEASE.2019-08-14T20-37-41Z-license-compliance"),
+            ("metadata-grpc-deployment", "gcr.io/tfx-oss-public/ml_metadata_store_server:1.14.0"),
+            ("metadata-envoy-deployment", "ghcr.io/kubeflow/kfp-metadata-envoy:2.5.0"),
+            ("metadata-writer", "ghcr.io/kubeflow/kfp-metadata-writer:2.5.0"),
+            ("cache-server", "ghcr.io/kubeflow/kfp-cache-server:2.5.0"),
+        ];
+        for (deployment, expected) in images {
+            assert_eq!(image(&objects, deployment), expected, "{deployment}");
+        }
+        let argo = &find(&objects, "Deployment", "workflow-controller")["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(argo["args"], json!(["--configmap", "workflow-controller-configmap", "--executor-image", "quay.io/argoproj/argoexec:v3.5.14", "--namespaced"]));
+        let api = find(&objects, "Deployment", "ml-pipeline");
+        assert_eq!(env(api, "V2_DRIVER_IMAGE")["value"], "ghcr.io/kubeflow/kfp-driver:2.5.0");
+        assert_eq!(env(api, "V2_LAUNCHER_IMAGE")["value"], "ghcr.io/kubeflow/kfp-launcher:2.5.0");
+        assert_eq!(env(api, "DB_DRIVER_NAME")["value"], "mysql");
+        assert_eq!(env(api, "DBCONFIG_MYSQLCONFIG_HOST")["value"], "mysql");
+        let mysql = &find(&objects, "Deployment", "mysql")["spec"]["template"]["spec"]["containers"][0];
+        assert!(mysql["args"].as_array().unwrap().contains(&json!("--default-authentication-plugin=mysql_native_password")), "{}", mysql["args"]);
+        assert_eq!(find(&objects, "ConfigMap", "pipeline-install-config")["data"]["appVersion"], "2.5.0");
+
+        // MinIO serves minio-service from its own claim, with upstream's Secret.
+        assert_eq!(names(&objects, "PersistentVolumeClaim"), ["mysql-pv-claim", "minio-pvc"]);
+        assert_eq!(names(&objects, "Secret"), ["mysql-secret", "mlpipeline-minio-artifact"]);
+        let service = find(&objects, "Service", "minio-service");
+        assert_eq!(service["spec"]["selector"], json!({"app": "minio"}));
+        assert_eq!(service["spec"]["ports"], json!([{"name": "http", "port": 9000, "protocol": "TCP", "targetPort": 9000}]));
+        let minio = find(&objects, "Deployment", "minio");
+        assert_eq!(minio["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"], "minio-pvc");
+        assert!(!names(&objects, "Deployment").contains(&"seaweedfs".to_string()));
+        assert!(!names(&objects, "ServiceAccount").contains(&"seaweedfs".to_string()));
+        assert!(!serde_json::to_string(&objects).unwrap().contains("${"), "unrendered reference");
+    }
+
+    #[test]
+    fn kfp_2_15_0_runs_argo_3_7_mysql_8_4_and_seaweedfs_behind_minio_service() {
+        let objects = build(json!({"version": "2.15.0", "targetNamespace": "ml"}));
+        let mut deployments = V2_DEPLOYMENTS.to_vec();
+        deployments[8] = "seaweedfs";
+        assert_eq!(names(&objects, "Deployment"), deployments);
+        assert_eq!(image(&objects, "ml-pipeline"), "ghcr.io/kubeflow/kfp-api-server:2.15.0");
+        assert_eq!(image(&objects, "ml-pipeline-ui"), "ghcr.io/kubeflow/kfp-frontend:2.15.0");
+        assert_eq!(image(&objects, "ml-pipeline-persistenceagent"), "ghcr.io/kubeflow/kfp-persistence-agent:2.15.0");
+        assert_eq!(image(&objects, "ml-pipeline-scheduledworkflow"), "ghcr.io/kubeflow/kfp-scheduled-workflow-controller:2.15.0");
+        assert_eq!(image(&objects, "metadata-envoy-deployment"), "ghcr.io/kubeflow/kfp-metadata-envoy:2.15.0");
+        assert_eq!(image(&objects, "cache-server"), "ghcr.io/kubeflow/kfp-cache-server:2.15.0");
+        assert_eq!(image(&objects, "workflow-controller"), "quay.io/argoproj/workflow-controller:v3.7.3");
+        assert_eq!(find(&objects, "Deployment", "workflow-controller")["spec"]["template"]["spec"]["containers"][0]["args"][3], "quay.io/argoproj/argoexec:v3.7.3");
+        assert_eq!(image(&objects, "mysql"), "mysql:8.4");
+        let mysql_args = &find(&objects, "Deployment", "mysql")["spec"]["template"]["spec"]["containers"][0]["args"];
+        assert_eq!(
+            mysql_args,
+            &json!(["--datadir", "/var/lib/mysql/datadir", "--authentication-policy=mysql_native_password", "--mysql-native-password=ON", "--disable-log-bin"])
+        );
+        assert_eq!(image(&objects, "seaweedfs"), "chrislusf/seaweedfs:4.00");
+
+        // SeaweedFS takes over minio-service (same name and port, its S3 gateway behind it), and
+        // has its own claim; MinIO and its claim are gone from the object set.
+        let service = find(&objects, "Service", "minio-service");
+        assert_eq!(service["metadata"]["namespace"], "ml");
+        assert_eq!(service["spec"]["selector"], json!({"app": "seaweedfs"}));
+        assert_eq!(service["spec"]["ports"], json!([{"name": "http", "port": 9000, "protocol": "TCP", "targetPort": 8333}]));
+        let seaweedfs = find(&objects, "Deployment", "seaweedfs");
+        assert_eq!(seaweedfs["spec"]["selector"]["matchLabels"], json!({"app": "seaweedfs"}));
+        assert_eq!(seaweedfs["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"], "seaweedfs-pvc");
+        assert_eq!(env(seaweedfs, "accesskey")["valueFrom"]["secretKeyRef"], json!({"name": "mlpipeline-minio-artifact", "key": "accesskey"}));
+        assert_eq!(env(seaweedfs, "secretkey")["valueFrom"]["secretKeyRef"], json!({"name": "mlpipeline-minio-artifact", "key": "secretkey"}));
+        let post_start = seaweedfs["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["postStart"]["exec"]["command"][2].as_str().unwrap();
+        assert!(post_start.contains("s3.bucket.create --name mlpipeline"), "{post_start}");
+        assert!(post_start.contains("-access_key $accesskey -secret_key $secretkey"), "{post_start}");
+        assert_eq!(names(&objects, "PersistentVolumeClaim"), ["mysql-pv-claim", "seaweedfs-pvc"]);
+        assert_eq!(names(&objects, "Secret"), ["mysql-secret", "mlpipeline-minio-artifact"]);
+        assert!(!names(&objects, "Deployment").contains(&"minio".to_string()));
+
+        // Clients keep the endpoint MinIO had.
+        let api = find(&objects, "Deployment", "ml-pipeline");
+        assert_eq!(env(api, "OBJECTSTORECONFIG_HOST")["value"], "minio-service.ml");
+        assert_eq!(env(api, "OBJECTSTORECONFIG_PORT")["value"], "9000");
+        assert_eq!(env(find(&objects, "Deployment", "ml-pipeline-ui"), "MINIO_HOST")["value"], "minio-service.ml");
+        let repository = find(&objects, "ConfigMap", "workflow-controller-configmap")["data"]["artifactRepository"].as_str().unwrap();
+        assert!(repository.contains("endpoint: \"minio-service.ml:9000\""), "{repository}");
+        assert!(repository.contains("insecure: true"), "{repository}");
+        let launcher = &find(&objects, "ConfigMap", "kfp-launcher")["data"];
+        assert_eq!(launcher["defaultPipelineRoot"], "minio://mlpipeline/v2/artifacts");
+        let providers = "minio:\n  default:\n    endpoint: \"minio-service.ml:9000\"\n    region: \"us-east-1\"\n    disableSSL: true\n    credentials:\n      fromEnv: false\n      secretRef:\n        secretName: \"mlpipeline-minio-artifact\"\n        accessKeyKey: accesskey\n        secretKeyKey: \"secretkey\"\n";
+        assert_eq!(launcher["providers"], providers);
+        assert!(!serde_json::to_string(&objects).unwrap().contains("${"), "unrendered reference");
+    }
+
+    #[test]
+    fn upgrading_2_5_0_to_2_15_0_swaps_the_store_behind_minio_service_and_keeps_the_rest() {
+        let before = build(json!({"version": "2.5.0"}));
+        let after = build(json!({"version": "2.15.0"}));
+        let ids = |objects: &[Value]| -> Vec<(String, String)> {
+            objects.iter().map(|o| (o["kind"].as_str().unwrap().to_string(), o["metadata"]["name"].as_str().unwrap().to_string())).collect()
+        };
+        let (before_ids, after_ids) = (ids(&before), ids(&after));
+        let left: Vec<_> = before_ids.iter().filter(|id| !after_ids.contains(id)).collect();
+        let came: Vec<_> = after_ids.iter().filter(|id| !before_ids.contains(id)).collect();
+        let pair = |k: &str, n: &str| (k.to_string(), n.to_string());
+        // The framework prunes MinIO's Deployment; it never prunes a claim, so minio-pvc stays.
+        assert_eq!(left, [&pair("PersistentVolumeClaim", "minio-pvc"), &pair("Deployment", "minio")]);
+        assert_eq!(came, [&pair("ServiceAccount", "seaweedfs"), &pair("PersistentVolumeClaim", "seaweedfs-pvc"), &pair("Deployment", "seaweedfs")]);
+        // Every Deployment both releases have keeps its selector: the upgrade patches in place.
+        for deployment in names(&before, "Deployment").iter().filter(|d| names(&after, "Deployment").contains(d)) {
+            assert_eq!(find(&before, "Deployment", deployment)["spec"]["selector"], find(&after, "Deployment", deployment)["spec"]["selector"], "{deployment}");
+        }
+        // The Secret both stores read is the same object with the same keys.
+        assert_eq!(find(&before, "Secret", "mlpipeline-minio-artifact")["data"], find(&after, "Secret", "mlpipeline-minio-artifact")["data"]);
+    }
+
+    #[test]
+    fn argo_crds_are_complete_and_identical_across_installs() {
+        let crds = |spec: Value| -> Vec<Value> {
+            build(spec).into_iter().filter(|o| o["kind"] == "CustomResourceDefinition").collect()
+        };
+        for version in ["2.5.0", "2.15.0"] {
+            let a = crds(json!({"version": version}));
+            let b = crds(json!({"version": version, "targetNamespace": "team-b", "database": {"host": "db", "secretRef": {"name": "db", "key": "pw"}}}));
+            let mut expected = vec!["scheduledworkflows.kubeflow.org", "viewers.kubeflow.org"];
+            expected.extend(ARGO_CRDS);
+            assert_eq!(names(&a, "CustomResourceDefinition"), expected, "{version}");
+            // Shared by every install: no owner, no namespace, nothing that depends on the spec.
+            assert_eq!(a, b, "{version}");
+            for crd in &a {
+                assert!(crd["metadata"]["annotations"].get("components.kubeflow.org/owner").is_none(), "{}", crd["metadata"]["name"]);
+                assert_eq!(crd["metadata"]["labels"]["components.kubeflow.org/version"], version);
+                assert_eq!(crd["spec"]["versions"][0]["name"], if crd["spec"]["group"] == "argoproj.io" { "v1alpha1" } else { "v1beta1" });
+            }
+            let scope = |name: &str| find(&a, "CustomResourceDefinition", name)["spec"]["scope"].clone();
+            assert_eq!(scope("clusterworkflowtemplates.argoproj.io"), "Cluster");
+            assert_eq!(scope("workflowtaskresults.argoproj.io"), "Namespaced");
+        }
+        // Both releases ship the same CRD specs: an upgrade only relabels them.
+        let spec_of = |crds: Vec<Value>| crds.into_iter().map(|c| c["spec"].clone()).collect::<Vec<_>>();
+        assert_eq!(spec_of(crds(json!({"version": "2.5.0"}))), spec_of(crds(json!({"version": "2.15.0"}))));
+    }
+
+    #[test]
+    fn v2_with_an_external_object_store_runs_no_minio_or_seaweedfs() {
+        for version in ["2.5.0", "2.15.0"] {
+            let spec = json!({
+                "version": version, "targetNamespace": "ml",
+                "objectStore": {"endpoint": "https://s3.example.com", "bucket": "team.artifacts", "secretRef": {"name": "s3", "key": "secret"}},
+            });
+            let objects = build(spec);
+            let deployments = names(&objects, "Deployment");
+            for store in ["minio", "seaweedfs"] {
+                assert!(!deployments.contains(&store.to_string()), "{version}: {deployments:?}");
+                assert!(!names(&objects, "ServiceAccount").contains(&store.to_string()), "{version}");
+            }
+            assert!(!names(&objects, "Service").contains(&"minio-service".to_string()), "{version}");
+            assert_eq!(names(&objects, "PersistentVolumeClaim"), ["mysql-pv-claim"], "{version}");
+            assert_eq!(names(&objects, "Secret"), ["mysql-secret"], "{version}");
+
+            let api = find(&objects, "Deployment", "ml-pipeline");
+            assert_eq!(env(api, "OBJECTSTORECONFIG_HOST")["value"], "s3.example.com");
+            assert_eq!(env(api, "OBJECTSTORECONFIG_PORT")["value"], "443");
+            assert_eq!(env(api, "OBJECTSTORECONFIG_SECURE")["value"], "true");
+            assert_eq!(env(api, "OBJECTSTORECONFIG_BUCKETNAME")["value"], "team.artifacts");
+            assert_eq!(env(api, "OBJECTSTORECONFIG_ACCESSKEY")["valueFrom"]["secretKeyRef"], json!({"name": "s3", "key": "accesskey"}));
+            assert_eq!(env(api, "OBJECTSTORECONFIG_SECRETACCESSKEY")["valueFrom"]["secretKeyRef"], json!({"name": "s3", "key": "secret"}));
+            let ui = find(&objects, "Deployment", "ml-pipeline-ui");
+            assert_eq!(env(ui, "MINIO_HOST")["value"], "s3.example.com");
+            assert_eq!(env(ui, "MINIO_SSL")["value"], "true");
+            let repository = find(&objects, "ConfigMap", "workflow-controller-configmap")["data"]["artifactRepository"].as_str().unwrap();
+            assert!(repository.contains("endpoint: \"s3.example.com:443\""), "{repository}");
+            assert!(repository.contains("bucket: \"team.artifacts\""), "{repository}");
+            assert!(repository.contains("insecure: false"), "{repository}");
+            let launcher = &find(&objects, "ConfigMap", "kfp-launcher")["data"];
+            assert_eq!(launcher["defaultPipelineRoot"], "s3://team.artifacts/v2/artifacts");
+            let providers = "s3:\n  default:\n    endpoint: \"s3.example.com:443\"\n    region: \"us-east-1\"\n    disableSSL: false\n    credentials:\n      fromEnv: false\n      secretRef:\n        secretName: \"s3\"\n        accessKeyKey: accesskey\n        secretKeyKey: \"secret\"\n";
+            assert_eq!(launcher["providers"], providers, "{version}");
+        }
+    }
+
+    #[test]
+    fn v2_builtin_store_takes_the_spec_credentials_and_bucket() {
+        // A secretRef without an endpoint gives the built-in store those credentials, as in 1.x.
+        let spec = json!({"version": "2.15.0", "objectStore": {"bucket": "runs", "secretRef": {"name": "store", "key": "sk"}}});
+        let objects = build(spec);
+        let seaweedfs = find(&objects, "Deployment", "seaweedfs");
+        assert_eq!(env(seaweedfs, "accesskey")["valueFrom"]["secretKeyRef"], json!({"name": "store", "key": "accesskey"}));
+        assert_eq!(env(seaweedfs, "secretkey")["valueFrom"]["secretKeyRef"], json!({"name": "store", "key": "sk"}));
+        let post_start = seaweedfs["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["postStart"]["exec"]["command"][2].as_str().unwrap();
+        assert!(post_start.contains("s3.bucket.create --name runs"), "{post_start}");
+        assert_eq!(find(&objects, "ConfigMap", "kfp-launcher")["data"]["defaultPipelineRoot"], "minio://runs/v2/artifacts");
+        let minio = find(&build(json!({"version": "2.5.0", "objectStore": {"secretRef": {"name": "store", "key": "sk"}}})), "Deployment", "minio").clone();
+        assert_eq!(env(&minio, "MINIO_SECRET_KEY")["valueFrom"]["secretKeyRef"], json!({"name": "store", "key": "sk"}));
+    }
+
+    #[test]
+    fn v2_with_an_external_database_runs_no_mysql() {
+        for version in ["2.5.0", "2.15.0"] {
+            let spec = json!({"version": version, "database": {"host": "db.example.com", "port": 3307, "secretRef": {"name": "db", "key": "pw"}}});
+            let objects = build(spec);
+            assert!(!names(&objects, "Deployment").contains(&"mysql".to_string()), "{version}");
+            assert!(!names(&objects, "Service").contains(&"mysql".to_string()), "{version}");
+            assert!(!names(&objects, "ServiceAccount").contains(&"mysql".to_string()), "{version}");
+            assert!(!names(&objects, "PersistentVolumeClaim").contains(&"mysql-pv-claim".to_string()), "{version}");
+            assert_eq!(names(&objects, "Secret"), ["mlpipeline-minio-artifact"], "{version}");
+            let api = find(&objects, "Deployment", "ml-pipeline");
+            for (name, value) in [("DBCONFIG_HOST", "db.example.com"), ("DBCONFIG_PORT", "3307"), ("DBCONFIG_MYSQLCONFIG_HOST", "db.example.com"), ("DBCONFIG_MYSQLCONFIG_PORT", "3307"), ("DBCONFIG_USER", "root")] {
+                assert_eq!(env(api, name)["value"], value, "{version} {name}");
+            }
+            for name in ["DBCONFIG_PASSWORD", "DBCONFIG_MYSQLCONFIG_PASSWORD"] {
+                assert_eq!(env(api, name)["valueFrom"]["secretKeyRef"], json!({"name": "db", "key": "pw"}), "{version} {name}");
+            }
+            assert_eq!(env(find(&objects, "Deployment", "metadata-grpc-deployment"), "MYSQL_HOST")["value"], "db.example.com");
+            assert_eq!(env(find(&objects, "Deployment", "cache-server"), "DBCONFIG_HOST_NAME")["value"], "db.example.com");
+            let install = &find(&objects, "ConfigMap", "pipeline-install-config")["data"];
+            assert_eq!((install["dbHost"].as_str(), install["dbPort"].as_str()), (Some("db.example.com"), Some("3307")));
+        }
+    }
+
+    #[test]
+    fn v2_cluster_scoped_objects_carry_the_namespace_and_overrides_apply() {
+        let objects = build(json!({"version": "2.15.0", "targetNamespace": "ml", "overrides": {
+            "images": {"seaweedfs": "registry.local/seaweedfs:4.00", "metadata-envoy": "registry.local/envoy:2.15.0"},
+            "replicas": {"ml-pipeline-ui": 2},
+        }}));
+        for kind in ["ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"] {
+            let cluster_scoped = names(&objects, kind);
+            assert!(!cluster_scoped.is_empty() && cluster_scoped.iter().all(|n| n.ends_with("-ml")), "{kind}: {cluster_scoped:?}");
+        }
+        assert_eq!(image(&objects, "seaweedfs"), "registry.local/seaweedfs:4.00");
+        assert_eq!(image(&objects, "metadata-envoy-deployment"), "registry.local/envoy:2.15.0");
+        assert_eq!(find(&objects, "Deployment", "ml-pipeline-ui")["spec"]["replicas"], 2);
+        let argo = find(&objects, "ClusterRole", "argo-ml");
+        let resources: Vec<&str> = argo["rules"].as_array().unwrap().iter().flat_map(|r| r["resources"].as_array().unwrap()).map(|r| r.as_str().unwrap()).collect();
+        for resource in ["workflowtaskresults", "workflowtasksets", "workflowartifactgctasks"] {
+            assert!(resources.contains(&resource), "{resource}");
+        }
+        assert_eq!(objects.first().unwrap()["kind"], "Namespace");
+        assert_eq!(objects.last().unwrap()["kind"], "MutatingWebhookConfiguration");
     }
 }

@@ -1,7 +1,9 @@
 //! The Katib operator with two releases the upgrade tests need and production must not ship:
 //! v0.12.0, healthy but reachable only from v0.11.0, and v0.13.0-unready, whose controller can
-//! never be scheduled (it asks for a node OS no node has). Everything else is Katib's. The
-//! meta-operator learns these releases from the heartbeat like any others.
+//! never be scheduled (it asks for a node OS no node has). Both render v0.11.0's template and sit
+//! right after v0.11.0, before the shipped newer releases: releases stay oldest first, since their
+//! order decides what is a downgrade. Everything else is Katib's. The meta-operator learns these
+//! releases from the heartbeat like any others.
 
 use std::sync::LazyLock;
 
@@ -17,22 +19,26 @@ const V0_11_TRIAL_RESOURCES: &str = "Job.v1.batch,TFJob.v1.kubeflow.org,PyTorchJ
 
 static RELEASES: LazyLock<Vec<Release>> = LazyLock::new(|| {
     let shipped = KatibComponent::releases();
-    let manifest = shipped.last().expect("Katib ships releases").manifest;
+    let v0_11 = shipped.iter().position(|r| r.version == "v0.11.0").expect("Katib ships v0.11.0");
+    let manifest = shipped[v0_11].manifest;
+    let test_releases = [
+        Release {
+            version: "v0.12.0",
+            manifest,
+            params: &[("uiSelectorKey", "katib.kubeflow.org/component"), ("trialResources", V0_11_TRIAL_RESOURCES)],
+            upgrades_from: &["v0.11.0"],
+            kubeflow: &[],
+        },
+        Release {
+            version: "v0.13.0-unready",
+            manifest,
+            params: &[("uiSelectorKey", "katib.kubeflow.org/component"), ("trialResources", "Job.v1.batch"), ("controllerNodeOs", "no-such-os")],
+            upgrades_from: &["v0.10.0", "v0.11.0", "v0.12.0"],
+            kubeflow: &[],
+        },
+    ];
     let mut all = shipped.to_vec();
-    all.push(Release {
-        version: "v0.12.0",
-        manifest,
-        params: &[("uiSelectorKey", "katib.kubeflow.org/component"), ("trialResources", V0_11_TRIAL_RESOURCES)],
-        upgrades_from: &["v0.11.0"],
-        kubeflow: &[],
-    });
-    all.push(Release {
-        version: "v0.13.0-unready",
-        manifest,
-        params: &[("uiSelectorKey", "katib.kubeflow.org/component"), ("trialResources", "Job.v1.batch"), ("controllerNodeOs", "no-such-os")],
-        upgrades_from: &["v0.10.0", "v0.11.0", "v0.12.0"],
-        kubeflow: &[],
-    });
+    all.splice(v0_11 + 1..v0_11 + 1, test_releases);
     all
 });
 
