@@ -164,11 +164,11 @@ fn alm_examples_use_owned_kinds_and_versions_the_release_ships() {
             // The newest version of the component each operator release ships.
             let newest = match (package.name.as_str(), index) {
                 ("kubeflow-istio-operator", 0) => "1.3.1",
-                ("kubeflow-istio-operator", _) => "1.9.6",
+                ("kubeflow-istio-operator", _) => "1.28.0",
                 ("kubeflow-dex-operator", 0) => "v2.22.0",
                 ("kubeflow-dex-operator", _) => "v2.43.1",
                 ("kubeflow-kfserving-operator", 0) => "v0.4.1",
-                ("kubeflow-kfserving-operator", _) => "v0.5.1",
+                ("kubeflow-kfserving-operator", _) => "v0.15.2",
                 ("kubeflow-katib-operator", 0) => "v0.10.0",
                 ("kubeflow-katib-operator", _) => "v0.19.0",
                 ("kubeflow-pipelines-operator", 0) => "1.0.4",

@@ -100,7 +100,8 @@ component_kinds! {
         resource: KFServing,
         kind: "KFServing",
         upgrade_position: 3,
-        applications: ["kfserving-crds", "kfserving-install", "kfserving"],
+        // `kserve` and its models web app: Kubeflow 1.10/1.11's names (KServe releases).
+        applications: ["kfserving-crds", "kfserving-install", "kfserving", "kserve", "kserve-models-web-app"],
     },
     Katib {
         name: "katib",

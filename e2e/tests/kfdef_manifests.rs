@@ -369,8 +369,8 @@ async fn the_entries_of_current_kubeflow_manifests_example_install_in_dependency
         Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("demo.kubeflow.org", "v1", kind), plural))
     };
     let server = fixtures::Server::start(BTreeMap::from([("archive/v1.11.0.tar.gz".to_string(), fixtures::modern_repo_tarball())])).await;
-    // Every operator: the built-in ones announce that they have no v1.11 release, so the
-    // applications named like theirs (istio-crds, istio-install, cert-manager) go to the generic one.
+    // Every operator: no application is named like a built-in component's, so every one goes to
+    // the generic component.
     let stack = OperatorStack::start(&client, &[]).await;
     let log = stack.components[&kubeflow_crds::ComponentKind::GENERIC].log.clone();
     let ns = TestNamespace::create(&client, "e2e-modern-example").await;

@@ -1,4 +1,5 @@
-//! A KfUpgrade from Kubeflow 1.10 to 1.11: Dex, Katib and Pipelines from their built-in releases,
+//! A KfUpgrade from Kubeflow 1.10 to 1.11: Istio, Dex, KServe, Katib and Pipelines from their
+//! built-in releases (cert-manager's kinds served for KServe's certificate, with no controller),
 //! the rest from 1.10-shaped and 1.11-shaped kubeflow/manifests (the modern fixture's example,
 //! installed through the generic component), on the real control plane with every operator over
 //! NATS: the plan comes first — what each object would become, by server-side
@@ -26,14 +27,14 @@ use serde_json::json;
 /// How long a "nothing moves" check watches.
 const STAYS: Duration = Duration::from_secs(5);
 /// The built-in components' versions of Kubeflow 1.10 and 1.11.
-const V1_10: [(&str, &str); 4] = [("dex", "v2.41.1"), ("katib", "v0.18.0"), ("kustomize", "v1.10.0"), ("pipelines", "2.5.0")];
-const V1_11: [(&str, &str); 4] = [("dex", "v2.43.1"), ("katib", "v0.19.0"), ("kustomize", "v1.11.0"), ("pipelines", "2.15.0")];
+const V1_10: [(&str, &str); 6] = [("dex", "v2.41.1"), ("istio", "1.24.3"), ("katib", "v0.18.0"), ("kfserving", "v0.15.0"), ("kustomize", "v1.10.0"), ("pipelines", "2.5.0")];
+const V1_11: [(&str, &str); 6] = [("dex", "v2.43.1"), ("istio", "1.28.0"), ("katib", "v0.19.0"), ("kfserving", "v0.15.2"), ("kustomize", "v1.11.0"), ("pipelines", "2.15.0")];
 
 fn image(d: &Deployment) -> String {
     d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].image.clone().unwrap()
 }
 
-async fn kfdef_available_at(api: &Api<KfDef>, versions: [(&str, &str); 4]) -> KfDef {
+async fn kfdef_available_at(api: &Api<KfDef>, versions: [(&str, &str); 6]) -> KfDef {
     let wanted: BTreeMap<String, Option<String>> = versions.iter().map(|(c, v)| (c.to_string(), Some(v.to_string()))).collect();
     eventually(&format!("KfDef Available at {wanted:?}"), || async {
         let k = api.get("kubeflow").await.map_err(|e| e.to_string())?;
@@ -72,6 +73,9 @@ async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_da
     let client: Client = client().await;
     prepare_manifests_fixture(&client).await;
     reset_modern_example(&client).await;
+    // KServe's webhook certificate comes from cert-manager, which a Kubeflow 1.10 install has.
+    serve_kind(&client, "cert-manager.io", "Issuer", "issuers", "v1").await;
+    serve_kind(&client, "cert-manager.io", "Certificate", "certificates", "v1").await;
     let never_healthy = ("apps/web/upstream/base/deployment.yaml", "    spec: {containers:", "    spec: {nodeSelector: {demo.kubeflow.org/no-such-node: \"true\"}, containers:");
     let v1111: Vec<_> = fixtures::MODERN_1_11_EDITS.iter().copied().chain([never_healthy]).collect();
     let server = fixtures::Server::start(BTreeMap::from([
@@ -86,7 +90,7 @@ async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_da
     let mut kfdef = fixtures::modern_example_kfdef(&server.url("archive/v1.10.0.tar.gz"), &ns.name);
     kfdef.spec.version = Some("v1.10.0".into());
     // Named like the built-in components' applications: installed from their 1.10 releases.
-    for name in ["dex", "katib", "kubeflow-pipelines"] {
+    for name in ["istio-install", "dex", "kserve", "katib", "kubeflow-pipelines"] {
         kfdef.spec.applications.push(serde_json::from_value(json!({"name": name})).unwrap());
     }
     kfdefs.create(&PostParams::default(), &kfdef).await.unwrap();
@@ -119,24 +123,28 @@ async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_da
     assert_eq!(
         steps,
         [
+            (ComponentKind::Istio, "1.24.3", "1.28.0"),
             (ComponentKind::Dex, "v2.41.1", "v2.43.1"),
+            (ComponentKind::KFServing, "v0.15.0", "v0.15.2"),
             (ComponentKind::Katib, "v0.18.0", "v0.19.0"),
             (ComponentKind::Pipelines, "2.5.0", "2.15.0"),
             (ComponentKind::GENERIC, "v1.10.0", "v1.11.0"),
         ]
     );
+    let plan_of = |component: ComponentKind| &shown.plan.iter().find(|p| p.component == component).unwrap().changes;
     // The built-in Pipelines moves its store from MinIO to SeaweedFS: MinIO goes, its data stays.
-    let pipelines = &shown.plan[2].changes;
+    let pipelines = plan_of(ComponentKind::Pipelines);
     assert!(pipelines.add.contains(&format!("Deployment {}/seaweedfs", ns.name)), "{pipelines:#?}");
     assert!(pipelines.prune.contains(&format!("Deployment {}/minio", ns.name)), "{pipelines:#?}");
     assert_eq!(pipelines.keep, [format!("PersistentVolumeClaim {}/minio-pvc (holds data: never pruned; delete it yourself once migrated)", ns.name)], "{pipelines:#?}");
     let image_field = "spec.template.spec.containers[0].image";
     assert!(changes_field(&pipelines.change, &format!("Deployment {}/ml-pipeline", ns.name), image_field), "{pipelines:#?}");
     assert!(changes_field(&pipelines.change, &format!("Service {}/minio-service", ns.name), "spec.selector.app"), "SeaweedFS takes over MinIO's Service: {pipelines:#?}");
-    assert!(changes_field(&shown.plan[0].changes.change, &format!("Deployment {}/dex", ns.name), image_field), "{:#?}", shown.plan[0]);
-    assert!(changes_field(&shown.plan[1].changes.change, &format!("Deployment {}/katib-controller", ns.name), image_field), "{:#?}", shown.plan[1]);
+    assert!(changes_field(&plan_of(ComponentKind::Dex).change, &format!("Deployment {}/dex", ns.name), image_field), "{:#?}", shown.plan);
+    assert!(changes_field(&plan_of(ComponentKind::Katib).change, &format!("Deployment {}/katib-controller", ns.name), image_field), "{:#?}", shown.plan);
+    assert!(changes_field(&plan_of(ComponentKind::Istio).change, &format!("Deployment {}/istiod", ns.name), image_field), "{:#?}", shown.plan);
     assert!(shown.plan.iter().all(|p| p.changes.failed.is_empty()), "{:#?}", shown.plan);
-    let plan = &shown.plan[3];
+    let plan = &shown.plan[5];
     assert_eq!((plan.component, plan.from_version.as_str(), plan.to_version.as_str()), (ComponentKind::GENERIC, "v1.10.0", "v1.11.0"));
     let changes = &plan.changes;
     assert!(has_line(&changes.change, "Deployment kubeflow/web: spec.template.spec.containers[0].image"), "{changes:#?}");

@@ -602,11 +602,13 @@ const MODERN_FILES: &[(&str, &str)] = &[
 ];
 
 /// The entries of the modern fixture's `example/kustomization.yaml` (`resources`, then
-/// `components`) as KfDef applications: (application name, path in the repository).
+/// `components`) as KfDef applications: (application name, path in the repository). The mesh's
+/// are not named `istio-crds`/`istio-install`: at a Kubeflow version the built-in Istio ships,
+/// applications named like its own are installed from its release, not from the package.
 pub const MODERN_EXAMPLE_APPLICATIONS: &[(&str, &str)] = &[
     ("cert-manager", "common/certs/base"),
-    ("istio-crds", "common/mesh/crds/base"),
-    ("istio-install", "common/mesh/install/base"),
+    ("mesh-crds", "common/mesh/crds/base"),
+    ("mesh-install", "common/mesh/install/base"),
     ("kubeflow-namespace", "common/kubeflow-namespace/base"),
     ("kubeflow-istio-resources", "common/kubeflow-gateway/base"),
     ("web", "apps/web/upstream/overlays/istio"),

@@ -23,10 +23,11 @@ const MANUAL_STEPS: &[(&str, &str)] = &[
     ),
 ];
 
-/// `(major, minor)` of a Kubeflow version such as `v1.10.2`, `1.11` or `26.03`.
+/// `(major, minor)` of a Kubeflow version such as `v1.10.2`, `1.11` or `26.03`, comparable.
 fn release(version: &str) -> Option<(u32, u32)> {
-    let mut parts = version.trim_start_matches('v').split(['.', '-', '+']);
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    let release = crate::catalog::kubeflow_release(version)?;
+    let (major, minor) = release.split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
 /// The manual steps of every release after `from` up to and including `to`, oldest first; none
