@@ -458,6 +458,26 @@ pub struct ChangePlan {
     /// Lines left out of the lists above.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted: u32,
+    /// Per KfDef application (components that install several from packages), how many of its
+    /// objects are added, changed, pruned and kept; every object counted, none omitted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub applications: Vec<ApplicationChanges>,
+}
+
+/// How many objects of one application a plan adds, changes, prunes and keeps.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationChanges {
+    pub name: String,
+    #[serde(default)]
+    pub add: u32,
+    #[serde(default)]
+    pub change: u32,
+    #[serde(default)]
+    pub prune: u32,
+    #[serde(default)]
+    pub keep: u32,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -506,6 +526,27 @@ impl ChangePlan {
             line.push('…');
         }
         lines.push(line);
+    }
+
+    /// Adds `line` to `list` ([`ChangePlan::push`]) and counts it for `application`, if it names one.
+    pub fn record(&mut self, application: Option<&str>, list: PlanList, line: String) {
+        self.push(list, line);
+        let Some(name) = application else { return };
+        let index = match self.applications.iter().position(|a| a.name == name) {
+            Some(index) => index,
+            None => {
+                self.applications.push(ApplicationChanges { name: name.to_string(), ..Default::default() });
+                self.applications.len() - 1
+            }
+        };
+        let counts = &mut self.applications[index];
+        match list {
+            PlanList::Add => counts.add += 1,
+            PlanList::Change => counts.change += 1,
+            PlanList::Prune => counts.prune += 1,
+            PlanList::Keep => counts.keep += 1,
+            PlanList::CrdChanges | PlanList::Leave | PlanList::Failed => {}
+        }
     }
 
     /// `N to add, M to change, K to prune, …`.
@@ -1045,6 +1086,18 @@ mod tests {
         assert_eq!(plan.change[0], "ConfigMap a/c0: data.x");
         assert!(plan.prune[0].len() <= ChangePlan::MAX_LINE + '…'.len_utf8() && plan.prune[0].ends_with('…'), "{}", plan.prune[0]);
         assert_eq!(plan.totals(), "0 to add, 40 to change, 1 to prune, 0 kept, 0 unchanged, 0 left as they are (not made by this resource) (3 lines omitted)");
+        // Per application every object counts, omitted lines too.
+        let mut plan = ChangePlan::default();
+        for i in 0..ChangePlan::MAX_LINES + 2 {
+            plan.record(Some("web"), PlanList::Change, format!("ConfigMap a/c{i}: data.x"));
+        }
+        plan.record(Some("minio"), PlanList::Keep, "PersistentVolumeClaim a/minio-pvc".into());
+        plan.record(None, PlanList::Add, "Deployment a/seaweedfs".into());
+        plan.record(Some("web"), PlanList::Leave, "Service a/web".into());
+        assert_eq!(
+            plan.applications,
+            [ApplicationChanges { name: "web".into(), change: 42, ..Default::default() }, ApplicationChanges { name: "minio".into(), keep: 1, ..Default::default() }]
+        );
     }
 
     use super::*;

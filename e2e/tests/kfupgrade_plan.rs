@@ -155,6 +155,11 @@ async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_da
     assert_eq!(changes.keep, ["PersistentVolumeClaim kubeflow/minio-pvc (holds data: never pruned; delete it yourself once migrated)"], "{changes:#?}");
     assert!(has_line(&changes.crd_changes, "CustomResourceDefinition gateways.demo.kubeflow.org: serves v1beta1 too"), "{changes:#?}");
     assert!(changes.failed.is_empty(), "{changes:#?}");
+    // Per application: every object of the web app's package counted.
+    let web_app = changes.applications.iter().find(|a| a.name == "web").unwrap_or_else(|| panic!("{changes:#?}"));
+    assert_eq!((web_app.add, web_app.change, web_app.prune, web_app.keep), (1, 2, 1, 1), "{changes:#?}");
+    let mesh = changes.applications.iter().find(|a| a.name == "mesh-install").unwrap_or_else(|| panic!("{changes:#?}"));
+    assert_eq!((mesh.add, mesh.change, mesh.prune, mesh.keep), (0, 1, 0, 0), "{changes:#?}");
     assert!(shown.manual_steps.iter().any(|s| s.contains("MinIO to SeaweedFS")), "{:?}", shown.manual_steps);
     // Nothing was written: the component still runs 1.10's spec, and its objects stay as they are.
     let kustomize: Api<KustomizeApplication> = Api::namespaced(client.clone(), &ns.name);

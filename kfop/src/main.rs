@@ -228,7 +228,7 @@ async fn plan_command(client: Client, kfdef: &KfDef) -> Result<(), String> {
         }
         let adopt = planned.spec["adoptExisting"] == true;
         let inventory: Vec<InventoryEntry> = installed.as_ref().and_then(|r| serde_json::from_value(r.data["status"]["inventory"].clone()).ok()).unwrap_or_default();
-        let changes = diff::compute(&client, *component, &owner, adopt, &objects, &inventory, &held).await.map_err(|e| e.to_string())?;
+        let changes = diff::compute(&client, *component, &owner, adopt, &objects, &inventory, &held, &diff::PlanRules::RETAIN).await.map_err(|e| e.to_string())?;
         for (verb, lines) in [("add", &changes.add), ("change", &changes.change), ("prune", &changes.prune), ("keep", &changes.keep), ("leave", &changes.leave), ("failed", &changes.failed)] {
             for line in lines {
                 println!("  {verb:<9} {line}");
@@ -236,6 +236,9 @@ async fn plan_command(client: Client, kfdef: &KfDef) -> Result<(), String> {
         }
         for line in &changes.crd_changes {
             println!("  crd       {line}");
+        }
+        for a in &changes.applications {
+            println!("  app       {}: {} to add, {} to change, {} to prune, {} kept", a.name, a.add, a.change, a.prune, a.keep);
         }
         failures.extend(changes.failed.iter().cloned());
         totals.add += changes.add.len();

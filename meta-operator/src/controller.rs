@@ -182,10 +182,14 @@ async fn apply(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
     if let Ok(plan) = &plan {
         // A KfUpgrade's targets, planned by the operators before it moves anything; a malformed
         // annotation previews nothing (the KfUpgrade reads it too, and says why).
-        let preview = plan::preview_plan(kfdef, ctx.platform, &catalog).unwrap_or_else(|error| {
-            warn!(%error, "no preview published");
-            None
-        });
+        // Only while a KfUpgrade holds the KfDef: a preview left behind is not published.
+        let preview = match kfdef.annotations().contains_key(LOCK_ANNOTATION) {
+            true => plan::preview_plan(kfdef, ctx.platform, &catalog).unwrap_or_else(|error| {
+                warn!(%error, "no preview published");
+                None
+            }),
+            false => None,
+        };
         match publish(kfdef, plan, preview.as_ref(), &catalog, ctx).await {
             Ok(refused) => edit_refused = refused,
             // Shown in status; the bus watcher triggers the KfDef again once NATS is back.

@@ -201,12 +201,7 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
         }
     }
     let moves: Vec<String> = steps.iter().map(|s| format!("{} {} → {}", s.component, s.from_version, s.to_version)).collect();
-    let targets = PreviewTargets {
-        components: steps.iter().map(|s| (s.component.name().to_string(), s.to_version.clone())).collect(),
-        repos: steps.iter().find(|s| s.component == ComponentKind::GENERIC).map(|s| s.to_repos.clone()).unwrap_or_default(),
-    };
-    let preview = serde_json::to_string(&targets).expect("targets serialise");
-    patch_kfdef(kfdefs, &kfdef, "ask for the plan of", json!({"metadata": {"annotations": {PREVIEW_ANNOTATION: preview}}})).await?;
+    ask_for_plan(&kfdef, kfdefs, &steps).await?;
     status.steps = steps;
     status.phase = Some(UpgradePhase::Planning);
     status.start_time = Some(now());
@@ -215,6 +210,16 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
     event(ctx, up, EventType::Normal, "Validated", moves.join(", ")).await;
     // The status write triggers the next reconcile.
     Ok(Action::await_change())
+}
+
+/// Annotates the KfDef with where `steps` move it: the KfDef driver publishes the previews.
+async fn ask_for_plan(kfdef: &KfDef, kfdefs: &Api<KfDef>, steps: &[UpgradeStep]) -> Result<(), UpgradeError> {
+    let targets = PreviewTargets {
+        components: steps.iter().map(|s| (s.component.name().to_string(), s.to_version.clone())).collect(),
+        repos: steps.iter().find(|s| s.component == ComponentKind::GENERIC).map(|s| s.to_repos.clone()).unwrap_or_default(),
+    };
+    let preview = serde_json::to_string(&targets).expect("targets serialise");
+    patch_kfdef(kfdefs, kfdef, "ask for the plan of", json!({"metadata": {"annotations": {PREVIEW_ANNOTATION: preview}}})).await
 }
 
 /// Collects each step's plan from its component operator's report (on the preview the KfDef
@@ -227,8 +232,11 @@ async fn planning(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
     let catalog = ctx.state.catalog.read().await.clone();
     let preview = match plan::preview_plan(&kfdef, ctx.platform, &catalog) {
         Ok(Some(preview)) => preview,
-        // The annotation is written with the Planning phase; a KfDef read before that write.
-        Ok(None) => return Ok(Action::requeue(Duration::from_millis(500))),
+        // Removed (by hand, or by a start whose status write was lost): asked for again.
+        Ok(None) => {
+            ask_for_plan(&kfdef, kfdefs, &status.steps).await?;
+            return Ok(Action::await_change());
+        }
         Err(e) => return end_planning(up, status, &kfdef, kfdefs, ctx, "PlanFailed", e.to_string()).await,
     };
     let reports = ctx.state.reports.read().await.get(&(kfdef.namespace().unwrap_or_default(), kfdef.name_any())).cloned().unwrap_or_default();
@@ -259,7 +267,7 @@ async fn planning(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
         event(ctx, up, EventType::Normal, "AwaitingApproval", note).await;
         return Ok(Action::await_change());
     }
-    start(status, &kfdef, kfdefs).await
+    start(status)
 }
 
 /// Each step's plan from its component's report, when the report is about the step's preview spec
@@ -288,18 +296,35 @@ async fn awaiting_approval(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs:
     let Some(kfdef) = get_kfdef(kfdefs, &up.spec.current_kf_def.name).await? else {
         return Ok(end_early(up, status, ctx, "KfDefDeleted", "the KfDef was deleted before the upgrade started".into()).await);
     };
+    // The plan shown must still be what would happen: the KfDef may have changed meanwhile.
+    let catalog = ctx.state.catalog.read().await.clone();
+    let stale = match plan::preview_plan(&kfdef, ctx.platform, &catalog) {
+        Ok(Some(preview)) => status.plan.iter().any(|p| preview.components.get(&p.component).map(|c| c.spec_hash.as_str()) != Some(p.changes.spec_hash.as_str())),
+        Ok(None) => {
+            ask_for_plan(&kfdef, kfdefs, &status.steps).await?;
+            return Ok(Action::await_change());
+        }
+        Err(_) => true,
+    };
+    if stale {
+        let reason = "the KfDef changed after the plan was shown, so it no longer says what would happen; nothing was written: create a new KfUpgrade to see the new plan".to_string();
+        return end_planning(up, status, &kfdef, kfdefs, ctx, "PlanOutdated", reason).await;
+    }
     if !up.spec.approved {
         return Ok(Action::await_change());
     }
+    let phase = kfdef.status.as_ref().and_then(|s| s.phase);
+    if phase != Some(KfDefPhase::Available) {
+        let reason = format!("KfDef {} is {:?}, not Available, at approval; nothing was written: upgrade a healthy deployment", kfdef.name_any(), phase.unwrap_or_default());
+        return end_planning(up, status, &kfdef, kfdefs, ctx, "NotAvailable", reason).await;
+    }
     event(ctx, up, EventType::Normal, "Approved", "spec.approved is set; starting".into()).await;
-    start(status, &kfdef, kfdefs).await
+    start(status)
 }
 
-/// Ends the preview and moves to the first step.
-async fn start(status: &mut KfUpgradeStatus, kfdef: &KfDef, kfdefs: &Api<KfDef>) -> Result<Action, UpgradeError> {
-    if kfdef.annotations().contains_key(PREVIEW_ANNOTATION) {
-        patch_kfdef(kfdefs, kfdef, "end the preview on", json!({"metadata": {"annotations": {PREVIEW_ANNOTATION: null}}})).await?;
-    }
+/// Moves to the first step; the first step withdraws the preview (so a lost status write leaves
+/// the upgrade in planning with its preview, not stuck without one).
+fn start(status: &mut KfUpgradeStatus) -> Result<Action, UpgradeError> {
     status.phase = Some(UpgradePhase::Upgrading);
     Ok(Action::await_change())
 }
@@ -370,6 +395,10 @@ async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDe
     };
     let step = status.steps[index].clone();
     let timeout = up.spec.health_timeout_seconds;
+    if kfdef.annotations().contains_key(PREVIEW_ANNOTATION) {
+        patch_kfdef(kfdefs, &kfdef, "end the preview on", json!({"metadata": {"annotations": {PREVIEW_ANNOTATION: null}}})).await?;
+        return Ok(Action::await_change());
+    }
     if step.phase == StepPhase::Pending {
         pin(&kfdef, kfdefs, up, step.component, &step.to_version, &step.to_repos).await?;
         let s = &mut status.steps[index];

@@ -32,6 +32,19 @@ pub struct PlanError {
     pub source: kube::Error,
 }
 
+/// What the apply decides beyond the objects: the resource's CRD removal policy (CRDs are pruned
+/// only with `Delete`) and which live CRDs a newer release of the component applied (left as
+/// they are).
+pub struct PlanRules<'a> {
+    pub delete_crds: bool,
+    pub newer_crd: &'a (dyn Fn(&Value) -> bool + Sync),
+}
+
+impl PlanRules<'_> {
+    /// `kfop plan`'s: CRDs retained, none taken for a newer release's.
+    pub const RETAIN: PlanRules<'static> = PlanRules { delete_crds: false, newer_crd: &|_| false };
+}
+
 /// Whether the API server answered for good (a refusal the plan reports) rather than failed.
 fn refusal(error: &kube::Error) -> Option<String> {
     match error {
@@ -43,15 +56,16 @@ fn refusal(error: &kube::Error) -> Option<String> {
 /// What applying `objects` for resource `owner` of `component` would change, reading and dry-running
 /// as `client`; `inventory` is what the resource applied so far (its prune candidates, but those of
 /// the `held` applications, which did not render and keep what they have). Nothing is written.
-pub async fn compute(client: &Client, component: ComponentKind, owner: &str, adopt: bool, objects: &[Value], inventory: &[InventoryEntry], held: &BTreeSet<String>) -> Result<ChangePlan, PlanError> {
+pub async fn compute(client: &Client, component: ComponentKind, owner: &str, adopt: bool, objects: &[Value], inventory: &[InventoryEntry], held: &BTreeSet<String>, rules: &PlanRules<'_>) -> Result<ChangePlan, PlanError> {
     let mut plan = ChangePlan::default();
     let params = PatchParams::apply(&crate::run::field_manager(component)).force().dry_run();
     let mut rendered = BTreeSet::new();
     for object in objects {
         rendered.insert(identity(object));
         let what = describe(object);
+        let application = object["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str();
         let Some(info) = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()) else {
-            plan.push(PlanList::Add, format!("{what} (a kind the cluster does not serve yet)"));
+            plan.record(application, PlanList::Add, format!("{what} (a kind the cluster does not serve yet)"));
             continue;
         };
         let api = info.api(client, object["metadata"]["namespace"].as_str());
@@ -61,18 +75,30 @@ pub async fn compute(client: &Client, component: ComponentKind, owner: &str, ado
             // Its CRD comes with this install.
             Err(kube::Error::Api(status)) if status.code == 404 => None,
             Err(e) if refusal(&e).is_some() => {
-                plan.push(PlanList::Failed, format!("{what}: cannot be read: {}", refusal(&e).unwrap_or_default()));
+                plan.record(application, PlanList::Failed, format!("{what}: cannot be read: {}", refusal(&e).unwrap_or_default()));
                 continue;
             }
             Err(source) => return Err(PlanError { object: what, source }),
         };
         let Some(live) = live else {
-            plan.push(PlanList::Add, what);
+            // A dry-run create: schema, admission and the installer's rights are checked as the
+            // apply would meet them (a kind whose CRD comes with this install is not served yet).
+            match api.patch(name, &params, &Patch::Apply(object)).await {
+                Ok(_) => plan.record(application, PlanList::Add, what),
+                Err(kube::Error::Api(status)) if status.code == 404 => plan.record(application, PlanList::Add, format!("{what} (its kind is served once its CRD is applied)")),
+                Err(e) if refusal(&e).is_some() => plan.record(application, PlanList::Failed, format!("{what}: refused: {}", refusal(&e).unwrap_or_default())),
+                Err(source) => return Err(PlanError { object: what, source }),
+            }
             continue;
         };
+        // A newer release of the component applied this CRD: the apply leaves it as it is.
+        if info.is_crd() && (rules.newer_crd)(&live) {
+            plan.unchanged += 1;
+            continue;
+        }
         match claim(&live, info, component.name(), owner, adopt) {
             Claim::OtherResource | Claim::NotOurs => {
-                plan.push(PlanList::Leave, what);
+                plan.record(application, PlanList::Leave, what);
                 continue;
             }
             // Shared objects (namespaces) are only ever created.
@@ -86,13 +112,13 @@ pub async fn compute(client: &Client, component: ComponentKind, owner: &str, ado
         // the operator replaces its own object instead, as the apply would.
         if let Some(field) = info.immutable_field_changed(object, &live).filter(|_| made_by(&live, info, component.name(), owner)) {
             let how = if info.kind == "Deployment" { "; the old pods serve until the new Deployment is Available" } else { "" };
-            plan.push(PlanList::Change, format!("{what}: replaced ({field} cannot change in place{how})"));
+            plan.record(application, PlanList::Change, format!("{what}: replaced ({field} cannot change in place{how})"));
             continue;
         }
         let after = match api.patch(name, &params, &Patch::Apply(object)).await {
             Ok(after) => serde_json::to_value(after).expect("objects serialise"),
             Err(e) if refusal(&e).is_some() => {
-                plan.push(PlanList::Failed, format!("{what}: refused: {}", refusal(&e).unwrap_or_default()));
+                plan.record(application, PlanList::Failed, format!("{what}: refused: {}", refusal(&e).unwrap_or_default()));
                 continue;
             }
             Err(source) => return Err(PlanError { object: what, source }),
@@ -102,10 +128,10 @@ pub async fn compute(client: &Client, component: ComponentKind, owner: &str, ado
             plan.unchanged += 1;
             continue;
         }
-        plan.push(PlanList::Change, format!("{what}: {}", summarize(&paths)));
+        plan.record(application, PlanList::Change, format!("{what}: {}", summarize(&paths)));
         if info.is_crd() {
             for change in crd_changes(&live, object) {
-                plan.push(PlanList::CrdChanges, format!("{what}: {change}"));
+                plan.record(application, PlanList::CrdChanges, format!("{what}: {change}"));
             }
         }
     }
@@ -121,15 +147,17 @@ pub async fn compute(client: &Client, component: ComponentKind, owner: &str, ado
         };
         // Only what the live object proves this resource made is pruned (a status can be written by others).
         let Some(live) = live.filter(|live| made_by(live, info, component.name(), owner)) else { continue };
-        if live["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_some_and(|application| held.contains(application)) {
+        let application = live["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str();
+        if application.is_some_and(|application| held.contains(application)) {
             continue;
         }
-        if info.is_crd() || info.is_shared() {
-            plan.push(PlanList::Keep, format!("{} (retained: removing it is an explicit opt-in)", describe(&live)));
+        let shared = crate::build::shared_by_installs(info, &live);
+        if info.is_shared() || (shared && !rules.delete_crds) {
+            plan.record(application, PlanList::Keep, format!("{} (retained: removing it is an explicit opt-in)", describe(&live)));
         } else if info.holds_data() {
-            plan.push(PlanList::Keep, format!("{} (holds data: never pruned; delete it yourself once migrated)", describe(&live)));
+            plan.record(application, PlanList::Keep, format!("{} (holds data: never pruned; delete it yourself once migrated)", describe(&live)));
         } else {
-            plan.push(PlanList::Prune, describe(&live));
+            plan.record(application, PlanList::Prune, describe(&live));
         }
     }
     Ok(plan)

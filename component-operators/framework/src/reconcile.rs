@@ -343,7 +343,17 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                     }
                 }
                 delete_entries(resource, ctx, &installer, &left, core.crd_removal_policy, Prune::KeepData).await?;
-                plan = preview_plan(resource, ctx).await?;
+                // What was applied is written to status whatever the preview's plan meets: a
+                // failed plan is tried again, the status of the apply stands.
+                plan = match preview_plan(resource, ctx).await {
+                    Ok(plan) => plan,
+                    Err(error) => {
+                        warn!(%error, "cannot plan the preview yet; retrying");
+                        ctx.metrics.error(error.category());
+                        retry_failed = true;
+                        None
+                    }
+                };
                 outcome
             }
         },
@@ -422,11 +432,12 @@ async fn dereference<C: Component>(resource: &C::Resource, ctx: &Context<C>, ins
 async fn preview_plan<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Option<ChangePlan>, Error> {
     let annotations = resource.annotations();
     let Some(text) = annotations.get(PREVIEW_SPEC_ANNOTATION) else { return Ok(None) };
-    let hash = annotations.get(PREVIEW_HASH_ANNOTATION).cloned().unwrap_or_default();
+    // Echoed in status: bounded like a content hash.
+    let hash: String = annotations.get(PREVIEW_HASH_ANNOTATION).map(|h| h.chars().take(64).collect()).unwrap_or_default();
     if let Some(plan) = resource.component_status().and_then(|s| s.plan.as_ref()).filter(|p| p.spec_hash == hash) {
         return Ok(Some(plan.clone()));
     }
-    let mut plan = ChangePlan { spec_hash: hash, ..Default::default() };
+    let mut plan = ChangePlan { spec_hash: hash.clone(), ..Default::default() };
     let field = format!("metadata.annotations[{PREVIEW_SPEC_ANNOTATION}]");
     // The preview as a resource of this kind: the same metadata and inventory, the preview's spec.
     let mut value = serde_json::to_value(resource).expect("resources serialise");
@@ -437,6 +448,12 @@ async fn preview_plan<C: Component>(resource: &C::Resource, ctx: &Context<C>) ->
             return Ok(Some(plan));
         }
     };
+    // The plan is reported under the hash; a hash that is not the spec's would report a plan of
+    // one spec as another's.
+    if operator_runtime::content_hash(&value["spec"]) != hash {
+        plan.push(PlanList::Failed, format!("metadata.annotations[{PREVIEW_HASH_ANNOTATION}]: {hash:?} is not the hash of the preview's spec"));
+        return Ok(Some(plan));
+    }
     let preview: C::Resource = match serde_json::from_value(value) {
         Ok(preview) => preview,
         Err(e) => {
@@ -444,7 +461,7 @@ async fn preview_plan<C: Component>(resource: &C::Resource, ctx: &Context<C>) ->
             return Ok(Some(plan));
         }
     };
-    plan.version = preview.core().version.clone();
+    plan.version = preview.core().version.chars().take(64).collect();
     let installer = match ctx.installer(&preview) {
         Ok(installer) => installer,
         Err(invalid) => {
@@ -462,15 +479,18 @@ async fn preview_plan<C: Component>(resource: &C::Resource, ctx: &Context<C>) ->
     let inventory = resource.component_status().map(|s| s.inventory.clone()).unwrap_or_default();
     let owner = build::owner_id(resource);
     let held: BTreeSet<String> = desired.failed.iter().map(|f| f.application.clone()).collect();
-    let computed = crate::plan::compute(installer.client(), C::Resource::COMPONENT, &owner, preview.core().adopt_existing, &desired.objects, &inventory, &held)
+    let version = preview.core().version.clone();
+    let newer_crd = move |live: &Value| build::crd_belongs_to_newer_release::<C>(live, &version);
+    let rules = crate::plan::PlanRules { delete_crds: preview.core().crd_removal_policy == CrdRemovalPolicy::Delete, newer_crd: &newer_crd };
+    let mut computed = crate::plan::compute(installer.client(), C::Resource::COMPONENT, &owner, preview.core().adopt_existing, &desired.objects, &inventory, &held, &rules)
         .await
         .map_err(|e| Error::Plan { resource: owner.clone(), source: e })?;
-    for failure in &desired.failed {
-        plan.push(PlanList::Failed, format!("application {:?}: {}", failure.application, failure.error));
+    let (failed, omitted) = (std::mem::take(&mut computed.failed), computed.omitted);
+    plan = ChangePlan { spec_hash: plan.spec_hash, version: plan.version, omitted: plan.omitted + omitted, ..computed };
+    // Render failures first, then the objects refused; the list stays bounded.
+    for line in desired.failed.iter().map(|f| format!("application {:?}: {}", f.application, f.error)).chain(failed) {
+        plan.push(PlanList::Failed, line);
     }
-    let failed = std::mem::take(&mut plan.failed);
-    plan = ChangePlan { spec_hash: plan.spec_hash, version: plan.version, omitted: plan.omitted + computed.omitted, ..computed };
-    plan.failed.splice(0..0, failed);
     info!(hash = %plan.spec_hash, version = %plan.version, totals = %plan.totals(), "preview planned");
     Ok(Some(plan))
 }
@@ -894,8 +914,8 @@ async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
     Ok(Action::await_change())
 }
 
-/// Writes the status computed from `outcome` if it differs from the current one.
-/// Writes the status `outcome` makes, with `plan` as the plan of the preview (none: no preview).
+/// Writes the status computed from `outcome`, with `plan` as the preview's plan (none: no
+/// preview, or not planned yet), if it differs from the current one.
 async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, outcome: &Outcome, invalid: Option<&InvalidSpec>, plan: Option<&ChangePlan>) -> Result<(), Error> {
     let now = Time(jiff_now());
     let cached = resource.component_status();
