@@ -113,6 +113,7 @@ pub fn target_namespace<C: Component>(resource: &C::Resource) -> String {
 
 /// The desired objects for `resource.spec.version`, in apply order.
 pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) -> Result<Vec<Value>, InvalidSpec> {
+    crate::component::register_custom_kinds::<C>();
     let core = resource.core();
     let namespace = target_namespace::<C>(resource);
     let (mut objects, version) = match &inputs.rendered {

@@ -104,9 +104,24 @@ impl Inputs {
     }
 }
 
+/// A custom resource kind a built-in release ships besides the framework's own kinds (its CRD
+/// comes in the same release): (group, version, kind, plural, cluster-scoped).
+pub type CustomKind = (&'static str, &'static str, &'static str, &'static str, bool);
+
+/// Makes `C`'s [`Component::CUSTOM_KINDS`] known to [`crate::kinds::lookup`]; idempotent. Every
+/// build does it, and the operator at start-up (a prune or cleanup may look them up first).
+pub fn register_custom_kinds<C: Component>() {
+    for (group, version, kind, plural, cluster_scoped) in C::CUSTOM_KINDS {
+        crate::kinds::register(group, version, kind, plural, *cluster_scoped);
+    }
+}
+
 /// A Kubeflow component as the framework sees it.
 pub trait Component: Send + Sync + 'static {
     type Resource: ComponentResource;
+
+    /// Custom resource kinds its releases ship, at the versions their CRDs there serve.
+    const CUSTOM_KINDS: &'static [CustomKind] = &[];
 
     /// Namespace the namespaced objects go to unless `spec.targetNamespace` says otherwise.
     const DEFAULT_NAMESPACE: &'static str;

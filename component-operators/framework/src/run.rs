@@ -71,6 +71,7 @@ pub fn field_manager(component: ComponentKind) -> String {
 /// Runs the operator for component `C` until SIGTERM/SIGINT.
 pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     let component = C::Resource::COMPONENT;
+    crate::component::register_custom_kinds::<C>();
     let metrics = Arc::new(Metrics::new(component.name()));
     // Every write the operator sends (applies, deletes, status, events, NATS-mode resources) is
     // counted by the client itself, per field manager.

@@ -23,7 +23,7 @@
 //!   manages HorizontalPodAutoscalers and PodDisruptionBudgets). Upstream's 1.28 also installs the
 //!   istio-cni DaemonSet in kube-system; here sidecars keep the istio-init container as in 1.24.
 //!   Of upstream's custom resources they carry the Istio packages' own (kinds known through
-//!   [`register_kinds`]): the mesh root namespace's `global-deny-all` AuthorizationPolicy (empty
+//!   `Component::CUSTOM_KINDS`): the mesh root namespace's `global-deny-all` AuthorizationPolicy (empty
 //!   spec: whatever no ALLOW policy matches is denied), the ALLOW-all policies of the ingress and
 //!   (with it) cluster-local gateways, the ingress gateway's `istio-ingressgateway` Gateway and the
 //!   oauth2-proxy overlay's EnvoyFilter that strips the `oauth2_proxy_kubeflow` cookie before
@@ -41,7 +41,7 @@ use component_framework::api::Istio;
 use component_framework::api::component::GatewayServiceType;
 use component_framework::component::release;
 use component_framework::k8s_openapi::serde_json::{Value, json};
-use component_framework::{Component, InvalidSpec, Inputs, Params, Release, kinds};
+use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 
 pub struct IstioComponent;
 
@@ -120,19 +120,6 @@ static RELEASES: [Release; 4] = [
     },
 ];
 
-/// Registers the custom resource kinds of the 1.24.3 and 1.28.0 template, at the versions their
-/// CRDs there serve, so builds, prunes and cleanups can look them up. Idempotent; called at
-/// start-up (`main`) and before every build ([`IstioComponent::parameters`]).
-pub fn register_kinds() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        kinds::register("security.istio.io", "v1", "AuthorizationPolicy", "authorizationpolicies", false);
-        kinds::register("security.istio.io", "v1", "RequestAuthentication", "requestauthentications", false);
-        kinds::register("networking.istio.io", "v1", "Gateway", "gateways", false);
-        kinds::register("networking.istio.io", "v1alpha3", "EnvoyFilter", "envoyfilters", false);
-    });
-}
-
 const SERVICE_TYPES: [&str; 3] = ["ClusterIP", "NodePort", "LoadBalancer"];
 
 fn params(pairs: &[(&str, &str)]) -> Params {
@@ -178,6 +165,13 @@ fn service_type_name(t: GatewayServiceType) -> &'static str {
 impl Component for IstioComponent {
     type Resource = Istio;
     const DEFAULT_NAMESPACE: &'static str = "istio-system";
+    /// The mesh's own policies, Gateway and EnvoyFilter of the 1.24.3 and 1.28.0 template.
+    const CUSTOM_KINDS: &'static [component_framework::component::CustomKind] = &[
+        ("security.istio.io", "v1", "AuthorizationPolicy", "authorizationpolicies", false),
+        ("security.istio.io", "v1", "RequestAuthentication", "requestauthentications", false),
+        ("networking.istio.io", "v1", "Gateway", "gateways", false),
+        ("networking.istio.io", "v1alpha3", "EnvoyFilter", "envoyfilters", false),
+    ];
     const DISPLAY_NAME: &'static str = "Istio for Kubeflow";
     const INSTALLS: &'static str = "the Istio control plane and ingress gateways Kubeflow routes through";
 
@@ -194,7 +188,6 @@ impl Component for IstioComponent {
     }
 
     fn parameters(resource: &Istio, _inputs: &Inputs) -> Result<Params, InvalidSpec> {
-        register_kinds();
         let spec = &resource.spec;
         let version = spec.core.version.as_str();
         let service_type = Setting::resolve(resource, "gatewayServiceType", service_type_name(spec.gateway.service_type), "spec.gateway.serviceType");
@@ -263,8 +256,6 @@ mod tests {
     const MODERN: [&str; 2] = ["1.24.3", "1.28.0"];
 
     fn istio(spec: Value) -> Istio {
-        // Builds look up the template's custom resource kinds.
-        register_kinds();
         let mut i: Istio = serde_json::from_value(json!({
             "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Istio",
             "metadata": {"name": "istio", "namespace": "team"}, "spec": spec,
@@ -964,7 +955,7 @@ mod tests {
             }
         }
         // The kinds are registered at the versions the template's CRDs serve.
-        register_kinds();
+        component_framework::component::register_custom_kinds::<IstioComponent>();
         for (api_version, kind, plural) in [
             ("security.istio.io/v1", "AuthorizationPolicy", "authorizationpolicies"),
             ("security.istio.io/v1", "RequestAuthentication", "requestauthentications"),
@@ -991,7 +982,6 @@ mod platform_tests {
     #[test]
     fn openshift_drops_fixed_user_and_group_ids() {
         let build = |platform: &str| {
-            register_kinds();
             let istio: Istio = serde_json::from_value(json!({
                 "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Istio",
                 "metadata": {"name": "istio", "namespace": "kubeflow"}, "spec": {"version": "1.9.6", "platform": platform},

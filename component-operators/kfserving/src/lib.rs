@@ -40,7 +40,6 @@
 
 use component_framework::api::KFServing;
 use component_framework::api::component::{CrdRemovalPolicy, Platform};
-use component_framework::kinds;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 use serde_json::{Value, json};
 
@@ -126,19 +125,6 @@ fn kserve_versions() -> String {
     RELEASES.iter().filter(|r| r.manifest == KSERVE_TEMPLATE).map(|r| r.version).collect::<Vec<_>>().join(", ")
 }
 
-/// Makes the kinds KServe's template ships beyond the framework's built-in ones known to
-/// [`kinds::lookup`]: the ClusterServingRuntimes (their CRD comes earlier in the same apply) and
-/// cert-manager's Issuer and Certificate. Idempotent; [`KFServingComponent::parameters`] calls it
-/// before any build looks the objects up, and the operator's `main` at start.
-pub fn register_kinds() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        kinds::register("serving.kserve.io", "v1alpha1", "ClusterServingRuntime", "clusterservingruntimes", true);
-        kinds::register("cert-manager.io", "v1", "Issuer", "issuers", false);
-        kinds::register("cert-manager.io", "v1", "Certificate", "certificates", false);
-    });
-}
-
 /// A DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit.
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
@@ -194,6 +180,13 @@ fn check_deployment_mode(version: &str, name_field: &str, value_field: &str, val
 impl Component for KFServingComponent {
     type Resource = KFServing;
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
+    /// KServe's ClusterServingRuntimes (their CRD comes earlier in the same apply) and
+    /// cert-manager's Issuer and Certificate.
+    const CUSTOM_KINDS: &'static [component_framework::component::CustomKind] = &[
+        ("serving.kserve.io", "v1alpha1", "ClusterServingRuntime", "clusterservingruntimes", true),
+        ("cert-manager.io", "v1", "Issuer", "issuers", false),
+        ("cert-manager.io", "v1", "Certificate", "certificates", false),
+    ];
     const INSTALLS: &'static str =
         "KFServing and its successor KServe, serverless model inference (InferenceService) with its controller, webhooks and model servers";
 
@@ -216,7 +209,6 @@ impl Component for KFServingComponent {
     }
 
     fn parameters(resource: &KFServing, _inputs: &Inputs) -> Result<Params, InvalidSpec> {
-        register_kinds();
         let spec = &resource.spec;
         let mut p = Params::new();
         let version = &spec.core.version;
