@@ -46,7 +46,9 @@ impl WatchesSynced {
     {
         let writer = reflector::store::Writer::default();
         let store = writer.as_reader();
-        let events = watches::watch(api, config).reflect(writer);
+        // Without `managedFields`, which no controller reads from its cache and which weigh more
+        // than the rest of a small object's metadata.
+        let events = watches::watch(api, config).modify(|object| object.meta_mut().managed_fields = None).reflect(writer);
         let changes = watches::changes(self.track(events), store.clone());
         (store, changes.try_filter_map(|change| std::future::ready(Ok(change.applied()))))
     }

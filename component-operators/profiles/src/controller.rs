@@ -5,7 +5,7 @@
 //! they are. Reconciles are triggered by the Profile, by changes to any object it made (labelled,
 //! owner-referenced: a deleted or edited object is put back), by settings changes and by Istio's
 //! CRDs appearing (which mesh authorization a namespace gets). What it made is known from
-//! label-selected watches of metadata only ([`Made`]): a reconcile of a converged Profile reads
+//! label-selected watches of metadata only ([`crate::made`]): a reconcile of a converged Profile reads
 //! nothing from the API server and writes nothing (an object is applied again only when what it
 //! should hold changed, or someone else changed or deleted it). Per reconcile: refuse a reserved
 //! name, validate (a bad Profile changes nothing and says which field), refuse a namespace someone
@@ -27,7 +27,7 @@ use component_framework::api::profile::{self, Profile};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PartialObjectMeta, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder, Reporter};
@@ -43,6 +43,7 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use crate::cloud::CloudIdentity;
+use crate::made::{Made, Shown, older};
 use crate::tenant::{self, MANAGED_BY, MANAGED_BY_LABEL, Mesh, PROFILE_LABEL};
 
 /// Field manager of the tenant objects (the component install uses `kubeflow-profiles-operator`).
@@ -98,6 +99,8 @@ pub struct Context {
     cloud: Arc<dyn CloudIdentity>,
     backoffs: Backoffs<String>,
     made: Made,
+    /// Where each kind the controller makes is served.
+    resources: HashMap<&'static str, ApiResource>,
     statuses: StatusWrites,
 }
 
@@ -128,140 +131,10 @@ impl StatusWrites {
     }
 }
 
-/// A key of [`Made`]'s maps within one namespace: `(kind, name)`.
-type Key = (&'static str, String);
-
-/// What the controller knows of the objects Profiles made (labelled managed-by): one watch of
-/// metadata per kind, and what it last applied to each object.
-///
-/// An object is applied again only when what it should hold changed (another hash) or when
-/// someone else wrote it: its resource version moved past the one the apply returned, or it
-/// vanished after the watch had shown it. So a reconcile of a converged Profile sends nothing.
-pub(crate) struct Made {
-    /// Per kind (Namespace and [`tenant::PRUNABLE`]): where it is served and its cache.
-    caches: HashMap<&'static str, (ApiResource, Store<PartialObjectMeta<DynamicObject>>)>,
-    namespaces: Tenants,
-}
-
-/// Per namespace (a Namespace filed under its own name): the watched objects, for prune, and what
-/// was applied. Shared with the watches, which file what they show.
-#[derive(Clone, Default)]
-struct Tenants(Arc<Mutex<HashMap<String, Tenant>>>);
-
-#[derive(Default)]
-struct Tenant {
-    /// Namespaced objects the watches show in this namespace.
-    watched: BTreeSet<Key>,
-    applied: HashMap<Key, Applied>,
-}
-
-/// The last apply of one object.
-struct Applied {
-    /// Hash of the applied object.
-    hash: u64,
-    /// The resource version the apply returned.
-    resource_version: String,
-    /// The watch has shown the object at that version (or later): from then on, its absence
-    /// means it was deleted rather than not yet seen.
-    seen: bool,
-}
-
-/// Whether resource version `a` is older than `b`. Resource versions are etcd revisions; a
-/// version that is not a number is never called older (the object is applied again).
-fn older(a: &str, b: &str) -> bool {
-    matches!((a.parse::<u64>(), b.parse::<u64>()), (Ok(a), Ok(b)) if a < b)
-}
-
 fn hash_of(object: &Value) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     object.to_string().hash(&mut hasher);
     hasher.finish()
-}
-
-/// The namespace an object is filed under in [`Made`]: its own, or a Namespace's name.
-fn filed_under(kind: &str, namespace: Option<&str>, name: &str) -> String {
-    if kind == "Namespace" { name.to_string() } else { namespace.unwrap_or_default().to_string() }
-}
-
-impl Made {
-    fn kind(&self, kind: &str) -> Option<(&'static str, &ApiResource, &Store<PartialObjectMeta<DynamicObject>>)> {
-        self.caches.get_key_value(kind).map(|(k, (resource, store))| (*k, resource, store))
-    }
-
-    /// The cached metadata of `kind` `namespace/name`.
-    fn live(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<Arc<PartialObjectMeta<DynamicObject>>> {
-        let (_, resource, store) = self.kind(kind)?;
-        let reference = ObjectRef::new_with(name, resource.clone());
-        store.get(&match namespace {
-            Some(namespace) => reference.within(namespace),
-            None => reference,
-        })
-    }
-
-    fn tenants(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tenant>> {
-        self.namespaces.0.lock().expect("not poisoned")
-    }
-
-    /// Whether `object` (with `hash`) holds what was last applied to it.
-    fn unchanged(&self, kind: &str, namespace: Option<&str>, name: &str, hash: u64) -> bool {
-        let filed = filed_under(kind, namespace, name);
-        let live = self.live(kind, namespace, name).map(|o| o.resource_version().unwrap_or_default());
-        let namespaces = self.tenants();
-        let Some(last) = namespaces.get(&filed).and_then(|t| t.applied.get(&(kind_static(kind), name.to_string()))) else {
-            return false;
-        };
-        last.hash == hash
-            && match live {
-                // At the version the apply returned, or an older one whose newer event is on its way.
-                Some(version) => version == last.resource_version || older(&version, &last.resource_version),
-                // Not yet shown by the watch, rather than deleted since.
-                None => !last.seen,
-            }
-    }
-
-    fn record(&self, kind: &'static str, namespace: Option<&str>, name: &str, hash: u64, resource_version: String) {
-        let filed = filed_under(kind, namespace, name);
-        let seen = self.live(kind, namespace, name).is_some_and(|o| o.resource_version().is_some_and(|v| !older(&v, &resource_version)));
-        self.tenants().entry(filed).or_default().applied.insert((kind, name.to_string()), Applied { hash, resource_version, seen });
-    }
-
-    fn forget(&self, kind: &'static str, namespace: &str, name: &str) {
-        if let Some(tenant) = self.tenants().get_mut(namespace) {
-            tenant.applied.remove(&(kind, name.to_string()));
-        }
-    }
-
-    /// The objects the watches show in `namespace`.
-    fn watched_in(&self, namespace: &str) -> Vec<Key> {
-        self.tenants().get(namespace).map(|t| t.watched.iter().cloned().collect()).unwrap_or_default()
-    }
-}
-
-impl Tenants {
-    /// Files what a watch showed (`applied`: the object exists).
-    fn observed(&self, kind: &'static str, object: &PartialObjectMeta<DynamicObject>, applied: bool) {
-        let name = object.name_any();
-        let namespace = filed_under(kind, object.namespace().as_deref(), &name);
-        let mut namespaces = self.0.lock().expect("not poisoned");
-        if kind == "Namespace" && !applied {
-            // The namespace and everything in it are gone.
-            namespaces.remove(&namespace);
-            return;
-        }
-        let tenant = namespaces.entry(namespace).or_default();
-        let key = (kind, name);
-        if kind != "Namespace" {
-            if applied {
-                tenant.watched.insert(key.clone());
-            } else {
-                tenant.watched.remove(&key);
-            }
-        }
-        if let Some(last) = tenant.applied.get_mut(&key) {
-            let version = object.resource_version().unwrap_or_default();
-            last.seen |= applied && !older(&version, &last.resource_version);
-        }
-    }
 }
 
 /// `(apiVersion, kind, plural)` of every kind the controller makes: the Namespace and
@@ -380,8 +253,8 @@ impl Context {
         };
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         // The watch shows only namespaces Profiles made; one it does not show is created.
-        let existing: Option<ObjectMeta> = match self.made.live("Namespace", None, &name) {
-            Some(ns) => Some(ns.metadata.clone()),
+        let existing: Option<Shown> = match self.made.shown("Namespace", None, &name) {
+            Some(ns) => Some(ns),
             None => {
                 // A missing namespace is created, never applied: an apply would adopt a namespace
                 // someone created since. Only a create proves it is ours.
@@ -398,16 +271,16 @@ impl Context {
                         let ns = namespaces.get_metadata_opt(&name).await.map_err(|source| Error::ReadNamespace { name: name.clone(), source })?;
                         // Deleted meanwhile: the next reconcile makes it.
                         let Some(ns) = ns else { return Ok(Action::requeue(Duration::from_secs(1))) };
-                        Some(ns.metadata)
+                        Some(Shown::of("Namespace", &ns.metadata))
                     }
                     Err(source) => return Err(Error::Apply { object: format!("Namespace {name}"), source }),
                 }
             }
         };
         if let Some(ns) = &existing
-            && !tenant::made_for(ns.owner_references.as_deref().unwrap_or_default(), profile)
+            && !ns.made_for(profile)
         {
-            let owner = ns.annotations.as_ref().and_then(|a| a.get(tenant::OWNER_ANNOTATION)).map(|o| format!(" (owner annotation {o:?})")).unwrap_or_default();
+            let owner = ns.owner_annotation.as_ref().map(|o| format!(" (owner annotation {o:?})")).unwrap_or_default();
             let message = format!("namespace {name} already exists and was not made for this Profile{owner}; it is never adopted: delete the Profile or choose another name");
             // The namespace is not watched (not ours): look again later.
             self.refuse(profile, "NamespaceOwnedByOther", message).await?;
@@ -421,7 +294,7 @@ impl Context {
         // upstream controller this one replaced: remove them explicitly.
         let (_, remove) = tenant::namespace_labels(spec);
         if let Some(ns) = existing {
-            let present: Vec<&String> = remove.iter().filter(|l| ns.labels.as_ref().is_some_and(|labels| labels.contains_key(*l))).collect();
+            let present: Vec<&String> = remove.iter().filter(|l| ns.has_label(l)).collect();
             if !present.is_empty() {
                 let labels: serde_json::Map<String, Value> = present.iter().map(|l| (l.to_string(), Value::Null)).collect();
                 let patch = json!({"metadata": {"labels": labels}});
@@ -450,27 +323,21 @@ impl Context {
             return Ok(());
         }
         let applied = api_for(&self.client, object).patch(name, &params(), &Patch::Apply(object)).await.map_err(|source| Error::Apply { object: describe(object), source })?;
-        self.made.record(kind, namespace, name, hash, applied.resource_version().unwrap_or_default());
+        self.made.record(kind, namespace, name, hash, &applied.resource_version().unwrap_or_default());
         Ok(())
     }
 
     /// Deletes objects this Profile made (label + owner reference) that are no longer desired.
     async fn prune(&self, profile: &Profile, desired: &[Value]) -> Result<(), Error> {
         let name = profile.name_any();
-        let uid = profile.uid().unwrap_or_default();
         let wanted: BTreeSet<(&str, &str)> = desired.iter().map(|o| (o["kind"].as_str().unwrap_or_default(), o["metadata"]["name"].as_str().unwrap_or_default())).collect();
-        for (kind, object_name) in self.made.watched_in(&name) {
-            if wanted.contains(&(kind, object_name.as_str())) {
+        for ((kind, object_name), object) in self.made.shown_in(&name) {
+            if wanted.contains(&(kind, object_name.as_str())) || !object.made_here_for(profile) {
                 continue;
             }
-            let Some(object) = self.made.live(kind, Some(&name), &object_name) else { continue };
-            let made_here = object.labels().get(PROFILE_LABEL) == Some(&name) && object.owner_references().iter().any(|o| o.uid == uid);
-            if !made_here {
-                continue;
-            }
-            let (_, resource, _) = self.made.kind(kind).expect("a watched kind");
+            let Some(resource) = self.resources.get(kind) else { continue };
             let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &name, resource);
-            let params = DeleteParams { preconditions: Some(Preconditions { uid: object.uid(), resource_version: None }), ..Default::default() };
+            let params = DeleteParams { preconditions: Some(Preconditions { uid: Some(object.uid.to_string()), resource_version: None }), ..Default::default() };
             match api.delete(&object_name, &params).await {
                 Ok(_) => info!(profile = %name, %kind, object = %object_name, "pruned"),
                 Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
@@ -541,21 +408,17 @@ fn error_policy(profile: Arc<DeserializeGuard<Profile>>, error: &Error, ctx: Arc
     Action::requeue(ctx.backoffs.next(&profile.name_any()))
 }
 
-/// The watch of kind `info` (apiVersion, kind, plural) of the objects Profiles made: its cache and
-/// the stream of changed or deleted objects (also those deleted while the watch was down, so the
-/// Profile that owned one puts it back), filed in `made` as they come. A kind a CRD serves is
-/// watched once that CRD is established (no failing LIST meanwhile).
-fn made_objects(client: &Client, (api_version, kind, plural): (&'static str, &'static str, &'static str), tenants: Tenants) -> (ApiResource, Store<PartialObjectMeta<DynamicObject>>, impl Stream<Item = Result<PartialObjectMeta<DynamicObject>, watcher::Error>> + Send + 'static) {
+/// The watch of kind `info` (apiVersion, kind, plural) of the objects Profiles made, filed in
+/// `made` as they come: where the kind is served, and the stream of the Profiles whose objects
+/// changed or were deleted (also while the watch was down, so the Profile puts them back). A kind
+/// a CRD serves is watched once that CRD is established (no failing LIST meanwhile).
+fn made_objects(client: &Client, (api_version, kind, plural): (&'static str, &'static str, &'static str), made: Made) -> (ApiResource, impl Stream<Item = ObjectRef<DeserializeGuard<Profile>>> + Send + 'static) {
     let resource = api_resource(api_version, kind, plural);
     let group = resource.group.clone();
     let config = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    let (store, changes) = watches::reflect_metadata(Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &resource), config, resource.clone());
-    let changes = changes.map_ok(move |change| {
-        let applied = matches!(change, Change::Applied(_));
-        let object = change.object();
-        tenants.observed(kind, &object, applied);
-        object
-    });
+    let events = watches::log_errors(watches::watch(Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &resource), config)).filter_map(|event| std::future::ready(event.ok()));
+    // Tenant objects live in their Profile's namespace, named as the Profile.
+    let profiles = made.file(kind, events).map(|namespace| ObjectRef::new(&namespace));
     let crd = (!group.is_empty() && !group.ends_with("k8s.io")).then(|| format!("{plural}.{group}"));
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let gated = futures::stream::once(async move {
@@ -564,10 +427,10 @@ fn made_objects(client: &Client, (api_version, kind, plural): (&'static str, &'s
         {
             warn!(%crd, error = %e, "cannot wait for the CRD; watching its objects anyway");
         }
-        changes
+        profiles
     })
     .flatten();
-    (resource, store, gated)
+    (resource, gated)
 }
 
 /// A mapper from a change of `S` to every Profile, when `state` (what matters of `S` to the
@@ -601,17 +464,16 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
     };
     // A relist triggers the Profiles only once these stores hold it (`watches::changes`).
     let (settings, settings_changes) = watches::reflect(settings_api, watcher::Config::default(), ());
-    let (crd_store, crd_changes) = watches::reflect(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default(), ());
+    let (crd_store, crd_changes) = watches::reflect_metadata(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default(), ());
     let (settings_changes, crd_changes) = (settings_changes.map_ok(Change::object), crd_changes.map_ok(Change::object));
-    let tenants = Tenants::default();
-    let mut caches = HashMap::new();
+    let made = Made::default();
+    let mut resources = HashMap::new();
     let mut streams = Vec::new();
     for info in made_kinds() {
-        let (resource, store, stream) = made_objects(&client, info, tenants.clone());
-        caches.insert(info.1, (resource.clone(), store));
-        streams.push((resource, stream));
+        let (resource, stream) = made_objects(&client, info, made.clone());
+        resources.insert(info.1, resource);
+        streams.push(stream);
     }
-    let made = Made { caches, namespaces: tenants };
     let ctx = Arc::new(Context {
         client: client.clone(),
         settings,
@@ -620,6 +482,7 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
         cloud,
         backoffs: Backoffs::default(),
         made,
+        resources,
         statuses: StatusWrites::default(),
     });
     let _ = shared.set(ctx.clone());
@@ -627,8 +490,8 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
     // Built on a watch of our own so a relist triggers only once the store holds it.
     let (store, profile_changes) = WatchesSynced::default().reflect(profiles, watcher::Config::default());
     let mut controller = Controller::for_stream(profile_changes, store.clone()).with_config(kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
-    for (resource, stream) in streams {
-        controller = controller.owns_stream_with(stream, resource);
+    for stream in streams {
+        controller = controller.reconcile_on(stream);
     }
     // Every Profile is reconciled again when the settings that apply change (not on a status
     // write to a ProfileController, nor on a change to one whose settings do not apply), and
@@ -690,128 +553,5 @@ mod tests {
         assert!(!statuses.written_and_not_yet_seen("other", &ready, "11"), "another Profile");
         statuses.forget("uid");
         assert!(!statuses.written_and_not_yet_seen("uid", &ready, "11"), "forgotten with the Profile");
-    }
-
-    /// A [`Made`] of RoleBindings whose cache the test fills as a watch would.
-    struct Watch {
-        made: Made,
-        cache: kube::runtime::reflector::store::Writer<PartialObjectMeta<DynamicObject>>,
-    }
-
-    const HASH: u64 = 7;
-
-    fn role_binding(resource_version: &str) -> PartialObjectMeta<DynamicObject> {
-        serde_json::from_value(json!({
-            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-            "metadata": {"name": "edit", "namespace": "alice", "resourceVersion": resource_version},
-        }))
-        .unwrap()
-    }
-
-    impl Watch {
-        fn new() -> Self {
-            let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "RoleBinding"), "rolebindings");
-            let cache = kube::runtime::reflector::store::Writer::new(resource.clone());
-            let made = Made { caches: HashMap::from([("RoleBinding", (resource, cache.as_reader()))]), namespaces: Tenants::default() };
-            Watch { made, cache }
-        }
-
-        /// The watch shows the object at `resource_version`.
-        fn shows(&mut self, resource_version: &str) {
-            let object = role_binding(resource_version);
-            self.cache.apply_watcher_event(&watcher::Event::Apply(object.clone()));
-            self.made.namespaces.observed("RoleBinding", &object, true);
-        }
-
-        /// The watch shows the object deleted.
-        fn shows_deleted(&mut self, resource_version: &str) {
-            let object = role_binding(resource_version);
-            self.cache.apply_watcher_event(&watcher::Event::Delete(object.clone()));
-            self.made.namespaces.observed("RoleBinding", &object, false);
-        }
-
-        fn applied(&self, resource_version: &str) {
-            self.made.record("RoleBinding", Some("alice"), "edit", HASH, resource_version.to_string());
-        }
-
-        fn unchanged(&self, hash: u64) -> bool {
-            self.made.unchanged("RoleBinding", Some("alice"), "edit", hash)
-        }
-    }
-
-    #[test]
-    fn an_object_never_applied_is_applied() {
-        let mut watch = Watch::new();
-        assert!(!watch.unchanged(HASH));
-        // Even when the watch shows it (made by an earlier run of the operator).
-        watch.shows("10");
-        assert!(!watch.unchanged(HASH));
-    }
-
-    #[test]
-    fn an_object_at_the_applied_version_is_not_applied_again() {
-        let mut watch = Watch::new();
-        watch.applied("10");
-        // The watch has not shown it yet: not deleted, only not seen.
-        assert!(watch.unchanged(HASH));
-        watch.shows("10");
-        assert!(watch.unchanged(HASH));
-        // Another desired content is applied.
-        assert!(!watch.unchanged(HASH + 1));
-    }
-
-    #[test]
-    fn an_older_version_in_the_cache_is_awaited_not_reapplied() {
-        let mut watch = Watch::new();
-        watch.shows("9");
-        watch.applied("10");
-        assert!(watch.unchanged(HASH));
-    }
-
-    #[test]
-    fn an_object_someone_else_changed_is_applied_again() {
-        let mut watch = Watch::new();
-        watch.applied("10");
-        watch.shows("10");
-        watch.shows("11");
-        assert!(!watch.unchanged(HASH));
-    }
-
-    #[test]
-    fn an_object_deleted_after_the_watch_showed_it_is_applied_again() {
-        let mut watch = Watch::new();
-        watch.applied("10");
-        watch.shows("10");
-        watch.shows_deleted("12");
-        assert!(!watch.unchanged(HASH));
-    }
-
-    #[test]
-    fn a_resource_version_that_is_not_a_number_is_never_older() {
-        assert!(older("9", "10"));
-        assert!(!older("10", "10"));
-        assert!(!older("11", "10"));
-        assert!(!older("a", "10"));
-        let mut watch = Watch::new();
-        watch.applied("10");
-        watch.shows("opaque");
-        assert!(!watch.unchanged(HASH));
-    }
-
-    #[test]
-    fn a_deleted_namespace_forgets_what_was_applied_in_it() {
-        let mut watch = Watch::new();
-        watch.applied("10");
-        watch.shows("10");
-        assert_eq!(watch.made.watched_in("alice"), vec![("RoleBinding", "edit".to_string())]);
-        let namespace: PartialObjectMeta<DynamicObject> = serde_json::from_value(json!({
-            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {"name": "alice", "resourceVersion": "20"},
-        }))
-        .unwrap();
-        watch.made.namespaces.observed("Namespace", &namespace, false);
-        assert!(watch.made.watched_in("alice").is_empty());
-        // Made again from nothing: the object in the new namespace is applied.
-        watch.cache.apply_watcher_event(&watcher::Event::Delete(role_binding("10")));
-        assert!(!watch.unchanged(HASH));
     }
 }

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 pub mod cloud;
 pub mod controller;
 pub mod kfam;
+pub mod made;
 pub mod tenant;
 
 pub struct ProfilesComponent;
