@@ -5,8 +5,11 @@
 #
 #   hack/cargo.sh build           libraries, binaries and every test of the workspace, the e2e
 #                                 tests and tools (feature kubeflow-e2e/e2e) included
-#   hack/cargo.sh build-bins      only the libraries and binaries of the same build (what the
-#                                 images hold; hack/images.sh builds them twice to compare)
+#   hack/cargo.sh build-bins [--bin NAME]...
+#                                 only the libraries and binaries of the same build, or only the
+#                                 named binaries (what the images hold; hack/images.sh builds them
+#                                 a second time to compare). The package selection and features stay
+#                                 those of the full build, so each binary is the same either way.
 #   hack/cargo.sh test [ARGS]     cargo test of the same build (ARGS as for cargo test)
 #   hack/cargo.sh bin-dir         the directory of the built binaries
 #
@@ -31,7 +34,10 @@ while read -r name; do unset "$name"; done < <(compgen -e | grep -E '^(CC|CXX|CF
 # When several remaps match, rustc applies the last: the target directory may lie in the checkout.
 # No GNU build id: the linker hashes the whole output into it, symbols and line tables included,
 # which the images strip; it made two otherwise identical shipped binaries differ in 20 bytes.
-export RUSTFLAGS="-C target-feature=+crt-static -C link-arg=-Wl,--build-id=none --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo --remap-path-prefix=$ROOT=/src --remap-path-prefix=$TARGET_DIR=/target"
+# Smaller binaries, less of them resident: relative relocations packed (RELR: the loader reads
+# 30 KB instead of 3.6 MB of `.rela.dyn` at start) and identical functions folded (about 7 % of an
+# unoptimised operator's code; Rust promises no distinct function addresses).
+export RUSTFLAGS="-C target-feature=+crt-static -C link-arg=-Wl,--build-id=none -C link-arg=-Wl,-z,pack-relative-relocs -C link-arg=-Wl,--icf=all --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo --remap-path-prefix=$ROOT=/src --remap-path-prefix=$TARGET_DIR=/target"
 # One selection for every command: the package set and features decide how each dependency is
 # compiled, so `build` and `test` must ask for the same ones.
 ONE_BUILD=(--locked --profile "$PROFILE" --target "$TRIPLE" --workspace --features kubeflow-e2e/e2e)
@@ -39,7 +45,11 @@ ONE_BUILD=(--locked --profile "$PROFILE" --target "$TRIPLE" --workspace --featur
 cd "$ROOT"
 case ${1:-} in
   build) shift && exec cargo build "${ONE_BUILD[@]}" --lib --bins --tests "$@" ;;
-  build-bins) shift && exec cargo build "${ONE_BUILD[@]}" --bins "$@" ;;
+  build-bins)
+    shift
+    # With named binaries, only those (and what they link) are built.
+    [[ " $* " == *" --bin "* || " $* " == *" --bin="* ]] || set -- --bins "$@"
+    exec cargo build "${ONE_BUILD[@]}" "$@" ;;
   test) shift && exec cargo test "${ONE_BUILD[@]}" "$@" ;;
   bin-dir) echo "$BIN_DIR" ;;
   *) echo "usage: hack/cargo.sh build|build-bins|test [cargo args]|bin-dir" >&2; exit 2 ;;

@@ -287,8 +287,10 @@ check_lock() {
 # first build's: another checkout path (a copy of the working tree), another CARGO_HOME whose
 # registry sources are unpacked afresh (offline, from the first one's downloaded crates), another
 # target directory, HOME, user name, host name, time zone, locale, umask and job count. Only the
-# libraries and binaries are built (`--bins`: the features resolve as in the full build, checked by
-# comparing the results). On a difference it names the binary and the strings only one holds.
+# operator binaries are built, with what they link (`--bin`: the package selection and features
+# stay those of the full build, checked by comparing the results); kfop, the benchmarks and the
+# generators are not in an image. On a difference it names the binary and the strings only one
+# holds.
 reproduce() {
   local elsewhere start=$SECONDS op differ=()
   elsewhere=$(mktemp -d "${TMPDIR:-/tmp}/kfop-reproduce.XXXX")
@@ -306,7 +308,7 @@ reproduce() {
     cd "$elsewhere/checkout-moved"
     export RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup} CARGO_HOME=$elsewhere/cargo-home CARGO_TARGET_DIR=$elsewhere/target \
       HOME=$elsewhere/home USER=someone-else LOGNAME=someone-else TZ=Pacific/Kiritimati LC_ALL=C.UTF-8 CARGO_NET_OFFLINE=true
-    "${hostname_change[@]}" hack/cargo.sh build-bins --jobs "$other_jobs" --quiet
+    "${hostname_change[@]}" hack/cargo.sh build-bins "${OPERATORS[@]/#/--bin=}" --jobs "$other_jobs" --quiet
   ) || die "the second build failed (output above); it is in $elsewhere"
   local again
   again=$(CARGO_TARGET_DIR=$elsewhere/target "$elsewhere/checkout-moved/hack/cargo.sh" bin-dir)
