@@ -69,6 +69,7 @@ async fn main() -> std::process::ExitCode {
         tracing::error!(error = %e, addr = %cli.metrics_addr, "cannot serve the health endpoint");
         return std::process::ExitCode::FAILURE;
     }
+    tokio::spawn(operator_runtime::memory::release_freed_periodically());
     let platform = match controller::detect_platform(&client).await {
         Ok(p) => p,
         Err(e) => {

@@ -2,7 +2,7 @@
 //! alike: Prometheus metrics ([`metrics`]) and the health endpoint serving them ([`server`]), a
 //! Kubernetes client that counts its writes ([`client`]), logging and tracing ([`telemetry`]), the
 //! NATS transport ([`nats`]), retry delays ([`retry`]), watches that recover from gaps
-//! ([`watches`]), condition bookkeeping ([`conditions`]) and
+//! ([`watches`]), condition bookkeeping ([`conditions`]), freed memory handed back ([`memory`]) and
 //! the content hash that tells whether a desired object or spec changed.
 
 pub mod bus_security;
@@ -11,6 +11,7 @@ pub mod conditions;
 pub mod finalizer;
 pub mod invalid;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod nats;
 pub mod retry;

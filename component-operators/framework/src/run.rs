@@ -78,6 +78,7 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     let client = operator_runtime::client::counted_client(metrics.clone()).await.map_err(RunError::Client)?;
     let field_manager = field_manager(component);
     crate::server::start(args.metrics_addr, metrics.clone()).await?;
+    tokio::spawn(operator_runtime::memory::release_freed_periodically());
     // A standby replica stops here: it neither watches nor reads the bus until it leads.
     let leadership = args.leader_election.lead(client.clone(), &field_manager, &metrics).await?;
 
