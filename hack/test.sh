@@ -53,7 +53,8 @@ step "a second build elsewhere, compared byte for byte (hack/images.sh reproduce
 reproduce_log=$(mktemp "${TMPDIR:-/tmp}/kfop-reproduce-log.XXXX")
 setsid nice -n 19 hack/images.sh reproduce >"$reproduce_log" 2>&1 &
 reproduce_pid=$!
-on_exit+=("kill -- -$reproduce_pid 2>/dev/null || true")
+stop_reproduce="kill -- -$reproduce_pid 2>/dev/null || true"
+on_exit+=("$stop_reproduce")
 
 step "unit and end-to-end tests (hack/cargo.sh test)"
 # The e2e tests run the operator binaries of the one build as host processes.
@@ -74,6 +75,9 @@ if ! wait "$reproduce_pid"; then
 fi
 tail -1 "$reproduce_log" >&2
 rm -f "$reproduce_log"
-on_exit=("${on_exit[@]:1}")
+# The second build is done: drop only its stop action (the environment's, if any, stays).
+kept=()
+for action in "${on_exit[@]}"; do [[ $action == "$stop_reproduce" ]] || kept+=("$action"); done
+on_exit=("${kept[@]}")
 
 step "done in $((SECONDS - start)) s; build output: $(du -sh "$target_dir" | cut -f1) in $target_dir"
