@@ -319,6 +319,23 @@ mod tests {
         objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name).unwrap_or_else(|| panic!("no {kind} {name}"))
     }
 
+    /// Cluster roles, their bindings and webhook configurations: cluster-scoped, named with the
+    /// `-kubeflow` namespace suffix.
+    fn assert_cluster_roles_and_webhooks_are_suffixed(objects: &[Value]) {
+        for o in objects.iter().filter(|o| {
+            matches!(o["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding" | "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration"))
+        }) {
+            assert!(o["metadata"]["name"].as_str().unwrap().ends_with("-kubeflow"), "{}", o["metadata"]["name"]);
+            assert!(o["metadata"].get("namespace").is_none());
+        }
+    }
+
+    /// The Namespace first, then the `crds` CRDs.
+    fn assert_namespace_then_crds(objects: &[Value], crds: usize) {
+        assert_eq!(objects[0]["kind"], "Namespace");
+        assert!(objects[1..=crds].iter().all(|o| o["kind"] == "CustomResourceDefinition"));
+    }
+
     fn config_entry(objects: &[Value], key: &str) -> Value {
         let text = find(objects, "ConfigMap", CONFIG_MAP)["data"][key].as_str().unwrap_or_else(|| panic!("no {key} entry")).to_string();
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{key} is not JSON ({e}): {text}"))
@@ -363,15 +380,9 @@ mod tests {
             assert_eq!(controller["metadata"]["labels"]["components.kubeflow.org/part-of"], "kfserving");
             assert_eq!(controller["metadata"]["annotations"]["components.kubeflow.org/owner"], "team/kfserving");
             // Cluster-scoped objects other than CRDs and the Namespace carry the namespace suffix.
-            for o in objects.iter().filter(|o| {
-                matches!(o["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding" | "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration"))
-            }) {
-                assert!(o["metadata"]["name"].as_str().unwrap().ends_with("-kubeflow"), "{}", o["metadata"]["name"]);
-                assert!(o["metadata"].get("namespace").is_none());
-            }
+            assert_cluster_roles_and_webhooks_are_suffixed(&objects);
             // Objects come out in apply order: namespace first, CRDs next, workloads before webhooks.
-            assert_eq!(objects[0]["kind"], "Namespace");
-            assert!(objects[1..=crds.len()].iter().all(|o| o["kind"] == "CustomResourceDefinition"));
+            assert_namespace_then_crds(&objects, crds.len());
             let rank = |kind: &str| objects.iter().position(|o| o["kind"] == kind).unwrap();
             assert!(rank("Service") < rank("StatefulSet"));
             assert!(objects.last().unwrap()["kind"].as_str().unwrap().ends_with("WebhookConfiguration"));
@@ -602,15 +613,9 @@ mod tests {
 
             // Cluster-scoped objects other than CRDs, the Namespace and the shared runtimes carry
             // the namespace suffix.
-            for o in objects.iter().filter(|o| {
-                matches!(o["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding" | "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration"))
-            }) {
-                assert!(o["metadata"]["name"].as_str().unwrap().ends_with("-kubeflow"), "{}", o["metadata"]["name"]);
-                assert!(o["metadata"].get("namespace").is_none());
-            }
+            assert_cluster_roles_and_webhooks_are_suffixed(&objects);
             // Apply order: namespace, CRDs, ..., workloads, custom resources, webhooks last.
-            assert_eq!(objects[0]["kind"], "Namespace");
-            assert!(objects[1..=KSERVE_CRDS.len()].iter().all(|o| o["kind"] == "CustomResourceDefinition"));
+            assert_namespace_then_crds(&objects, KSERVE_CRDS.len());
             let first = |kind: &str| objects.iter().position(|o| o["kind"] == kind).unwrap();
             let last = |kind: &str| objects.iter().rposition(|o| o["kind"] == kind).unwrap();
             assert!(last("Service") < first("Deployment"));
