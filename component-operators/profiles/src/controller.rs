@@ -43,7 +43,7 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use crate::cloud::CloudIdentity;
-use crate::made::{Made, Shown, older};
+use crate::made::{Made, Shown, Uid, Version};
 use crate::tenant::{self, MANAGED_BY, MANAGED_BY_LABEL, Mesh, PROFILE_LABEL};
 
 /// Field manager of the tenant objects (the component install uses `kubeflow-profiles-operator`).
@@ -105,30 +105,40 @@ pub struct Context {
     statuses: StatusWrites,
 }
 
-/// What the controller last wrote to each Profile's status (by uid): the Ready condition it
-/// wrote and the resource version the write returned. A reconcile often runs on a Profile from
-/// the cache that does not show that write yet; the same condition is then not written again.
+/// What the controller last wrote to each Profile's status (by uid): a hash of the Ready
+/// condition it wrote and the resource version the write returned. A reconcile often runs on a
+/// Profile from the cache that does not show that write yet; the same condition is then not
+/// written again.
 #[derive(Default)]
-struct StatusWrites(Mutex<HashMap<String, (ReadyWritten, String)>>);
+struct StatusWrites(Mutex<HashMap<Uid, (u64, Version)>>);
 
 /// The parts of a status write that matter: observed generation, Ready's status, reason, message.
-type ReadyWritten = (Option<i64>, bool, String, String);
+#[derive(Hash)]
+struct ReadyWritten<'a>(Option<i64>, bool, &'a str, &'a str);
+
+impl ReadyWritten<'_> {
+    fn hash(&self) -> u64 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        Hash::hash(self, &mut hasher);
+        hasher.finish()
+    }
+}
 
 impl StatusWrites {
     /// Whether `ready` was written to Profile `uid` by a write the cached Profile (at
     /// `resource_version`) does not show yet.
     fn written_and_not_yet_seen(&self, uid: &str, ready: &ReadyWritten, resource_version: &str) -> bool {
         let writes = self.0.lock().expect("not poisoned");
-        writes.get(uid).is_some_and(|(written, version)| written == ready && older(resource_version, version))
+        writes.get(&Uid::of(uid)).is_some_and(|(written, version)| *written == ready.hash() && Version::of(resource_version).older_than(version))
     }
 
-    fn record(&self, uid: String, ready: ReadyWritten, resource_version: String) {
+    fn record(&self, uid: &str, ready: &ReadyWritten, resource_version: &str) {
         let mut writes = self.0.lock().expect("not poisoned");
-        writes.insert(uid, (ready, resource_version));
+        writes.insert(Uid::of(uid), (ready.hash(), Version::of(resource_version)));
     }
 
     fn forget(&self, uid: &str) {
-        self.0.lock().expect("not poisoned").remove(uid);
+        self.0.lock().expect("not poisoned").remove(&Uid::of(uid));
     }
 }
 
@@ -220,7 +230,7 @@ impl Context {
             return Ok(());
         }
         let uid = profile.uid().unwrap_or_default();
-        let written: ReadyWritten = (generation, ready, reason.to_string(), message.to_string());
+        let written = ReadyWritten(generation, ready, reason, message);
         if self.statuses.written_and_not_yet_seen(&uid, &written, &profile.resource_version().unwrap_or_default()) {
             return Ok(());
         }
@@ -230,7 +240,7 @@ impl Context {
             .patch_status(&profile.name_any(), &PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &Patch::Merge(&patch))
             .await
             .map_err(|source| Error::Status { name: profile.name_any(), source })?;
-        self.statuses.record(uid, written, patched.resource_version().unwrap_or_default());
+        self.statuses.record(&uid, &written, &patched.resource_version().unwrap_or_default());
         Ok(())
     }
 
@@ -281,7 +291,7 @@ impl Context {
         if let Some(ns) = &existing
             && !ns.made_for(profile)
         {
-            let owner = ns.owner_annotation.as_ref().map(|o| format!(" (owner annotation {o:?})")).unwrap_or_default();
+            let owner = ns.owner_annotation().map(|o| format!(" (owner annotation {o:?})")).unwrap_or_default();
             let message = format!("namespace {name} already exists and was not made for this Profile{owner}; it is never adopted: delete the Profile or choose another name");
             // The namespace is not watched (not ours): look again later.
             self.refuse(profile, "NamespaceOwnedByOther", message).await?;
@@ -334,7 +344,7 @@ impl Context {
         let name = profile.name_any();
         let wanted: BTreeSet<(&str, &str)> = desired.iter().map(|o| (o["kind"].as_str().unwrap_or_default(), o["metadata"]["name"].as_str().unwrap_or_default())).collect();
         for ((kind, object_name), object) in self.made.shown_in(&name) {
-            if wanted.contains(&(kind, object_name.as_str())) || !object.made_here_for(profile) {
+            if wanted.contains(&(kind, &*object_name)) || !object.made_here_for(profile) {
                 continue;
             }
             let Some(resource) = self.resources.get(kind) else { continue };
@@ -545,13 +555,13 @@ mod tests {
     #[test]
     fn a_status_write_the_cached_profile_does_not_show_yet_is_not_sent_again() {
         let statuses = StatusWrites::default();
-        let ready: ReadyWritten = (Some(1), true, "Reconciled".into(), "in place".into());
+        let ready = ReadyWritten(Some(1), true, "Reconciled", "in place");
         assert!(!statuses.written_and_not_yet_seen("uid", &ready, "10"), "never written");
-        statuses.record("uid".into(), ready.clone(), "12".into());
+        statuses.record("uid", &ready, "12");
         assert!(statuses.written_and_not_yet_seen("uid", &ready, "11"), "the cache is behind the write");
         assert!(!statuses.written_and_not_yet_seen("uid", &ready, "12"), "the cache shows the write, and another status: written again");
-        assert!(!statuses.written_and_not_yet_seen("uid", &(Some(2), true, "Reconciled".into(), "in place".into()), "11"), "another generation");
-        assert!(!statuses.written_and_not_yet_seen("uid", &(Some(1), false, "Failed".into(), "x".into()), "11"), "another condition");
+        assert!(!statuses.written_and_not_yet_seen("uid", &ReadyWritten(Some(2), true, "Reconciled", "in place"), "11"), "another generation");
+        assert!(!statuses.written_and_not_yet_seen("uid", &ReadyWritten(Some(1), false, "Failed", "x"), "11"), "another condition");
         assert!(!statuses.written_and_not_yet_seen("other", &ready, "11"), "another Profile");
         statuses.forget("uid");
         assert!(!statuses.written_and_not_yet_seen("uid", &ready, "11"), "forgotten with the Profile");
