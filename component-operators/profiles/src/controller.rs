@@ -116,25 +116,18 @@ struct StatusWrites(Mutex<HashMap<Uid, (u64, Version)>>);
 #[derive(Hash)]
 struct ReadyWritten<'a>(Option<i64>, bool, &'a str, &'a str);
 
-impl ReadyWritten<'_> {
-    fn hash(&self) -> u64 {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        Hash::hash(self, &mut hasher);
-        hasher.finish()
-    }
-}
 
 impl StatusWrites {
     /// Whether `ready` was written to Profile `uid` by a write the cached Profile (at
     /// `resource_version`) does not show yet.
     fn written_and_not_yet_seen(&self, uid: &str, ready: &ReadyWritten, resource_version: &str) -> bool {
         let writes = self.0.lock().expect("not poisoned");
-        writes.get(&Uid::of(uid)).is_some_and(|(written, version)| *written == ready.hash() && Version::of(resource_version).older_than(version))
+        writes.get(&Uid::of(uid)).is_some_and(|(written, version)| *written == hash_of(ready) && Version::of(resource_version).older_than(version))
     }
 
     fn record(&self, uid: &str, ready: &ReadyWritten, resource_version: &str) {
         let mut writes = self.0.lock().expect("not poisoned");
-        writes.insert(Uid::of(uid), (ready.hash(), Version::of(resource_version)));
+        writes.insert(Uid::of(uid), (hash_of(ready), Version::of(resource_version)));
     }
 
     fn forget(&self, uid: &str) {
@@ -142,9 +135,9 @@ impl StatusWrites {
     }
 }
 
-fn hash_of(object: &Value) -> u64 {
+fn hash_of(value: &impl Hash) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    object.to_string().hash(&mut hasher);
+    value.hash(&mut hasher);
     hasher.finish()
 }
 
@@ -330,7 +323,7 @@ impl Context {
         let kind = kind_static(object["kind"].as_str().unwrap_or_default());
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let namespace = object["metadata"]["namespace"].as_str();
-        let hash = hash_of(object);
+        let hash = hash_of(&object.to_string());
         if self.made.unchanged(kind, namespace, name, hash) {
             return Ok(());
         }

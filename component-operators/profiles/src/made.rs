@@ -244,8 +244,8 @@ impl Objects {
 pub(crate) struct Made(Arc<Mutex<HashMap<String, Objects>>>);
 
 /// The namespace an object is filed under: its own, or a Namespace's name.
-fn filed_under(kind: &str, namespace: Option<&str>, name: &str) -> String {
-    if kind == "Namespace" { name.to_string() } else { namespace.unwrap_or_default().to_string() }
+fn filed_under<'a>(kind: &str, namespace: Option<&'a str>, name: &'a str) -> &'a str {
+    if kind == "Namespace" { name } else { namespace.unwrap_or_default() }
 }
 
 impl Made {
@@ -256,14 +256,14 @@ impl Made {
     /// What the watch shows of `kind` `namespace/name`.
     pub fn shown(&self, kind: &'static str, namespace: Option<&str>, name: &str) -> Option<Shown> {
         let filed = filed_under(kind, namespace, name);
-        self.namespaces().get(&filed)?.get(kind, name)?.shown.clone()
+        self.namespaces().get(filed)?.get(kind, name)?.shown.clone()
     }
 
     /// Whether `kind` `namespace/name` (with `hash`) holds what was last applied to it.
     pub fn unchanged(&self, kind: &'static str, namespace: Option<&str>, name: &str, hash: u64) -> bool {
         let filed = filed_under(kind, namespace, name);
         let namespaces = self.namespaces();
-        let Some(entry) = namespaces.get(&filed).and_then(|n| n.get(kind, name)) else { return false };
+        let Some(entry) = namespaces.get(filed).and_then(|n| n.get(kind, name)) else { return false };
         let Some(last) = &entry.applied else { return false };
         last.hash == hash
             && match &entry.shown {
@@ -278,7 +278,7 @@ impl Made {
     pub fn record(&self, kind: &'static str, namespace: Option<&str>, name: &str, hash: u64, resource_version: &str) {
         let filed = filed_under(kind, namespace, name);
         let mut namespaces = self.namespaces();
-        let entry = namespaces.entry(filed).or_default().entry(kind, name);
+        let entry = namespaces.entry(filed.to_string()).or_default().entry(kind, name);
         let resource_version = Version::of(resource_version);
         let shown = entry.shown.as_ref().is_some_and(|s| !s.resource_version.older_than(&resource_version));
         entry.applied = Some(Applied { hash, resource_version, shown });
@@ -307,7 +307,7 @@ impl Made {
     /// namespace it is filed under.
     pub fn observed(&self, kind: &'static str, meta: &ObjectMeta, exists: bool) -> String {
         let name = meta.name.as_deref().unwrap_or_default();
-        let filed = filed_under(kind, meta.namespace.as_deref(), name);
+        let filed = filed_under(kind, meta.namespace.as_deref(), name).to_string();
         let mut namespaces = self.namespaces();
         if kind == "Namespace" && !exists {
             // The namespace and everything in it are gone.
