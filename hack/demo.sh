@@ -9,9 +9,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source e2e/env/versions.sh
+start=$SECONDS
+# What the demo did and how long each part took, printed at the end.
+done_steps=()
+mark() { done_steps+=("$(printf '%5s s  %s' "$((SECONDS - mark_at))" "$*")"); mark_at=$SECONDS; }
+mark_at=$SECONDS
 
 hack/prereqs.sh
 e2e/env/up.sh
+mark "local control plane and NATS running (e2e/env/up.sh)"
 source "$ENV_FILE"
 OPERATORS=(meta istio dex kfserving katib pipelines profiles kustomize)
 KFDEF=examples/kfdef-kfctl-istio-dex.yaml
@@ -22,10 +28,13 @@ BIN_DIR=$(hack/cargo.sh bin-dir)
 # The operators render with the cached kustomizes (v3.1.0 for kfctl-era packages, v5 for current ones).
 e2e/env/build.sh kustomize
 export KFOP_KUSTOMIZE=$KUSTOMIZE_BIN/kustomize KFOP_KUSTOMIZE_V5=$KUSTOMIZE_V5_BIN/kustomize
+mark "operators and kustomize built (hack/cargo.sh build, e2e/env/build.sh kustomize)"
 
 echo "--- installing CRDs, RBAC and operator Deployments (kubectl apply -k deploy/all)" >&2
 kubectl apply --server-side --force-conflicts -k deploy/all >/dev/null
-kubectl wait --for=condition=Established --timeout=60s -f crds/generated/ >/dev/null
+# The CRDs deploy/all ships; the Profile CRD is the profiles operator's to install.
+kubectl wait --for=condition=Established --timeout=60s -f deploy/all/crd.yaml >/dev/null
+mark "deploy/all installed: $(grep -c '^kind: CustomResourceDefinition' deploy/all/crd.yaml) CRDs Established, RBAC, operator Deployments"
 
 # The Deployments run as fake pods on kwok nodes; the real processes run here, each with its
 # ServiceAccount's token (so exactly the permissions deploy/ grants) and its own NATS identity on
@@ -60,24 +69,38 @@ if [[ -z $repo ]]; then
   [[ $repo == http* ]] || { echo "the stand-in manifests server did not start; see $STATE_DIR/logs/stand-in-manifests.log" >&2; exit 1; }
   echo "    stand-in manifests repository: $repo" >&2
 fi
+mark "${#OPERATORS[@]} operators running on this host with their ServiceAccounts' tokens and NATS identities"
 
 echo "--- applying $KFDEF (a kfctl KfDef; spec.repos[manifests] set to $repo)" >&2
 kubectl create namespace kubeflow --dry-run=client -o yaml | kubectl apply --server-side -f - >/dev/null
 sed "s|uri: https://github.com/kubeflow/manifests/archive/.*|uri: $repo|" "$KFDEF" | kubectl apply --server-side -f - >/dev/null
 kinds=istio,dex,kfserving,katib,pipelines,profilecontroller,kustomizeapplication
-for i in $(seq 150); do
-  phase=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{.status.phase}')
-  echo "--- $(date +%T) KfDef kubeflow: ${phase:-Pending}"
-  kubectl -n kubeflow get "$kinds" --no-headers 2>/dev/null | sed 's/^/    /' || true
-  [[ $phase == Available ]] && break
-  ((i < 150)) || { echo "the KfDef did not become Available; see $STATE_DIR/logs/*-operator.log" >&2; exit 1; }
-  sleep 2
-done
+# Progress from a watch: the phase and the applications not Ready yet, printed when they change.
+progress() {
+  kubectl -n kubeflow get kfdef kubeflow --watch \
+    -o jsonpath='{.status.phase}{" -- not Ready yet: "}{range .status.applications[?(@.state!="Ready")]}{.name}{" "}{end}{"\n"}' 2>/dev/null |
+    while read -r line; do [[ $line == "${last:-}" ]] || echo "--- $(date +%T) KfDef kubeflow: $line" >&2; last=$line; done
+}
+set -m # its own process group, stopped whole below
+progress &
+progress=$!
+set +m
+trap 'kill -- -$progress 2>/dev/null || true' EXIT
+if ! kubectl -n kubeflow wait kfdef/kubeflow --for=jsonpath='{.status.phase}'=Available --timeout=300s >/dev/null; then
+  kubectl -n kubeflow get "kfdef,$kinds" >&2 || true
+  echo "the KfDef did not become Available within 300 s; see $STATE_DIR/logs/*-operator.log" >&2
+  exit 1
+fi
+kill -- -$progress 2>/dev/null || true
 kubectl -n kubeflow get "kfdef,$kinds"
+# Available must mean every application of the spec is listed in status, and Ready.
 total=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{.spec.applications[*].name}' | wc -w)
+reported=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{.status.applications[*].name}' | wc -w)
+((total > 0 && reported == total)) || { echo "the KfDef lists $total applications, its status $reported" >&2; exit 1; }
 not_ready=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{range .status.applications[?(@.state!="Ready")]}{.name}{" "}{end}')
 [[ -z $not_ready ]] || { echo "applications not Ready: $not_ready" >&2; exit 1; }
 generic=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{range .status.applications[?(@.component=="kustomize")]}{.name}{" "}{end}' | wc -w)
+mark "KfDef kubeflow Available: all $total applications Ready ($generic by the generic kustomize-operator)"
 cat >&2 <<MSG
 
 The KfDef is Available: all $total applications are Ready, $generic of them installed by the
@@ -91,4 +114,7 @@ Try:
   kubectl -n kubeflow delete deploy jupyter-web-app                # a generic application heals too
   kubectl -n kubeflow patch kfdef kubeflow --type merge -p '{"spec":{"version":"v1.3.0"}}'
 Stop everything: make env-down
+
+make demo: done in $((SECONDS - start)) s
+$(printf '%s\n' "${done_steps[@]}")
 MSG

@@ -10,7 +10,13 @@ start=$SECONDS
 # What runs when the script ends, however it ends: stop the second build, stop the environment.
 on_exit=()
 trap 'for action in "${on_exit[@]}"; do eval "$action"; done' EXIT
-step() { printf '\n=== %s (%ss)\n' "$*" "$((SECONDS - start))" >&2; }
+# Each step's name and duration, for the summary at the end.
+steps=() step_at=$SECONDS
+step() {
+  ((${#steps[@]} == 0)) || steps[-1]+=" $((SECONDS - step_at))"
+  steps+=("$*") step_at=$SECONDS
+  printf '\n=== %s (%ss)\n' "$*" "$((SECONDS - start))" >&2
+}
 target_dir=${CARGO_TARGET_DIR:-$PWD/target}
 
 step "prerequisites"
@@ -34,9 +40,24 @@ hack/images.sh check
 step "OLM bundles and catalog (operator-sdk bundle validate, opm validate)"
 hack/validate-bundles.sh
 
-step "local environment (e2e/env/up.sh)"
 was_running=0
 [[ -f $ENV_FILE ]] && KUBECONFIG=$KUBECONFIG_FILE "$KUBE_BIN/kubectl" get --raw /readyz >/dev/null 2>&1 && was_running=1
+
+step "the README's first command, make demo (hack/demo.sh), then make env-down"
+# The same script a newcomer runs, on the same environment: it fails unless the sample KfDef
+# becomes Available with every application Ready. An environment that was already running (a
+# developer's own demo) is left running, with the demo's KfDef converged on it.
+if ((was_running == 0)); then
+  on_exit+=(e2e/env/down.sh)
+  # The environment's logs go with it: show the operators' last words first.
+  hack/demo.sh || { tail -n 20 "$STATE_DIR"/logs/*-operator.log >&2 || true; exit 1; }
+  e2e/env/down.sh
+  on_exit=("${on_exit[@]:0:${#on_exit[@]}-1}")
+else
+  hack/demo.sh
+fi
+
+step "local environment (e2e/env/up.sh)"
 if ((was_running == 0)) && [[ ${KEEP_ENV:-0} != 1 ]]; then
   on_exit+=(e2e/env/down.sh)
 fi
@@ -59,7 +80,9 @@ on_exit+=("$stop_reproduce")
 step "unit and end-to-end tests (hack/cargo.sh test)"
 # The e2e tests run the operator binaries of the one build as host processes.
 export KFOP_BIN_DIR=$BIN_DIR
-hack/cargo.sh test --no-fail-fast -- --test-threads 4
+test_log=$(mktemp "${TMPDIR:-/tmp}/kfop-test-log.XXXX")
+on_exit+=("rm -f $test_log")
+hack/cargo.sh test --no-fail-fast -- --test-threads 4 | tee "$test_log"
 
 step "chaos: eight fixed-seed trials, one fault kind each twice (make chaos runs a hundred)"
 # Alone, after the e2e tests: it restarts the shared kube-apiserver.
@@ -80,4 +103,13 @@ kept=()
 for action in "${on_exit[@]}"; do [[ $action == "$stop_reproduce" ]] || kept+=("$action"); done
 on_exit=("${kept[@]}")
 
-step "done in $((SECONDS - start)) s; build output: $(du -sh "$target_dir" | cut -f1) in $target_dir"
+step "done"
+passed=0 failed=0 binaries=0
+while read -r p f; do passed=$((passed + p)) failed=$((failed + f)) binaries=$((binaries + 1)); done \
+  < <(sed -nE 's/^test result: [a-zA-Z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p' "$test_log")
+{
+  printf '\nmake test: done in %s s; build output %s in %s\n' "$((SECONDS - start))" "$(du -sh "$target_dir" | cut -f1)" "$target_dir"
+  for entry in "${steps[@]:0:${#steps[@]}-1}"; do printf '%6s s  %s\n' "${entry##* }" "${entry% *}"; done
+  printf 'unit and end-to-end tests in %s test binaries, the demo and chaos trials green\n' "$binaries"
+  printf 'tests: %s passed, %s failed\n' "$passed" "$failed"
+} >&2
