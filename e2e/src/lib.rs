@@ -724,6 +724,11 @@ impl OperatorStack {
         OperatorProcess::on_bus(binary, nats, identity, &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())])
     }
 
+    /// The kubeconfig `operator` (e.g. `kustomize-operator`) runs with: its ServiceAccount's token.
+    pub fn kubeconfig(&self, operator: &str) -> &std::path::Path {
+        &self.kubeconfigs[operator]
+    }
+
     /// Starts the meta-operator again (after `meta.kill()`).
     pub fn restart_meta(&mut self) {
         self.meta = Self::spawn("meta-operator", &self.nats, Identity::MetaOperator, &self.kubeconfigs["meta-operator"]);

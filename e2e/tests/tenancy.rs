@@ -226,3 +226,141 @@ async fn an_install_whose_writes_are_refused_keeps_what_it_has() {
     assert_eq!(after, before, "the refused install lost objects");
     drop(operator);
 }
+
+/// A loopback HTTP listener that answers 404 and counts the connections it accepted.
+fn counting_listener() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = stream.read(&mut [0u8; 1024]);
+            let _ = stream.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    (port, accepted)
+}
+
+/// A tenant's packages aim at the kustomize-operator's credential (the kubeconfig it runs with in
+/// this environment) through a path kustomize cleans as text (`x/../..`, `x` missing), through a
+/// builtin generator config (kustomize v5), and at a loopback listener through a generator's
+/// `files:` URL. None of them renders; no ConfigMap carries the credential; the listener sees no
+/// connection; the tenant's other application installs.
+#[tokio::test]
+async fn a_tenant_package_reaches_neither_the_operators_credential_nor_the_network() {
+    let client = client().await;
+    let ns = TestNamespace::create_tenant(&client, "e2e-loot").await;
+    ns.grant_installer(&client, "RoleBinding", "edit").await;
+    let stack = OperatorStack::start(&client, &[]).await;
+    let credential = stack.kubeconfig("kustomize-operator").to_path_buf();
+    let token = std::fs::read_to_string(&credential).unwrap().lines().find_map(|l| l.trim().strip_prefix("token: ").map(str::to_string)).unwrap();
+    let (port, accepted) = counting_listener();
+
+    let through_missing = format!("x/{}{}", "../".repeat(credential.components().count() + 2), credential.display().to_string().trim_start_matches('/'));
+    // `labels` is a field only kustomize v5 has, so these two packages render with v5.
+    let v5 = "labels:\n- pairs: {tenant: loot}\n";
+    let generator = |name: &str, file: &str| format!("generatorOptions: {{disableNameSuffixHash: true}}\nconfigMapGenerator:\n- name: {name}\n  files: [{file}]\n");
+    let packages: [(&str, Vec<(&str, String)>); 4] = [
+        ("app", vec![("kustomization.yaml", "resources: [cm.yaml]\n".into()), ("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tenant-config\ndata:\n  a: b\n".into())]),
+        ("loot", vec![("kustomization.yaml", generator("loot", &format!("kc={through_missing}")))]),
+        (
+            "loot-v5",
+            vec![
+                ("kustomization.yaml", format!("{v5}generators: [gen.yaml]\n")),
+                ("gen.yaml", format!("apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata:\n  name: loot-v5\noptions:\n  disableNameSuffixHash: true\nfiles:\n- kc={}\n", credential.display())),
+            ],
+        ),
+        ("fetch", vec![("kustomization.yaml", format!("{v5}{}", generator("fetched", &format!("k=http://127.0.0.1:{port}/latest/meta-data"))))]),
+    ];
+    let tmp = std::env::temp_dir().join(unique_name("loot-repo"));
+    for (package, files) in &packages {
+        let dir = tmp.join("tenant").join(package);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+    }
+    let tarball = fixtures::pack_github_tarball(&tmp, "manifests-tenant");
+    std::fs::remove_dir_all(&tmp).unwrap();
+    let server = fixtures::Server::start(BTreeMap::from([(ARCHIVE.to_string(), tarball)])).await;
+
+    let app = |name: &str, path: &str| json!({"name": name, "kustomizeConfig": {"repoRef": {"name": "manifests", "path": path}}});
+    let kfdef: KfDef = serde_json::from_value(json!({
+        "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "loot", "namespace": ns.name},
+        "spec": {
+            "version": "v1.0.2",
+            "applications": [app("kubeflow-apps", "tenant/app"), app("loot", "tenant/loot"), app("loot-v5", "tenant/loot-v5"), app("fetch", "tenant/fetch")],
+            "repos": [{"name": "manifests", "uri": server.url(ARCHIVE)}],
+        },
+    }))
+    .unwrap();
+    let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    kfdefs.create(&PostParams::default(), &kfdef).await.unwrap();
+
+    let log = stack.components[&kubeflow_crds::ComponentKind::GENERIC].log.display().to_string();
+    let done = eventually(&format!("every application of the tenant KfDef judged (log: {log})"), || async {
+        let k = kfdefs.get("loot").await.map_err(|e| e.to_string())?;
+        let status = k.status.clone().unwrap_or_default();
+        let judged = status.applications.len() == 4
+            && status.applications.iter().filter(|a| a.name != "kubeflow-apps").all(|a| a.state != "Ready" && !a.message.is_empty())
+            && application(&k, "kubeflow-apps").state == "Ready";
+        if judged { Ok(k) } else { Err(format!("{:?}", status.applications)) }
+    })
+    .await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    for (config_map, app) in [("loot", "loot"), ("loot-v5", "loot-v5"), ("fetched", "fetch")] {
+        assert!(config_maps.get_opt(config_map).await.unwrap().is_none(), "ConfigMap {config_map} was made: {:?}", application(&done, app));
+    }
+    assert!(config_maps.get_opt("tenant-config").await.unwrap().is_some());
+    for a in &done.status.as_ref().unwrap().applications {
+        assert!(!a.message.contains(&token), "application {} carries the operator's token", a.name);
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0, "a render connected to the loopback listener");
+    kfdefs.delete("loot", &DeleteParams::default()).await.unwrap();
+    gone(&kfdefs, "loot").await;
+}
+
+/// A namespace a Profile made is a tenant's: a platform install (here Katib, in its own
+/// namespace) aimed at it is refused, the status naming the namespace and its owner, and nothing
+/// is written into it. A tenant could otherwise register a Profile named like a namespace a
+/// release installs into and receive the platform's objects.
+#[tokio::test]
+async fn a_platform_install_into_a_profiles_namespace_is_refused() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Namespace;
+    use kubeflow_crds::Katib;
+    use kubeflow_crds::component::{ComponentPhase, ComponentResource};
+    let client = client().await;
+    install_crds(&client).await;
+    let platform = TestNamespace::create(&client, "e2e-platform").await;
+    // As the profiles operator labels every Profile's namespace.
+    let squatted = TestNamespace::create(&client, "e2e-squatted").await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(&squatted.name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"metadata": {"labels": {"app.kubernetes.io/part-of": "kubeflow-profile"}}})))
+        .await
+        .unwrap();
+    let operator = OperatorProcess::start("katib-operator", &["--namespace", &platform.name], &[]);
+    operator.wait_ready().await;
+    let katibs: Api<Katib> = Api::namespaced(client.clone(), &platform.name);
+    let katib: Katib = serde_json::from_value(json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib", "metadata": {"name": "katib"},
+        "spec": {"version": "v0.10.0", "targetNamespace": squatted.name},
+    }))
+    .unwrap();
+    katibs.create(&PostParams::default(), &katib).await.unwrap();
+    let refused = eventually(&format!("Katib refused (log: {})", operator.log.display()), || async {
+        let k = katibs.get("katib").await.map_err(|e| e.to_string())?;
+        let degraded = k.component_status().and_then(|s| s.phase) == Some(ComponentPhase::Degraded);
+        if degraded { Ok(k.status.clone().unwrap_or_default()) } else { Err(format!("{:?}", k.status)) }
+    })
+    .await;
+    let message = &refused.conditions.iter().find(|c| c.type_ == "Degraded").unwrap().message;
+    assert!(message.contains(&format!("namespace {} belongs to a Profile", squatted.name)), "{message}");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &squatted.name);
+    assert!(deployments.list(&Default::default()).await.unwrap().items.is_empty(), "Katib installed into the tenant's namespace");
+    drop(operator);
+}

@@ -99,6 +99,8 @@ pub enum KustomizeError {
     NotFound { path: PathBuf, hint: String },
     #[error("could not run kustomize: {0}")]
     Spawn(String),
+    #[error("kustomize cannot be run isolated: {0}")]
+    Isolation(String),
     #[error("kustomize build did not finish within {secs} s")]
     Timeout { secs: u64 },
     #[error("kustomize output exceeds the limit of {limit} bytes")]

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -9,6 +10,7 @@ use tokio::io::AsyncReadExt;
 use kubeflow_crds::kfdef::KustomizeRelease;
 
 use crate::error::KustomizeError;
+use crate::sandbox::{self, Confinement};
 
 /// The kustomize version the project builds (`e2e/env/versions.sh`): the v3 engine kfctl linked.
 pub const KUSTOMIZE_VERSION: &str = "v3.1.0";
@@ -117,16 +119,16 @@ impl Kustomize {
                 hint: format!("set {KUSTOMIZE_ENV} to a kustomize binary"),
             });
         }
-        let out = tokio::process::Command::new(&bin)
-            .arg("version")
-            .env_clear()
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output();
+        // Confined like every kustomize process, with nothing to read.
+        let confinement = Arc::new(Confinement::new(&bin, &[]).map_err(|e| KustomizeError::Isolation(e.to_string()))?);
+        let mut version = tokio::process::Command::new(&bin);
+        version.arg("version").env_clear().stdin(Stdio::null()).kill_on_drop(true);
+        confinement.apply(&mut version);
+        let out = version.output();
         let out = tokio::time::timeout(Duration::from_secs(30), out)
             .await
             .map_err(|_| KustomizeError::Timeout { secs: 30 })?
-            .map_err(|e| KustomizeError::Spawn(format!("{}: {e}", bin.display())))?;
+            .map_err(|e| sandbox::spawn_error(&bin, e))?;
         let load_restrictor = load_restrictor_flag(&String::from_utf8_lossy(&out.stdout));
         Ok(Kustomize {
             bin,
@@ -136,10 +138,16 @@ impl Kustomize {
         })
     }
 
-    /// `kustomize build <dir>` with no load restriction (kfctl's `loader.RestrictionNone`) and an
-    /// empty environment (so no credentials or git configuration reach it). Returns stdout.
-    pub async fn build(&self, dir: &Path, home: &Path) -> Result<String, KustomizeError> {
-        let mut child = tokio::process::Command::new(&self.bin)
+    /// `kustomize build <dir>` with no load restriction (kfctl's `loader.RestrictionNone`), an
+    /// empty environment (so no credentials or git configuration reach it), confined by the
+    /// kernel ([`crate::sandbox`]) to reading under `readable` and `home`, with no network.
+    /// Returns stdout.
+    pub async fn build(&self, dir: &Path, home: &Path, readable: &[PathBuf]) -> Result<String, KustomizeError> {
+        let mut allowed = readable.to_vec();
+        allowed.push(home.to_path_buf());
+        let confinement = Arc::new(Confinement::new(&self.bin, &allowed).map_err(|e| KustomizeError::Isolation(e.to_string()))?);
+        let mut command = tokio::process::Command::new(&self.bin);
+        command
             .arg("build")
             .args(&self.load_restrictor)
             .arg(dir)
@@ -149,9 +157,10 @@ impl Kustomize {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| KustomizeError::Spawn(format!("{}: {e}", self.bin.display())))?;
+            .kill_on_drop(true);
+        confinement.apply(&mut command);
+        let mut child = command.spawn().map_err(|e| sandbox::spawn_error(&self.bin, e))?;
+        drop(confinement);
         let mut stdout = child.stdout.take().expect("piped");
         let mut stderr = child.stderr.take().expect("piped");
         let limit = self.max_output_bytes;

@@ -45,6 +45,7 @@ pub mod kustomize;
 pub mod order;
 pub mod refs;
 pub mod render;
+pub mod sandbox;
 
 #[cfg(feature = "fixtures")]
 pub mod fixtures;

@@ -319,8 +319,9 @@ impl Renderer {
         let home = work.path().join("home");
         std::fs::create_dir_all(&home).map_err(io(&app.name, "creating a work directory"))?;
         let (kustomize, release, why) = self.choose(app, newer)?;
+        // kustomize may read the repository and this render's work directory, nothing else.
         let output = kustomize
-            .build(&build_dir, &home)
+            .build(&build_dir, &home, &[repo.root.clone(), work.path().to_path_buf()])
             .await
             .map_err(|source| RenderError::Kustomize {
                 app: app.name.clone(),

@@ -747,7 +747,7 @@ async fn the_entries_of_the_modern_example_render_what_kustomize_builds_of_it() 
 
     let home = tmp.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let upstream = env.renderer.kustomize_v5.as_ref().unwrap().build(&repo.join("example"), &home).await.unwrap();
+    let upstream = env.renderer.kustomize_v5.as_ref().unwrap().build(&repo.join("example"), &home, std::slice::from_ref(&repo)).await.unwrap();
     let mut expected = summary(&kubeflow_manifests::parse_objects(&upstream).unwrap());
     expected.sort();
     assert_eq!(rendered, expected);

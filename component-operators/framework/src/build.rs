@@ -43,6 +43,28 @@ pub fn owner_id<R: ComponentResource>(resource: &R) -> String {
 /// `component`: labelled part of the component and, except for CRDs (shared by every install of
 /// the component), annotated with that owner. Nothing else is ever deleted: an inventory in status
 /// can be written by others, so a name listed there is no proof.
+/// The namespaces `objects` install into: those of namespaced objects, and Namespaces they create.
+pub fn target_namespaces(objects: &[Value]) -> BTreeSet<&str> {
+    let mut namespaces: BTreeSet<&str> = objects.iter().filter_map(|o| o["metadata"]["namespace"].as_str()).collect();
+    namespaces.extend(objects.iter().filter(|o| o["apiVersion"] == "v1" && o["kind"] == "Namespace").filter_map(|o| o["metadata"]["name"].as_str()));
+    namespaces
+}
+
+/// The tenant whose namespace `namespace` is, if a Profile made it: the Profile its owner
+/// reference names, or the label the profile controller sets on every Profile's namespace.
+pub fn tenant_owner(namespace: &k8s_openapi::api::core::v1::Namespace) -> Option<String> {
+    let by_reference = namespace.metadata.owner_references.iter().flatten().find(|r| r.kind == "Profile" && r.api_version.starts_with("kubeflow.org/"));
+    if let Some(profile) = by_reference {
+        return Some(format!("Profile {}", profile.name));
+    }
+    let labelled = namespace.metadata.labels.as_ref().and_then(|l| l.get(PROFILE_NAMESPACE_LABEL)).is_some_and(|v| v == PROFILE_NAMESPACE_VALUE);
+    labelled.then(|| format!("a Profile (labelled {PROFILE_NAMESPACE_LABEL}={PROFILE_NAMESPACE_VALUE})"))
+}
+
+/// The label every Profile's namespace carries (upstream's profile controller sets it too).
+pub const PROFILE_NAMESPACE_LABEL: &str = "app.kubernetes.io/part-of";
+pub const PROFILE_NAMESPACE_VALUE: &str = "kubeflow-profile";
+
 pub fn made_by(live: &Value, info: &kinds::KindInfo, component: &str, owner: &str) -> bool {
     let metadata = &live["metadata"];
     metadata["labels"][PART_OF_LABEL] == component && (shared_by_installs(info, live) || metadata["annotations"][OWNER_ANNOTATION] == owner)
@@ -265,6 +287,26 @@ fn apply_replica_overrides<R: ComponentResource>(resource: &R, objects: &mut [Va
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_a_profile_made_is_a_tenants() {
+        let namespace = |metadata: Value| serde_json::from_value::<k8s_openapi::api::core::v1::Namespace>(json!({"metadata": metadata})).unwrap();
+        let made = namespace(json!({"name": "oauth2-proxy", "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "Profile", "name": "oauth2-proxy", "uid": "u"}]}));
+        assert_eq!(tenant_owner(&made).as_deref(), Some("Profile oauth2-proxy"));
+        let labelled = namespace(json!({"name": "cert-manager", "labels": {"app.kubernetes.io/part-of": "kubeflow-profile"}}));
+        assert_eq!(tenant_owner(&labelled).as_deref(), Some("a Profile (labelled app.kubernetes.io/part-of=kubeflow-profile)"));
+        // A platform namespace, and one owned by something else of the same kind name.
+        assert_eq!(tenant_owner(&namespace(json!({"name": "kubeflow", "labels": {"app.kubernetes.io/part-of": "kubeflow"}}))), None);
+        assert_eq!(tenant_owner(&namespace(json!({"name": "x", "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Profile", "name": "x", "uid": "u"}]}))), None);
+
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "auth"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "oauth2-proxy"}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}}),
+            json!({"apiVersion": "example.com/v1", "kind": "Namespace", "metadata": {"name": "not-a-namespace"}}),
+        ];
+        assert_eq!(target_namespaces(&objects).into_iter().collect::<Vec<_>>(), ["auth", "oauth2-proxy"]);
+    }
 
     fn object(labels: Value, annotations: Value) -> Value {
         json!({"metadata": {"name": "x", "labels": labels, "annotations": annotations}})

@@ -57,6 +57,8 @@ pub enum Error {
     NotEstablished { crd: String },
     #[error("planning the preview of {resource}: {source}")]
     Plan { resource: String, source: crate::plan::PlanError },
+    #[error("reading Namespace {namespace} to tell whose it is: {source}")]
+    Namespace { namespace: String, source: kube::Error },
 }
 
 impl Error {
@@ -71,6 +73,7 @@ impl Error {
             Error::Finalizer { .. } => "finalizer",
             Error::NotEstablished { .. } => "establish",
             Error::Plan { .. } => "plan",
+            Error::Namespace { .. } => "dereference",
         }
     }
 }
@@ -387,8 +390,32 @@ async fn desired<C: Component>(resource: &C::Resource, ctx: &Context<C>, install
         Ok(objects) => objects,
         Err(invalid) => return Ok(Err(invalid)),
     };
+    if let Some(invalid) = tenant_namespace(resource, ctx, &objects).await? {
+        return Ok(Err(invalid));
+    }
     let (applications, failed, converted) = inputs.rendered.map(|r| (r.applications, r.failed, r.converted)).unwrap_or_default();
     Ok(Ok(Desired { objects, applications, failed, converted }))
+}
+
+/// A namespace a Profile made is a tenant's: no component installs into it, but a resource that
+/// lives there itself (the tenant's own KfDef). Otherwise a tenant could register a Profile named
+/// like a namespace a platform release installs into and later receive the platform's objects
+/// (its Secrets among them). Reads each target namespace once per reconcile, with the operator's
+/// own rights (every operator may read namespaces).
+async fn tenant_namespace<C: Component>(resource: &C::Resource, ctx: &Context<C>, objects: &[Value]) -> Result<Option<InvalidSpec>, Error> {
+    let own = resource.namespace().unwrap_or_default();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    for namespace in build::target_namespaces(objects).into_iter().filter(|n| *n != own) {
+        let live = namespaces.get_opt(namespace).await.map_err(|source| Error::Namespace { namespace: namespace.to_string(), source })?;
+        if let Some(owner) = live.as_ref().and_then(build::tenant_owner) {
+            return Ok(Some(InvalidSpec::new(
+                "spec",
+                format!("namespace {namespace} belongs to {owner}, a tenant's namespace: no component installs into it (only a resource in that namespace may); nothing is installed"),
+            )
+            .retryable()));
+        }
+    }
+    Ok(None)
 }
 
 /// Reads what the spec references, as the installer: the operator itself reads no Secrets, and a
