@@ -70,6 +70,14 @@ fn yaml_docs(objects: &[Value]) -> String {
     out
 }
 
+/// Size of an operator pod's only writable volume (`/tmp`, an emptyDir): the one setting its
+/// contents are bounded by. The kubelet evicts a pod whose emptyDir outgrows it, so the generic
+/// component's repository cache takes only a share of it ([`WORK_VOLUME_ENV`]).
+pub const WORK_VOLUME_MIB: u64 = 2048;
+
+/// The environment variable that tells an operator [`WORK_VOLUME_MIB`].
+pub const WORK_VOLUME_ENV: &str = "KFOP_WORK_VOLUME_BYTES";
+
 /// The operator Deployment, its image by digest ([`operator_image`]): two replicas that elect a
 /// leader on a Lease in their namespace (only the leader acts; the other takes over when the
 /// leader's pod dies), spread over nodes; restricted security context (no fixed user, so
@@ -101,6 +109,8 @@ pub fn operator_deployment(name: &str, version: &str) -> Value {
                         "env": [
                             {"name": "LEADER_ELECTION_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
                             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            // The volume's size, from which what lives on it is bounded.
+                            {"name": WORK_VOLUME_ENV, "value": format!("{WORK_VOLUME_MIB}Mi")},
                         ],
                         "ports": [{"name": "metrics", "containerPort": 8080}],
                         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 20},
@@ -110,7 +120,7 @@ pub fn operator_deployment(name: &str, version: &str) -> Value {
                         // The only writable path (e.g. the generic component's repository cache).
                         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                     }],
-                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": format!("{WORK_VOLUME_MIB}Mi")}}],
                 },
             },
         },
@@ -461,6 +471,27 @@ mod tests {
     #[should_panic(expected = "run `make images-lock generate`")]
     fn an_image_of_another_version_is_refused() {
         operator_image("meta-operator", "99.0.0");
+    }
+
+    /// Every operator's `/tmp` emptyDir and the size it is told of are the same setting, so the
+    /// generic component's cache (half of it) cannot outgrow the volume and get the pod evicted.
+    #[test]
+    fn every_operator_is_told_the_size_of_its_work_volume() {
+        for (dir, files) in render_all().into_iter().filter(|(dir, _)| dir != "nats") {
+            for (_, text) in files.iter().filter(|(f, _)| f.starts_with("operator")) {
+                for doc in text.split("\n---\n").skip(1) {
+                    let object: Value = serde_yaml_ng::from_str(doc).unwrap();
+                    if object["kind"] != "Deployment" {
+                        continue;
+                    }
+                    let pod = &object["spec"]["template"]["spec"];
+                    let size_limit = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "tmp").map(|v| v["emptyDir"]["sizeLimit"].clone());
+                    let told = pod["containers"][0]["env"].as_array().unwrap().iter().find(|e| e["name"] == WORK_VOLUME_ENV).map(|e| e["value"].clone());
+                    assert_eq!(size_limit, Some(json!("2048Mi")), "{dir}: {}", object["metadata"]["name"]);
+                    assert_eq!(told, size_limit, "{dir}: {}", object["metadata"]["name"]);
+                }
+            }
+        }
     }
 
     /// Every operator Deployment of every package has a budget that selects exactly its pods and

@@ -17,9 +17,22 @@ struct FetchArgs {
     #[arg(long, env = "KFOP_ALLOW_FETCH_FROM", value_name = "HOST|CIDR", value_delimiter = ',', value_parser = parse_allow_entry)]
     allow_fetch_from: Vec<AllowEntry>,
     /// Most bytes the unpacked repositories of the cache may hold (a number of bytes, or with Ki,
-    /// Mi, Gi or Ti); the least recently used are evicted beyond it.
-    #[arg(long, env = "KFOP_REPO_CACHE_MAX_BYTES", value_name = "BYTES", default_value_t = DEFAULT_MAX_CACHE_BYTES, value_parser = parse_bytes)]
-    repo_cache_max_bytes: u64,
+    /// Mi, Gi or Ti); the least recently used are evicted beyond it. Default: half of
+    /// --work-volume-bytes when that is given, else 4Gi.
+    #[arg(long, env = "KFOP_REPO_CACHE_MAX_BYTES", value_name = "BYTES", value_parser = parse_bytes)]
+    repo_cache_max_bytes: Option<u64>,
+    /// Size of the volume the cache and the renders' work directories live on (deploy/ sets it to
+    /// the pod's `/tmp` emptyDir size limit, which the kubelet evicts the pod beyond).
+    #[arg(long, env = "KFOP_WORK_VOLUME_BYTES", value_name = "BYTES", value_parser = parse_bytes)]
+    work_volume_bytes: Option<u64>,
+}
+
+impl FetchArgs {
+    /// The cache quota: as given, else half the work volume (renders' work directories and the
+    /// download in progress need the rest), else [`DEFAULT_MAX_CACHE_BYTES`].
+    fn cache_quota(&self) -> u64 {
+        self.repo_cache_max_bytes.or(self.work_volume_bytes.map(|v| v / 2)).unwrap_or(DEFAULT_MAX_CACHE_BYTES)
+    }
 }
 
 fn parse_allow_entry(entry: &str) -> Result<AllowEntry, String> {
@@ -56,7 +69,8 @@ fn main() -> std::process::ExitCode {
         let allowed: Vec<String> = fetch.allow_fetch_from.iter().map(ToString::to_string).collect();
         tracing::warn!(allowed = ?allowed, "repository fetches may reach these destinations despite the fence");
     }
-    let options = FetchOptions { allow_fetch_from: fetch.allow_fetch_from, max_cache_bytes: fetch.repo_cache_max_bytes, ..FetchOptions::default() };
+    let max_cache_bytes = fetch.cache_quota();
+    let options = FetchOptions { allow_fetch_from: fetch.allow_fetch_from, max_cache_bytes, ..FetchOptions::default() };
     kustomize_operator::set_fetch_options(options).expect("fetch options are set once, here");
     component_framework::run_until_stopped::<KustomizeComponent>(operator)
 }
@@ -72,10 +86,15 @@ mod tests {
         let fetch = FetchArgs::from_arg_matches(&matches).unwrap();
         let allowed: Vec<String> = fetch.allow_fetch_from.iter().map(ToString::to_string).collect();
         assert_eq!(allowed, ["127.0.0.1/32", "minio.storage.svc", "10.0.0.0/8"]);
-        assert_eq!(fetch.repo_cache_max_bytes, 512 << 20);
+        assert_eq!(fetch.cache_quota(), 512 << 20);
         let defaults = FetchArgs::from_arg_matches(&command().try_get_matches_from(["kustomize-operator"]).unwrap()).unwrap();
         assert!(defaults.allow_fetch_from.is_empty(), "no exemptions unless given");
-        assert_eq!(defaults.repo_cache_max_bytes, 4 << 30);
+        assert_eq!(defaults.cache_quota(), 4 << 30);
+        // In a pod: half the emptyDir deploy/ gives it, unless set.
+        let in_pod = FetchArgs::from_arg_matches(&command().try_get_matches_from(["kustomize-operator", "--work-volume-bytes", "2048Mi"]).unwrap()).unwrap();
+        assert_eq!(in_pod.cache_quota(), 1 << 30);
+        let both = FetchArgs::from_arg_matches(&command().try_get_matches_from(["kustomize-operator", "--work-volume-bytes", "2Gi", "--repo-cache-max-bytes", "256Mi"]).unwrap()).unwrap();
+        assert_eq!(both.cache_quota(), 256 << 20);
         let bad = command().try_get_matches_from(["kustomize-operator", "--allow-fetch-from", "10.0.0.0/40"]).unwrap_err().to_string();
         assert!(bad.contains("expected a host name"), "{bad}");
         assert!(parse_bytes("4GB").is_err());
