@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -87,6 +86,14 @@ pub fn load_restrictor_flag(version_output: &str) -> Vec<String> {
     }
 }
 
+/// A command running `bin` confined to reading under `readable` ([`crate::sandbox`]).
+fn confined_command(bin: &Path, readable: &[PathBuf]) -> Result<tokio::process::Command, KustomizeError> {
+    let confinement = Confinement::new(bin, readable).map_err(|e| KustomizeError::Isolation(e.to_string()))?;
+    let mut command = tokio::process::Command::new(bin);
+    confinement.apply(&mut command);
+    Ok(command)
+}
+
 impl Kustomize {
     /// The v3.1.0 binary ([`Kustomize::locate_release`]).
     pub async fn locate() -> Result<Self, KustomizeError> {
@@ -120,10 +127,8 @@ impl Kustomize {
             });
         }
         // Confined like every kustomize process, with nothing to read.
-        let confinement = Arc::new(Confinement::new(&bin, &[]).map_err(|e| KustomizeError::Isolation(e.to_string()))?);
-        let mut version = tokio::process::Command::new(&bin);
+        let mut version = confined_command(&bin, &[])?;
         version.arg("version").env_clear().stdin(Stdio::null()).kill_on_drop(true);
-        confinement.apply(&mut version);
         let out = version.output();
         let out = tokio::time::timeout(Duration::from_secs(30), out)
             .await
@@ -145,8 +150,7 @@ impl Kustomize {
     pub async fn build(&self, dir: &Path, home: &Path, readable: &[PathBuf]) -> Result<String, KustomizeError> {
         let mut allowed = readable.to_vec();
         allowed.push(home.to_path_buf());
-        let confinement = Arc::new(Confinement::new(&self.bin, &allowed).map_err(|e| KustomizeError::Isolation(e.to_string()))?);
-        let mut command = tokio::process::Command::new(&self.bin);
+        let mut command = confined_command(&self.bin, &allowed)?;
         command
             .arg("build")
             .args(&self.load_restrictor)
@@ -158,9 +162,7 @@ impl Kustomize {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        confinement.apply(&mut command);
         let mut child = command.spawn().map_err(|e| sandbox::spawn_error(&self.bin, e))?;
-        drop(confinement);
         let mut stdout = child.stdout.take().expect("piped");
         let mut stderr = child.stderr.take().expect("piped");
         let limit = self.max_output_bytes;

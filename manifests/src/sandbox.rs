@@ -137,9 +137,9 @@ impl Confinement {
         })
     }
 
-    /// Sets `cmd` up to confine its process. The descriptors must outlive the spawn.
-    pub fn apply(self: &std::sync::Arc<Self>, cmd: &mut tokio::process::Command) {
-        let this = self.clone();
+    /// Sets `cmd` up to confine its process; the command keeps the descriptors until it drops.
+    pub fn apply(self, cmd: &mut tokio::process::Command) {
+        let this = self;
         // SAFETY: `enter` runs between fork and exec and only makes system calls on memory
         // prepared before the fork: it neither allocates nor takes locks.
         unsafe {
