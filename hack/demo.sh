@@ -48,10 +48,11 @@ for o in "${OPERATORS[@]}"; do
   token=$(kubectl -n kubeflow-operators create token "$o-operator" --duration=24h)
   kubeconfig=$STATE_DIR/operators/$o.kubeconfig
   sed "s|token: .*|token: $token|" "$KUBECONFIG" >"$kubeconfig"
-  # As deploy/ runs them (--default-service-account), and the stand-in repository is served on
-  # loopback, which the fetch fence refuses unless allowed.
+  # As deploy/ runs them (--default-service-account, PLATFORM_NAMESPACE: the KfDef's namespace, whose
+  # ProfileController holds the cluster's Profile settings), and the stand-in repository is served
+  # on loopback, which the fetch fence refuses unless allowed.
   KUBECONFIG=$kubeconfig NATS_NKEY_FILE=$KFOP_BUS_DIR/identities/$o-operator.nk NATS_CA_FILE=$KFOP_BUS_DIR/ca.crt \
-    DEFAULT_SERVICE_ACCOUNT=kubeflow-installer KFOP_ALLOW_FETCH_FROM=127.0.0.1 \
+    DEFAULT_SERVICE_ACCOUNT=kubeflow-installer PLATFORM_NAMESPACE=kubeflow KFOP_ALLOW_FETCH_FROM=127.0.0.1 \
     setsid "$BIN_DIR/$o-operator" --nats-url "$NATS_URL" --metrics-addr "127.0.0.1:$port" \
     >>"$STATE_DIR/logs/$o-operator.log" 2>&1 </dev/null &
   echo $! >"$pidfile"

@@ -923,9 +923,23 @@ pub struct ServiceMeshControlPlane {
     pub namespace: String,
 }
 
+/// Who may create Profiles through the KFAM API (`POST /kfam/v1/profiles`). Cluster admins
+/// always may; ServiceAccounts never register a Profile for themselves.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Registration {
+    /// Nobody but the cluster admins.
+    Disabled,
+    /// People a trusted proxy names (its user-id header), one Profile each, owned by themselves as
+    /// a `User`, without plugins: upstream's dashboard registration.
+    #[default]
+    Users,
+}
+
 /// Kubeflow multi-tenancy: the Profile CRD, the `kubeflow-admin|edit|view` ClusterRoles, and the
 /// controller that keeps one namespace per Profile (KfDef application `profiles`). The settings
-/// below apply to every Profile; with several ProfileController resources, the oldest one's apply.
+/// below apply to every Profile; they come from one ProfileController, the cluster's settings: the
+/// one the operator's `--settings <namespace>/<name>` names, else the oldest managed one in the
+/// operator's own namespace. Any other is `Degraded` and changes nothing.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "components.kubeflow.org", version = "v1alpha1", kind = "ProfileController", plural = "profilecontrollers",
@@ -971,6 +985,10 @@ pub struct ProfileControllerSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub cluster_admins: Vec<String>,
+    /// Who may create Profiles through the KFAM API: `Users` (the default; people a trusted proxy
+    /// names, one Profile each, no plugins) or `Disabled` (cluster admins only).
+    #[serde(default)]
+    pub registration: Registration,
     /// Identities (TokenReview usernames, e.g. `system:serviceaccount:kubeflow:centraldashboard`)
     /// allowed to call the KFAM API on a user's behalf: only their requests may name the caller
     /// in `userIdHeader` and `groupsHeader`. Empty (the default): those headers are refused and

@@ -40,10 +40,25 @@ pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-no
 pub const NOT_A_SYSTEM_NAMESPACE: &str = "!(self in ['kube-system', 'kube-public', 'kube-node-lease'])";
 
 /// Names no Profile may have (a trailing `*` matches any suffix): a Profile owns its namespace,
-/// named after it, so these would be namespaces the cluster, the operators (`kubeflow-operators`,
-/// where deploy/ runs them) or Kubeflow's shared services live in. Checked at admission (CEL,
-/// [`profile_name_rule`]) and again by the profiles operator.
-pub const RESERVED_PROFILE_NAMES: [&str; 10] = ["kube-*", "default", "kubeflow", "kubeflow-operators", "istio-system", "auth", "cert-manager", "knative-*", "olm", "operators"];
+/// named after it, so these would be namespaces the cluster, the operators or Kubeflow's shared
+/// services live in. Checked at admission (CEL, [`profile_name_rule`]) and again by the profiles
+/// operator. Every namespace a known release installs into:
+pub const RESERVED_PROFILE_NAMES: [&str; 24] = [
+    // The cluster's own (`kube-system`, `kube-public`, `kube-node-lease`), OpenShift's, and OLM's.
+    "kube-*", "default", "openshift-*", "olm", "operators",
+    // These operators' (deploy/, kubeflow_deploy::OPERATOR_NAMESPACE).
+    "kubeflow-operators",
+    // kubeflow/manifests v1.10.2 (`Namespace` objects and kustomizations' `namespace:`):
+    // `knative-*` covers knative-serving and knative-eventing. (Its `kubeflow-user-example-com` is
+    // the example user's Profile, not a platform namespace: free.)
+    "kubeflow", "kubeflow-system", "istio-system", "auth", "oauth2-proxy", "cert-manager", "knative-*", "kserve",
+    "notebook-controller-system", "tensorboard-controller-system", "profiles-system", "argo",
+    // kubeflow/manifests v1.2.0 (kfctl era; the GCP stacks' `Namespace` objects).
+    "cnrm-system", "stackdriver", "tekton-pipelines",
+    // Where other common installs of Kubeflow's parts go: Istio's gateway namespace (also the
+    // 1.2.0 AWS `istio-ingress` package), Metacontroller's and Dex's own installs.
+    "istio-ingress", "metacontroller", "dex",
+];
 
 /// The entry of [`RESERVED_PROFILE_NAMES`] that `name` matches, if any.
 pub fn reserved_profile_name(name: &str) -> Option<&'static str> {
@@ -102,12 +117,33 @@ mod tests {
         for reserved in ["kube-system", "kube-anything", "default", "kubeflow", "istio-system", "kubeflow-operators", "knative-serving"] {
             assert!(super::reserved_profile_name(reserved).is_some(), "{reserved}");
         }
-        for free in ["alice", "team-kube", "kubeflow-user-alice", "defaults", "knative"] {
+        for free in ["alice", "team-kube", "kubeflow-user-alice", "kubeflow-user-example-com", "defaults", "knative", "openshift", "dexter", "kserve-alice"] {
             assert_eq!(super::reserved_profile_name(free), None, "{free}");
         }
         let rule = super::profile_name_rule();
         assert!(rule.starts_with("!self.metadata.name.startsWith('kube-') && self.metadata.name != 'default' && "), "{rule}");
         assert!(rule.contains("!self.metadata.name.startsWith('knative-')"), "{rule}");
+        assert!(rule.contains("self.metadata.name != 'kubeflow-system'"), "{rule}");
+    }
+
+    /// Every namespace a known release installs into, listed here on its own (not read from the
+    /// constant), so dropping one from [`super::RESERVED_PROFILE_NAMES`] fails.
+    #[test]
+    fn every_namespace_a_known_release_installs_into_is_reserved() {
+        let namespaces = [
+            // kubeflow/manifests v1.10.2: `Namespace` objects and kustomizations' `namespace:`.
+            "kubeflow", "kubeflow-system", "istio-system", "auth", "oauth2-proxy", "cert-manager", "knative-serving", "knative-eventing", "kserve",
+            "notebook-controller-system", "tensorboard-controller-system", "profiles-system", "argo", "kube-system",
+            // v1.2.0.
+            "cnrm-system", "stackdriver", "tekton-pipelines",
+            // These operators, OLM, OpenShift.
+            "kubeflow-operators", "olm", "operators", "openshift-operators", "default", "kube-public", "kube-node-lease",
+            // Common installs of Kubeflow's parts.
+            "istio-ingress", "metacontroller", "dex",
+        ];
+        for namespace in namespaces {
+            assert!(super::reserved_profile_name(namespace).is_some(), "{namespace} is not reserved");
+        }
     }
 
     #[test]

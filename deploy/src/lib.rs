@@ -266,11 +266,17 @@ fn operator_package(name: &str, crds: &[Value], rules: &[k8s_openapi::api::rbac:
 /// The namespace of the platform admin's KfDef, where [`installer_objects`] puts its installer.
 pub const PLATFORM_NAMESPACE: &str = "kubeflow";
 
+/// The environment variable that tells a component operator [`PLATFORM_NAMESPACE`] (the profiles
+/// operator takes the cluster's Profile settings from the platform KfDef's ProfileController there).
+pub const PLATFORM_NAMESPACE_ENV: &str = "PLATFORM_NAMESPACE";
+
 /// `deployment` of a component operator: resources that name no installer account install as
-/// [`kubeflow_crds::kfdef::DEFAULT_INSTALLER`] of their namespace.
+/// [`kubeflow_crds::kfdef::DEFAULT_INSTALLER`] of their namespace, and it knows the platform
+/// admin's namespace ([`PLATFORM_NAMESPACE_ENV`]).
 fn with_default_installer(mut deployment: Value) -> Value {
-    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array_mut().expect("operator args");
-    args.push(format!("--default-service-account={}", kubeflow_crds::kfdef::DEFAULT_INSTALLER).into());
+    let container = &mut deployment["spec"]["template"]["spec"]["containers"][0];
+    container["args"].as_array_mut().expect("operator args").push(format!("--default-service-account={}", kubeflow_crds::kfdef::DEFAULT_INSTALLER).into());
+    container["env"].as_array_mut().expect("operator env").push(json!({"name": PLATFORM_NAMESPACE_ENV, "value": PLATFORM_NAMESPACE}));
     deployment
 }
 
@@ -568,6 +574,7 @@ mod tests {
         let (_, files) = component_package(component);
         let operator = &files.iter().find(|(f, _)| f == "operator.yaml").unwrap().1;
         assert!(operator.contains("--default-service-account=kubeflow-installer"), "{operator}");
+        assert!(operator.contains("- name: PLATFORM_NAMESPACE\n          value: kubeflow\n"), "{operator}");
         let installer = &files.iter().find(|(f, _)| f == "installer.yaml").unwrap().1;
         assert!(installer.contains("name: cluster-admin") && installer.contains("namespace: kubeflow"), "{installer}");
     }

@@ -675,6 +675,9 @@ pub struct OperatorStack {
     kubeconfigs: BTreeMap<String, std::path::PathBuf>,
     /// Binary run for a component instead of its `<component>-operator`.
     binaries: BTreeMap<ComponentKind, String>,
+    /// The operators' `PLATFORM_NAMESPACE`, as deploy/ sets it: where the platform KfDef (and its
+    /// ProfileController, the cluster's Profile settings) lives.
+    platform_namespace: Option<String>,
 }
 
 impl Drop for OperatorStack {
@@ -688,9 +691,20 @@ impl OperatorStack {
         Self::start_with_binaries(client, without, &[]).await
     }
 
+    /// As [`Self::start`], the platform KfDef being in `platform_namespace` (the operators'
+    /// `PLATFORM_NAMESPACE`, as deploy/ sets it to `kubeflow`): a KfDef there with a `profiles`
+    /// application holds the cluster's Profile settings, one elsewhere is `Degraded`.
+    pub async fn start_in(client: &Client, without: &[ComponentKind], platform_namespace: &str) -> Self {
+        Self::start_stack(client, without, &[], Some(platform_namespace)).await
+    }
+
     /// As [`Self::start`], running `binary` (with the ServiceAccount of the component's operator)
     /// for each `(component, binary)` of `binaries`.
     pub async fn start_with_binaries(client: &Client, without: &[ComponentKind], binaries: &[(ComponentKind, &str)]) -> Self {
+        Self::start_stack(client, without, binaries, None).await
+    }
+
+    async fn start_stack(client: &Client, without: &[ComponentKind], binaries: &[(ComponentKind, &str)], platform_namespace: Option<&str>) -> Self {
         install_crds(client).await;
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
         kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
@@ -703,7 +717,7 @@ impl OperatorStack {
         let nats = NatsServer::start().await;
         let meta = Self::spawn("meta-operator", &nats, Identity::MetaOperator, &kubeconfigs["meta-operator"]);
         let binaries = binaries.iter().map(|(c, b)| (*c, b.to_string())).collect();
-        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries };
+        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries, platform_namespace: platform_namespace.map(str::to_string) };
         for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
             stack.start_component(component);
         }
@@ -711,9 +725,9 @@ impl OperatorStack {
         stack
     }
 
-    /// As [`Self::start`] with every operator, returning once each component operator is ready.
-    pub async fn start_ready(client: &Client) -> Self {
-        let stack = Self::start(client, &[]).await;
+    /// As [`Self::start_in`] with every operator, returning once each component operator is ready.
+    pub async fn start_ready_in(client: &Client, platform_namespace: &str) -> Self {
+        let stack = Self::start_in(client, &[], platform_namespace).await;
         for p in stack.components.values() {
             p.wait_ready().await;
         }
@@ -739,7 +753,9 @@ impl OperatorStack {
         let binary = self.binaries.get(&component).cloned().unwrap_or_else(|| operator.clone());
         // The generic operator fetches the tests' repositories from loopback, which its fence refuses.
         let args: &[&str] = if component == ComponentKind::GENERIC { &["--allow-fetch-from", "127.0.0.1"] } else { &[] };
-        let process = OperatorProcess::on_bus(&binary, &self.nats, Identity::Component(component), args, &[("KUBECONFIG", self.kubeconfigs[&operator].to_str().unwrap())]);
+        let mut env = vec![("KUBECONFIG", self.kubeconfigs[&operator].to_str().unwrap())];
+        env.extend(self.platform_namespace.as_deref().map(|ns| ("PLATFORM_NAMESPACE", ns)));
+        let process = OperatorProcess::on_bus(&binary, &self.nats, Identity::Component(component), args, &env);
         self.components.insert(component, process);
     }
 }

@@ -64,8 +64,9 @@ async fn leftovers(client: &Client, ns: &str) -> Vec<String> {
 async fn full_kfdef_converges_reports_every_application_follows_edits_and_deletes_cleanly() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
-    let stack = OperatorStack::start(&client, &[]).await;
     let ns = TestNamespace::create(&client, "e2e-kfdef-full").await;
+    // The KfDef's `profiles` application makes the cluster's Profile settings: the platform's KfDef.
+    let stack = OperatorStack::start_in(&client, &[], &ns.name).await;
     let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
     let mut kfdef: KfDef = serde_yaml_ng::from_str(&yaml).unwrap();
     kfdef.metadata.namespace = Some(ns.name.clone());

@@ -4,14 +4,17 @@
 //! foreign namespace, a reserved name and a bad Profile are refused without changes; contributors
 //! come and go through the KFAM API — every route needs a bearer token (TokenReview), the user-id
 //! header counts only from a trusted proxy, owners and admins only, bindings only in namespaces a
-//! Profile made; deleting a Profile deletes its namespace; uninstalling the component keeps the
-//! CRD and every Profile.
+//! Profile made; registration through KFAM is the policy's (no ServiceAccount registers itself, one
+//! Profile per user, plugins only from admins, `Disabled` leaves it to admins); deleting a Profile
+//! deletes its namespace; uninstalling the component keeps the CRD and every Profile. And one
+//! ProfileController is the cluster's settings: another one, even an older one, is Degraded and
+//! changes nothing.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, ResourceQuota, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
@@ -119,8 +122,25 @@ fn shape(ns: &Namespace) -> (BTreeMap<String, String>, BTreeMap<String, String>,
     (ns.labels().clone(), ns.annotations().clone(), ns.owner_references().len())
 }
 
+/// The tests of this file one at a time: each runs a profiles operator, and every profiles
+/// operator reconciles every Profile (cluster-scoped) and, watching all namespaces, every
+/// ProfileController.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A ProfileController named `profiles` in `namespace`, with `settings` besides version and target.
+fn profile_controller(target: &str, settings: Value) -> ProfileController {
+    let mut spec = json!({"version": "v1.3.0", "targetNamespace": target});
+    spec.as_object_mut().unwrap().extend(settings.as_object().unwrap().clone());
+    serde_json::from_value(json!({"apiVersion": "components.kubeflow.org/v1alpha1", "kind": "ProfileController", "metadata": {"name": "profiles"}, "spec": spec})).unwrap()
+}
+
 #[tokio::test]
 async fn profiles_make_tenants_and_kfam_shares_them() {
+    let _serial = one_at_a_time();
     let client = client().await;
     install_crds(&client).await;
     ensure_authorization_policy_crd(&client).await;
@@ -365,17 +385,69 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
     // ... nor does the listing show anything of that namespace.
     assert!(entries(&kfam("GET", &format!("{bindings_url}?namespace={foreign}"), via_dashboard("admin@example.com"), None).await.1).is_empty());
 
+    // Registration: a ServiceAccount never registers itself, whatever the setting: 403, nothing made.
+    let profiles_url = format!("{kfam_url}/profiles");
+    let proposed = |name: &str, owner: Value| json!({"apiVersion": "kubeflow.org/v1", "kind": "Profile", "metadata": {"name": name}, "spec": {"owner": owner}});
+    let user = |name: &str| json!({"kind": "User", "name": name});
+    let robots = unique_name("robot");
+    for (token, owner) in [(&mallory, json!({"kind": "ServiceAccount", "name": "mallory", "namespace": ns.name})), (&carol, user(&format!("system:serviceaccount:{}:carol", ns.name)))] {
+        let (status, message) = kfam("POST", &profiles_url, Identity { token: Some(token), user: None }, Some(&proposed(&robots, owner))).await;
+        assert_eq!(status, 403, "{message}");
+        assert!(message.contains("ServiceAccounts never register a Profile"), "{message}");
+    }
+    assert!(profiles.get_opt(&robots).await.unwrap().is_none(), "a ServiceAccount registered a Profile");
+
     // KFAM's profile creation refuses what the controller would: a reserved name, an existing namespace.
     let plain = unique_name("plain");
     namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": plain}})).unwrap()).await.unwrap();
-    let proposed = |name: &str| json!({"apiVersion": "kubeflow.org/v1", "kind": "Profile", "metadata": {"name": name}, "spec": {"owner": {"kind": "User", "name": "alice@example.com"}}});
-    let (status, message) = kfam("POST", &format!("{kfam_url}/profiles"), via_dashboard("alice@example.com"), Some(&proposed("knative-mine"))).await;
+    let (status, message) = kfam("POST", &profiles_url, via_dashboard("grace@example.com"), Some(&proposed("knative-mine", user("grace@example.com")))).await;
     assert_eq!(status, 400, "{message}");
     assert!(message.starts_with("metadata.name: \"knative-mine\" is reserved"), "{message}");
-    let (status, message) = kfam("POST", &format!("{kfam_url}/profiles"), via_dashboard("alice@example.com"), Some(&proposed(&plain))).await;
+    let (status, message) = kfam("POST", &profiles_url, via_dashboard("grace@example.com"), Some(&proposed(&plain, user("grace@example.com")))).await;
     assert_eq!(status, 409, "{message}");
     assert!(profiles.get_opt("knative-mine").await.unwrap().is_none() && profiles.get_opt(&plain).await.unwrap().is_none());
     namespaces.delete(&plain, &DeleteParams::default()).await.unwrap();
+
+    // A person the dashboard names registers one Profile of their own, without plugins.
+    let graces = unique_name("grace");
+    let (status, message) = kfam("POST", &profiles_url, via_dashboard("grace@example.com"), Some(&proposed(&graces, user("grace@example.com")))).await;
+    assert_eq!(status, 200, "{message}");
+    ready_condition(&profiles, &graces, true).await;
+    let second = unique_name("grace");
+    let (status, message) = kfam("POST", &profiles_url, via_dashboard("grace@example.com"), Some(&proposed(&second, user("grace@example.com")))).await;
+    assert_eq!((status, message.as_str()), (403, format!("grace@example.com already owns Profile {graces}: registration makes one Profile per user; ask a cluster admin for another").as_str()));
+    let heidis = unique_name("heidi");
+    let mut with_plugin = proposed(&heidis, user("heidi@example.com"));
+    with_plugin["spec"]["plugins"] = json!([{"kind": "WorkloadIdentity", "spec": {"gcpServiceAccount": "heidi@project.iam.gserviceaccount.com"}}]);
+    let (status, message) = kfam("POST", &profiles_url, via_dashboard("heidi@example.com"), Some(&with_plugin)).await;
+    assert_eq!(status, 403, "{message}");
+    assert!(message.starts_with("spec.plugins: only cluster admins"), "{message}");
+    let (status, message) = kfam("POST", &profiles_url, via_dashboard("heidi@example.com"), Some(&proposed(&heidis, user("alice@example.com")))).await;
+    assert_eq!(status, 403, "{message}");
+    assert!(message.starts_with("spec.owner:"), "{message}");
+    for name in [&second, &heidis] {
+        assert!(profiles.get_opt(name).await.unwrap().is_none(), "refused registration {name} made a Profile");
+    }
+
+    // `registration: Disabled`: cluster admins only.
+    controllers.patch("profiles", &PatchParams::default(), &Patch::Merge(json!({"spec": {"registration": "Disabled"}}))).await.unwrap();
+    // (Waited for with a request refused either way: for its owner under `Users`.)
+    eventually("registration Disabled in effect", || async {
+        let answer = kfam("POST", &profiles_url, via_dashboard("heidi@example.com"), Some(&proposed(&heidis, user("alice@example.com")))).await;
+        if answer.0 == 403 && answer.1.starts_with("registration is Disabled") { Ok(()) } else { Err(answer) }
+    })
+    .await;
+    let (status, message) = kfam("POST", &profiles_url, via_dashboard("heidi@example.com"), Some(&proposed(&heidis, user("heidi@example.com")))).await;
+    assert_eq!(status, 403, "{message}");
+    assert!(message.starts_with("registration is Disabled"), "{message}");
+    assert!(profiles.get_opt(&heidis).await.unwrap().is_none());
+    let teams = unique_name("team");
+    let (status, message) = kfam("POST", &profiles_url, via_dashboard("admin@example.com"), Some(&proposed(&teams, user("heidi@example.com")))).await;
+    assert_eq!(status, 200, "{message}");
+    ready_condition(&profiles, &teams, true).await;
+    controllers.patch("profiles", &PatchParams::default(), &Patch::Merge(json!({"spec": {"registration": null}}))).await.unwrap();
+    delete_profile(&profiles, &graces).await;
+    delete_profile(&profiles, &teams).await;
 
     // The contributor's binding is not the Profile's: reconciles leave it alone.
     profiles.patch(&alice, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}}))).await.unwrap();
@@ -416,4 +488,86 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
     // Clean up: with no ProfileController nobody handles the finalizer any more.
     profiles.patch(&dave, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();
     profiles.delete(&dave, &DeleteParams::default()).await.unwrap();
+}
+
+/// One ProfileController is the cluster's settings: the oldest managed one in the operator's
+/// namespace (here `POD_NAMESPACE`, as a pod would say). Another one in another namespace, even
+/// an older one (which used to win), becomes Degraded naming the settings, installs nothing, and
+/// its settings — edited too — never reach a Profile.
+#[tokio::test]
+async fn only_the_clusters_settings_apply() {
+    let _serial = one_at_a_time();
+    let client = client().await;
+    install_crds(&client).await;
+    ensure_authorization_policy_crd(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-settings").await;
+    let other = TestNamespace::create(&client, "e2e-other").await;
+    let (target, other_target) = (TestNamespace::adopt(format!("{}-kf", ns.name)), TestNamespace::adopt(format!("{}-kf", other.name)));
+    let kubeconfig = install_package(&client, "profiles").await;
+
+    // The other one first, so it is the oldest.
+    let others: Api<ProfileController> = Api::namespaced(client.clone(), &other.name);
+    others.create(&PostParams::default(), &profile_controller(&other_target.name, json!({"namespaceLabels": {"e2e-settings": "other"}}))).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await; // creation timestamps have whole seconds
+    let ours: Api<ProfileController> = Api::namespaced(client.clone(), &ns.name);
+    ours.create(&PostParams::default(), &profile_controller(&target.name, json!({"namespaceLabels": {"e2e-settings": "ours"}}))).await.unwrap();
+    assert!(others.get("profiles").await.unwrap().metadata.creation_timestamp < ours.get("profiles").await.unwrap().metadata.creation_timestamp);
+
+    // Watching every namespace, its own namespace told as a pod's is.
+    let operator = OperatorProcess::start("profiles-operator", &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("POD_NAMESPACE", &ns.name)]);
+    operator.wait_ready().await;
+    eventually("our ProfileController Ready", || async {
+        let c = ours.get("profiles").await.map_err(|e| e.to_string())?;
+        if c.status.as_ref().and_then(|s| s.phase) == Some(ComponentPhase::Ready) { Ok(()) } else { Err(format!("{:?} (log: {})", c.status, operator.log.display())) }
+    })
+    .await;
+    let degraded = |generation: Option<i64>| {
+        let others = others.clone();
+        let expected = format!("not the cluster's settings: ProfileController {}/profiles is (the oldest managed one in the operator's namespace {})", ns.name, ns.name);
+        async move {
+            eventually("the other ProfileController Degraded", || async {
+                let c = others.get("profiles").await.map_err(|e| e.to_string())?;
+                let status = c.status.clone().unwrap_or_default();
+                let condition = status.conditions.iter().find(|c| c.type_ == "Degraded" && c.status == ConditionStatus::True).map(|c| c.message.clone()).unwrap_or_default();
+                let current = generation.is_none_or(|g| status.observed_generation == Some(g));
+                if status.phase == Some(ComponentPhase::Degraded) && current && condition.starts_with(&expected) { Ok(()) } else { Err(format!("{status:?}")) }
+            })
+            .await
+        }
+    };
+    degraded(None).await;
+    // It installed nothing: no settings ConfigMap (nor even its target namespace).
+    assert!(Api::<ConfigMap>::namespaced(client.clone(), &other_target.name).get_opt("profiles-config").await.unwrap().is_none());
+    assert!(Api::<Namespace>::all(client.clone()).get_opt(&other_target.name).await.unwrap().is_none(), "the other ProfileController made its target namespace");
+    assert!(Api::<ConfigMap>::namespaced(client.clone(), &target.name).get_opt("profiles-config").await.unwrap().is_some());
+
+    // A Profile gets our settings, not the older one's.
+    let profiles: Api<Profile> = Api::all(client.clone());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let judy = unique_name("judy");
+    profiles.create(&PostParams::default(), &profile(&judy, json!({"owner": {"kind": "User", "name": "judy@example.com"}}))).await.unwrap();
+    ready_condition(&profiles, &judy, true).await;
+    let label = |ns: &Namespace| ns.labels().get("e2e-settings").cloned();
+    assert_eq!(label(&namespaces.get(&judy).await.unwrap()).as_deref(), Some("ours"));
+
+    // Editing the other one changes nothing either: it stays Degraded, the Profile keeps our label.
+    let edited = others.patch("profiles", &PatchParams::default(), &Patch::Merge(json!({"spec": {"namespaceLabels": {"e2e-settings": "other-edited"}}}))).await.unwrap();
+    degraded(edited.metadata.generation).await;
+    holds_for(&namespaces, &judy, Duration::from_secs(5), |live| if label(live).as_deref() == Some("ours") { Ok(()) } else { Err(format!("{:?}", live.labels())) }).await;
+    assert!(Api::<ConfigMap>::namespaced(client.clone(), &other_target.name).get_opt("profiles-config").await.unwrap().is_none());
+
+    // Our edit does apply.
+    ours.patch("profiles", &PatchParams::default(), &Patch::Merge(json!({"spec": {"namespaceLabels": {"e2e-settings": "ours-edited"}}}))).await.unwrap();
+    eventually("our edited label on the Profile's namespace", || async {
+        let live = namespaces.get(&judy).await.map_err(|e| e.to_string())?;
+        if label(&live).as_deref() == Some("ours-edited") { Ok(()) } else { Err(format!("{:?}", live.labels())) }
+    })
+    .await;
+
+    delete_profile(&profiles, &judy).await;
+    gone(&namespaces, &judy).await;
+    others.delete("profiles", &DeleteParams::default()).await.unwrap();
+    ours.delete("profiles", &DeleteParams::default()).await.unwrap();
+    gone(&others, "profiles").await;
+    gone(&ours, "profiles").await;
 }

@@ -1,8 +1,9 @@
 //! The Profile controller: keeps each Profile's tenant objects ([`crate::tenant`]) in place.
 //!
 //! It starts once the Profile CRD is Established (the component installs it) and reconciles with
-//! the settings of the oldest managed ProfileController resource; with none, Profiles are left as
-//! they are. Reconciles are triggered by the Profile, by changes to any object it made (labelled,
+//! the cluster's settings ([`crate::settings`]: the ProfileController `--settings` names, else the
+//! oldest managed one in the operator's namespace); with none, Profiles are left as they are.
+//! Reconciles are triggered by the Profile, by changes to any object it made (labelled,
 //! owner-referenced: a deleted or edited object is put back), by settings changes and by Istio's
 //! CRDs appearing (which mesh authorization a namespace gets). What it made is known from
 //! label-selected watches of metadata only ([`crate::made`]): a reconcile of a converged Profile reads
@@ -22,7 +23,6 @@ use std::time::Duration;
 
 use component_framework::api::ProfileController;
 use component_framework::api::common::ConditionStatus;
-use component_framework::api::component::ManagementState;
 use component_framework::api::profile::{self, Profile};
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
@@ -44,6 +44,7 @@ use tracing::{info, warn};
 
 use crate::cloud::CloudIdentity;
 use crate::made::{Made, Shown, Uid, Version};
+use crate::settings::Source;
 use crate::tenant::{self, MANAGED_BY, MANAGED_BY_LABEL, Mesh, PROFILE_LABEL};
 
 /// Field manager of the tenant objects (the component install uses `kubeflow-profiles-operator`).
@@ -92,9 +93,9 @@ impl Error {
 
 pub struct Context {
     pub client: Client,
-    /// Every ProfileController; one that cannot be decoded is skipped (the component operator
-    /// reports it on the resource).
-    settings: Store<DeserializeGuard<ProfileController>>,
+    /// The cluster's settings; a ProfileController that cannot be decoded is skipped (the
+    /// component operator reports it on the resource).
+    settings: Source,
     crds: Store<PartialObjectMeta<CustomResourceDefinition>>,
     recorder: Recorder,
     cloud: Arc<dyn CloudIdentity>,
@@ -158,20 +159,11 @@ fn api_resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
-/// The ProfileController whose settings apply: the oldest managed one not being deleted.
-pub fn effective_settings(resources: &[Arc<ProfileController>]) -> Option<Arc<ProfileController>> {
-    resources
-        .iter()
-        .filter(|r| r.spec.core.management_state == ManagementState::Managed && r.meta().deletion_timestamp.is_none())
-        .min_by_key(|r| (r.meta().creation_timestamp.clone().map(|t| t.0), r.namespace(), r.name_any()))
-        .cloned()
-}
-
 impl Context {
-    /// The settings that apply now (see [`effective_settings`]).
+    /// The settings that apply now: the cluster's settings ([`Source::current`]), never another
+    /// ProfileController's, however old.
     pub fn settings(&self) -> Option<Arc<ProfileController>> {
-        let decoded: Vec<Arc<ProfileController>> = self.settings.state().iter().filter_map(|guard| guard.0.as_ref().ok().map(|r| Arc::new(r.clone()))).collect();
-        effective_settings(&decoded)
+        self.settings.current()
     }
 }
 
@@ -387,11 +379,13 @@ async fn reconcile_profile(profile: Arc<Profile>, ctx: Arc<Context>) -> Result<A
     // Decide nothing before the settings and CRD caches hold their first list: an empty CRD cache
     // would resolve the mesh to none and call the Profile Ready without its authorization
     // policy. The controller keeps polling their watches meanwhile.
-    if ctx.settings.wait_until_ready().await.is_err() || ctx.crds.wait_until_ready().await.is_err() {
+    ctx.settings.wait_until_ready().await;
+    if ctx.crds.wait_until_ready().await.is_err() {
         return Ok(Action::await_change());
     }
     let Some(settings) = ctx.settings() else {
-        // No ProfileController: Profiles (and their namespaces) are left exactly as they are.
+        // No settings (the cluster's ProfileController is missing, not managed or being deleted):
+        // Profiles (and their namespaces) are left exactly as they are.
         return Ok(Action::await_change());
     };
     let api: Api<Profile> = Api::all(ctx.client.clone());
@@ -455,22 +449,17 @@ fn all_profiles_when_changed<T, S: PartialEq + Send + 'static>(store: Store<Dese
 
 /// Runs the Profile controller until the process stops; `shared` receives its context once it
 /// starts (for the KFAM API).
-pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn CloudIdentity>, shared: crate::kfam::Shared) {
+pub async fn run(client: Client, settings: Source, cloud: Arc<dyn CloudIdentity>, shared: crate::kfam::Shared) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     info!("waiting for the Profile CRD to be established");
     if let Err(e) = kube::runtime::wait::await_condition(crds.clone(), profile::CRD_NAME, kube::runtime::conditions::is_crd_established()).await {
         warn!(error = %e, "cannot watch the Profile CRD; Profiles are not reconciled");
         return;
     }
-    // Decoded through `DeserializeGuard` so one undecodable object cannot fail a whole watch.
-    let settings_api: Api<DeserializeGuard<ProfileController>> = match &watch_namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
     // A relist triggers the Profiles only once these stores hold it (`watches::changes`).
-    let (settings, settings_changes) = watches::reflect(settings_api, watcher::Config::default(), ());
+    let settings_changes = settings.changes().expect("one Profile controller per settings source");
     let (crd_store, crd_changes) = watches::reflect_metadata(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default(), ());
-    let (settings_changes, crd_changes) = (settings_changes.map_ok(Change::object), crd_changes.map_ok(Change::object));
+    let crd_changes = crd_changes.map_ok(Change::object);
     let made = Made::default();
     let mut resources = HashMap::new();
     let mut streams = Vec::new();
@@ -503,10 +492,12 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
     // when Istio's authorization CRDs come or go.
     let settings_ctx = ctx.clone();
     let effective = move || settings_ctx.settings().map(|s| serde_json::to_string(&s.spec).unwrap_or_default());
+    let when_settings_change = all_profiles_when_changed(store.clone(), effective);
+    let settings_changes = settings_changes.flat_map(move |()| futures::stream::iter(when_settings_change(())));
     let mesh_ctx = ctx.clone();
     let mesh_crds = move || (mesh_ctx.serves(AUTHORIZATION_POLICY_CRD), mesh_ctx.serves(SERVICE_ROLE_CRD));
     controller
-        .watches_stream(settings_changes, all_profiles_when_changed(store.clone(), effective))
+        .reconcile_on(settings_changes)
         .watches_stream(crd_changes, all_profiles_when_changed(store, mesh_crds))
         .trigger_backoff(watches::backoff())
         .shutdown_on_signal()
@@ -522,28 +513,6 @@ pub async fn run(client: Client, watch_namespace: Option<String>, cloud: Arc<dyn
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn controller(namespace: &str, created: &str, state: &str) -> Arc<ProfileController> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "ProfileController",
-                "metadata": {"name": "profiles", "namespace": namespace, "creationTimestamp": created},
-                "spec": {"version": "v1.3.0", "managementState": state},
-            }))
-            .unwrap(),
-        )
-    }
-
-    #[test]
-    fn the_oldest_managed_profile_controller_supplies_the_settings() {
-        let older = controller("a", "2026-01-01T00:00:00Z", "Managed");
-        let newer = controller("b", "2026-02-01T00:00:00Z", "Managed");
-        let removed = controller("c", "2025-01-01T00:00:00Z", "Removed");
-        let chosen = effective_settings(&[newer.clone(), removed, older]).unwrap();
-        assert_eq!(chosen.namespace().as_deref(), Some("a"));
-        assert!(effective_settings(&[controller("d", "2025-01-01T00:00:00Z", "Unmanaged")]).is_none());
-        assert_eq!(effective_settings(&[newer]).unwrap().namespace().as_deref(), Some("b"));
-    }
 
     #[test]
     fn a_status_write_the_cached_profile_does_not_show_yet_is_not_sent_again() {

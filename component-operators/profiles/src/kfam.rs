@@ -28,7 +28,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use component_framework::api::ProfileController;
-use component_framework::api::component::ProfileControllerSpec;
+use component_framework::api::component::{ProfileControllerSpec, Registration};
 use component_framework::api::profile::Profile;
 use http::{HeaderMap, StatusCode, header};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -37,7 +37,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::DeserializeGuard;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -181,6 +181,28 @@ pub struct Authenticated {
 pub struct Caller {
     pub user: String,
     pub groups: Vec<String>,
+    pub via: Via,
+}
+
+/// How the caller was identified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Via {
+    /// By its own bearer token (a ServiceAccount's, or an OIDC ID token the API server accepts).
+    Token,
+    /// By a trusted proxy's user-id header: a person the proxy (this TokenReview username)
+    /// authenticated, e.g. the dashboard behind the ingress gateway's login.
+    Proxy(String),
+}
+
+/// Prefix of a ServiceAccount's username (TokenReview).
+pub const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+
+impl Caller {
+    /// Whether the caller is a ServiceAccount (`system:serviceaccount:<namespace>:<name>`), whether
+    /// its own token says so or a proxy does.
+    pub fn is_service_account(&self) -> bool {
+        self.user.starts_with(SERVICE_ACCOUNT_PREFIX)
+    }
 }
 
 const NO_TOKEN: &str = "no identity: send Authorization: Bearer <token> (a Kubernetes ServiceAccount token, or an OIDC ID token the API server accepts); headers alone identify no one";
@@ -215,7 +237,7 @@ pub fn caller(authenticated: &Authenticated, headers: &HeaderMap, settings: &Pro
                 settings.user_id_header, settings.groups_header, authenticated.username
             )));
         }
-        return Ok(Caller { user: authenticated.username.clone(), groups: authenticated.groups.clone() });
+        return Ok(Caller { user: authenticated.username.clone(), groups: authenticated.groups.clone(), via: Via::Token });
     }
     let user = user_header
         .and_then(|v| v.to_str().ok())
@@ -226,7 +248,7 @@ pub fn caller(authenticated: &Authenticated, headers: &HeaderMap, settings: &Pro
         .and_then(|v| v.to_str().ok())
         .map(|v| v.split(',').map(|g| g.trim().to_string()).filter(|g| !g.is_empty()).collect())
         .unwrap_or_default();
-    Ok(Caller { user: user.to_string(), groups })
+    Ok(Caller { user: user.to_string(), groups, via: Via::Proxy(authenticated.username.clone()) })
 }
 
 /// Asks the API server whom `token` belongs to (TokenReview, `authentication.k8s.io/v1`).
@@ -267,6 +289,55 @@ pub fn owns(caller: &Caller, profile: &Profile) -> bool {
 /// Whether `caller` may change who has access to `profile`: its owner or a cluster admin.
 pub fn may_manage(caller: &Caller, profile: &Profile, settings: &ProfileControllerSpec) -> bool {
     is_cluster_admin(caller, settings) || owns(caller, profile)
+}
+
+/// Whether `caller` may create `request` through `POST /kfam/v1/profiles`, given the settings and
+/// the Profiles that exist. In order:
+/// - a ServiceAccount never registers a Profile (403), whatever the setting, even one listed in
+///   `clusterAdmins`: Profiles for workloads are made by an admin (kubectl), not by themselves;
+/// - cluster admins may create any Profile (the rules below do not bind them);
+/// - `registration: Disabled`: nobody else (403);
+/// - `registration: Users`: only a person a trusted proxy names (its user-id header), not a
+///   caller with its own token (403); no `spec.plugins` (cloud identities) and no quota override
+///   labels, which only admins grant (403 naming the field); owned by the caller as a `User`
+///   (403); and one Profile per user: a user who owns one (a `User` owner of that name, not being
+///   deleted) is refused (403 naming it), as upstream's dashboard registration makes one.
+pub fn may_register(caller: &Caller, settings: &ProfileControllerSpec, existing: &[Profile], request: &Profile) -> Result<(), Refusal> {
+    let forbidden = |message: String| Err(Refusal(StatusCode::FORBIDDEN, message));
+    if caller.is_service_account() {
+        return forbidden(format!("{} is a ServiceAccount: ServiceAccounts never register a Profile; a cluster admin creates Profiles for workloads (kubectl)", caller.user));
+    }
+    if is_cluster_admin(caller, settings) {
+        return Ok(());
+    }
+    match settings.registration {
+        Registration::Disabled => {
+            return forbidden(format!("registration is Disabled (ProfileController spec.registration): only cluster admins create Profiles; {} is not one", caller.user));
+        }
+        Registration::Users => {}
+    }
+    if caller.via == Via::Token {
+        return forbidden(format!(
+            "registration (spec.registration: Users) is for people a trusted proxy names in the {} header (spec.trustedProxies); {} called with its own token: sign in through the dashboard, or ask a cluster admin",
+            settings.user_id_header, caller.user
+        ));
+    }
+    if !request.spec.plugins.is_empty() {
+        return forbidden("spec.plugins: only cluster admins may set plugins (cloud identities for the profile's workloads); register without them".into());
+    }
+    if let Some(prefix) = settings.quota_override_label_prefix.as_deref()
+        && let Some(label) = request.labels().keys().find(|k| k.starts_with(prefix))
+    {
+        return forbidden(format!("metadata.labels[{label:?}]: only cluster admins may override a profile's quota ({prefix}<resource> labels); register without it"));
+    }
+    let owner = &request.spec.owner;
+    if owner.kind != "User" || owner.name != caller.user {
+        return forbidden(format!("spec.owner: {} may only register a Profile owned by themselves ({{kind: User, name: {}}}); got {{kind: {}, name: {}}}", caller.user, caller.user, owner.kind, owner.name));
+    }
+    if let Some(owned) = existing.iter().find(|p| p.meta().deletion_timestamp.is_none() && p.spec.owner.kind == "User" && p.spec.owner.name == caller.user) {
+        return forbidden(format!("{} already owns Profile {}: registration makes one Profile per user; ask a cluster admin for another", caller.user, owned.name_any()));
+    }
+    Ok(())
 }
 
 /// Whether a binding names the caller: a User binding of the caller, or a Group binding of one of
@@ -527,15 +598,20 @@ async fn read_bindings(State(shared): State<Shared>, headers: HeaderMap, RawQuer
     )
 }
 
+/// Serialises profile registrations (see [`create_profile`]).
+static REGISTRATION: std::sync::LazyLock<futures::lock::Mutex<()>> = std::sync::LazyLock::new(|| futures::lock::Mutex::new(()));
+
 async fn create_profile(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     reply(
         async {
             let (ctx, settings, caller) = identified(&shared, &headers).await?;
             let profile: Profile = parse(&body)?;
-            // Self-registration: a user may create a profile they own; admins any.
-            if !may_manage(&caller, &profile, &settings.spec) {
-                return Err(Refusal(StatusCode::FORBIDDEN, format!("{} may only create profiles they own", caller.user)));
-            }
+            // One registration at a time, so two requests of one user cannot both find no Profile
+            // of theirs (within this replica; the leader's controller sees both either way).
+            let _one_at_a_time = REGISTRATION.lock().await;
+            let existing: Vec<Profile> =
+                Api::<DeserializeGuard<Profile>>::all(ctx.client.clone()).list(&ListParams::default()).await.map_err(internal)?.items.into_iter().filter_map(|g| g.0.ok()).collect();
+            may_register(&caller, &settings.spec, &existing, &profile)?;
             // The controller refuses these too; saying so here spares a Profile that never works.
             tenant::validate(&profile, &settings.spec).map_err(|invalid| bad_request(invalid.to_string()))?;
             let name = profile.name_any();
@@ -639,7 +715,12 @@ mod tests {
     }
 
     fn who(user: &str, groups: &[&str]) -> Caller {
-        Caller { user: user.into(), groups: groups.iter().map(|g| g.to_string()).collect() }
+        Caller { user: user.into(), groups: groups.iter().map(|g| g.to_string()).collect(), via: Via::Token }
+    }
+
+    /// A person the dashboard (a trusted proxy) names.
+    fn person(user: &str) -> Caller {
+        Caller { via: Via::Proxy("system:serviceaccount:kubeflow:centraldashboard".into()), ..who(user, &[]) }
     }
 
     /// Kubernetes' DNS-1123 subdomain: `[a-z0-9]([-a-z0-9.]*[a-z0-9])?`, at most 253.
@@ -787,7 +868,7 @@ mod tests {
         groups_only.insert("kubeflow-groups", "admins".parse().unwrap());
 
         // The token's owner is the caller.
-        assert_eq!(caller(&bob, &none, &s).unwrap(), Caller { user: "system:serviceaccount:team:bob".into(), groups: vec!["system:serviceaccounts".into()] });
+        assert_eq!(caller(&bob, &none, &s).unwrap(), Caller { user: "system:serviceaccount:team:bob".into(), groups: vec!["system:serviceaccounts".into()], via: Via::Token });
         // With no trusted proxy configured (the default), identity headers are refused from anyone.
         for headers in [&forged, &groups_only] {
             let refusal = caller(&bob, headers, &s).unwrap_err();
@@ -800,7 +881,7 @@ mod tests {
         // A trusted proxy names the user (less the prefix) and the groups.
         let mut proxied = forged.clone();
         proxied.insert("kubeflow-groups", "ml, ops".parse().unwrap());
-        assert_eq!(caller(&dashboard, &proxied, &s).unwrap(), Caller { user: "root@example.com".into(), groups: vec!["ml".into(), "ops".into()] });
+        assert_eq!(caller(&dashboard, &proxied, &s).unwrap(), Caller { user: "root@example.com".into(), groups: vec!["ml".into(), "ops".into()], via: Via::Proxy(dashboard.username.clone()) });
         // ... only a trusted proxy.
         assert_eq!(caller(&bob, &proxied, &s).unwrap_err().0, StatusCode::UNAUTHORIZED);
         // A trusted proxy must say whom it acts for, with the prefix.
@@ -868,5 +949,86 @@ mod tests {
         assert_eq!(cluster_admin_answer(&who("bob", &[]), Some("root@example.com"), &s).unwrap_err().0, StatusCode::FORBIDDEN);
         assert_eq!(cluster_admin_answer(&who("root@example.com", &[]), None, &s), Ok("true".into()));
         assert_eq!(cluster_admin_answer(&who("root@example.com", &[]), Some("bob"), &s), Ok("false".into()));
+    }
+
+    fn registered(name: &str, owner: &str) -> Profile {
+        profile_owned_by(name, json!({"kind": "User", "name": owner}))
+    }
+
+    fn refused(result: Result<(), Refusal>) -> String {
+        let Refusal(status, message) = result.unwrap_err();
+        assert_eq!(status, StatusCode::FORBIDDEN, "{message}");
+        message
+    }
+
+    #[test]
+    fn service_accounts_never_register_whatever_the_setting() {
+        let mut s = settings();
+        let robot = who("system:serviceaccount:team:ci", &["system:serviceaccounts"]);
+        let own = profile_owned_by("ci", json!({"kind": "ServiceAccount", "name": "ci", "namespace": "team"}));
+        for registration in [Registration::Users, Registration::Disabled] {
+            s.registration = registration;
+            assert!(refused(may_register(&robot, &s, &[], &own)).contains("ServiceAccounts never register"));
+        }
+        // Not even one listed as a cluster admin, nor one a proxy names.
+        s.cluster_admins.push(robot.user.clone());
+        assert!(refused(may_register(&robot, &s, &[], &own)).contains("ServiceAccounts never register"));
+        assert!(refused(may_register(&person("system:serviceaccount:team:ci"), &s, &[], &registered("x", "system:serviceaccount:team:ci"))).contains("ServiceAccounts never register"));
+        // The proxy's own ServiceAccount token acting for a person is that person.
+        assert_eq!(may_register(&person("erin@example.com"), &settings(), &[], &registered("erin", "erin@example.com")), Ok(()));
+    }
+
+    #[test]
+    fn disabled_registration_leaves_profiles_to_cluster_admins() {
+        let mut s = settings();
+        s.registration = Registration::Disabled;
+        assert!(refused(may_register(&person("erin@example.com"), &s, &[], &registered("erin", "erin@example.com"))).starts_with("registration is Disabled"));
+        assert_eq!(may_register(&person("root@example.com"), &s, &[], &registered("team", "erin@example.com")), Ok(()));
+        assert_eq!(may_register(&who("root@example.com", &[]), &s, &[], &registered("team", "erin@example.com")), Ok(()), "an admin with their own token");
+    }
+
+    #[test]
+    fn users_register_only_through_the_trusted_proxy() {
+        let s = settings();
+        let message = refused(may_register(&who("erin@example.com", &[]), &s, &[], &registered("erin", "erin@example.com")));
+        assert!(message.contains("for people a trusted proxy names in the kubeflow-userid header"), "{message}");
+        assert_eq!(may_register(&person("erin@example.com"), &s, &[], &registered("erin", "erin@example.com")), Ok(()));
+    }
+
+    #[test]
+    fn a_user_registers_one_profile_owned_by_themselves() {
+        let s = settings();
+        let erin = person("erin@example.com");
+        let existing = [registered("alice", "alice@example.com"), profile_owned_by("ml", json!({"kind": "Group", "name": "erin@example.com"}))];
+        assert_eq!(may_register(&erin, &s, &existing, &registered("erin", "erin@example.com")), Ok(()));
+        // One per user.
+        let mut with_erins = existing.to_vec();
+        with_erins.push(registered("erin-1", "erin@example.com"));
+        assert_eq!(refused(may_register(&erin, &s, &with_erins, &registered("erin-2", "erin@example.com"))), "erin@example.com already owns Profile erin-1: registration makes one Profile per user; ask a cluster admin for another");
+        // ... one being deleted does not count.
+        with_erins.last_mut().unwrap().metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()));
+        assert_eq!(may_register(&erin, &s, &with_erins, &registered("erin-2", "erin@example.com")), Ok(()));
+        // Cluster admins are exempt.
+        let admins = [registered("root", "root@example.com")];
+        assert_eq!(may_register(&person("root@example.com"), &s, &admins, &registered("root-2", "root@example.com")), Ok(()));
+        // Owned by the caller, as a User.
+        assert!(refused(may_register(&erin, &s, &[], &registered("alice-2", "alice@example.com"))).starts_with("spec.owner: erin@example.com may only register a Profile owned by themselves"));
+        assert!(refused(may_register(&erin, &s, &[], &profile_owned_by("ml", json!({"kind": "Group", "name": "ml"})))).starts_with("spec.owner:"));
+    }
+
+    #[test]
+    fn only_cluster_admins_grant_cloud_identities_or_quota_overrides() {
+        let mut s = settings();
+        let mut request = registered("erin", "erin@example.com");
+        request.spec.plugins = vec![serde_json::from_value(json!({"kind": "WorkloadIdentity", "spec": {"gcpServiceAccount": "x@p.iam.gserviceaccount.com"}})).unwrap()];
+        assert!(refused(may_register(&person("erin@example.com"), &s, &[], &request)).starts_with("spec.plugins: only cluster admins may set plugins"));
+        let mut admin_request = request.clone();
+        admin_request.spec.owner.name = "root@example.com".into();
+        assert_eq!(may_register(&person("root@example.com"), &s, &[], &admin_request), Ok(()));
+        request.spec.plugins.clear();
+        request.metadata.labels = Some([("quotas.kubeflow.org/requests.cpu".to_string(), "64".to_string())].into());
+        assert_eq!(may_register(&person("erin@example.com"), &s, &[], &request), Ok(()), "not an override without a prefix set");
+        s.quota_override_label_prefix = Some("quotas.kubeflow.org/".into());
+        assert!(refused(may_register(&person("erin@example.com"), &s, &[], &request)).starts_with("metadata.labels[\"quotas.kubeflow.org/requests.cpu\"]: only cluster admins"));
     }
 }

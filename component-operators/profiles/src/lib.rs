@@ -2,7 +2,8 @@
 //!
 //! As a component ([`ProfilesComponent`]) it installs the Profile CRD (`profiles.kubeflow.org`,
 //! retained on uninstall with every Profile), the aggregated ClusterRoles `kubeflow-admin|edit|view`
-//! and its settings. Unlike the other components it ships no upstream controller: this operator
+//! and its settings, from the one ProfileController that is the cluster's settings ([`settings`]).
+//! Unlike the other components it ships no upstream controller: this operator
 //! reconciles the Profiles itself ([`controller`]), with the object set built in [`tenant`] under
 //! upstream's names, and serves a KFAM-compatible contributors API ([`kfam`]).
 
@@ -16,6 +17,7 @@ pub mod cloud;
 pub mod controller;
 pub mod kfam;
 pub mod made;
+pub mod settings;
 pub mod tenant;
 
 pub struct ProfilesComponent;
@@ -64,6 +66,10 @@ impl Component for ProfilesComponent {
     }
 
     fn parameters(resource: &ProfileController, _inputs: &Inputs) -> Result<Params, InvalidSpec> {
+        // One ProfileController is the cluster's settings; any other installs nothing.
+        if let Some(refusal) = settings::refusal(resource) {
+            return Err(refusal);
+        }
         tenant::validate_settings(&resource.spec)?;
         Ok(Params::from([("settings".to_string(), settings_json(resource))]))
     }

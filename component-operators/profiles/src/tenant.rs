@@ -667,14 +667,21 @@ mod tests {
 
     #[test]
     fn reserved_names_are_refused_before_anything_is_made() {
-        for name in ["kube-system", "kube-public", "kube-node-lease", "default", "kubeflow", "kubeflow-operators", "istio-system", "auth", "cert-manager", "knative-serving", "knative-eventing", "olm", "operators"] {
+        // Every namespace a known release installs into (kubeflow/manifests v1.10.2 and v1.2.0, these
+        // operators, OLM, common installs of Kubeflow's parts).
+        for name in [
+            "kube-system", "kube-public", "kube-node-lease", "default", "kubeflow", "kubeflow-operators", "kubeflow-system", "istio-system", "istio-ingress", "auth",
+            "oauth2-proxy", "dex", "cert-manager", "knative-serving", "knative-eventing", "kserve", "metacontroller", "notebook-controller-system",
+            "tensorboard-controller-system", "profiles-system", "argo", "cnrm-system", "stackdriver", "tekton-pipelines", "olm", "operators", "openshift-operators",
+        ] {
             assert!(reserved_name(name).is_some(), "{name}");
             let mut p = alice();
             p.metadata.name = Some(name.into());
             let refusal = desired_objects(&p, &settings(), Mesh::None).unwrap_err().to_string();
             assert!(refusal.starts_with(&format!("metadata.name: {name:?} is reserved")), "{refusal}");
         }
-        for name in ["alice", "kube", "kubeflow-user", "defaults", "my-kube-system", "knative", "authors", "operator"] {
+        // The example user's Profile of kubeflow/manifests is a user's, not the platform's.
+        for name in ["alice", "kube", "kubeflow-user", "kubeflow-user-example-com", "defaults", "my-kube-system", "knative", "authors", "operator"] {
             assert_eq!(reserved_name(name), None, "{name}");
         }
         assert_eq!(reserved_name("kube-system"), Some("kube-*"));

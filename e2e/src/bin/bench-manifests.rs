@@ -29,8 +29,8 @@ use kubeflow_manifests::{FetchOptions, Renderer, RepoCache, fixtures};
 #[tokio::main]
 async fn main() {
     let client = client().await;
-    let stack = OperatorStack::start_ready(&client).await;
     let ns = TestNamespace::create(&client, "bench-generic").await;
+    let stack = OperatorStack::start_ready_in(&client, &ns.name).await;
     let reference_ns = TestNamespace::create(&client, "bench-generic-ref").await;
     let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
     let mut kfdef: KfDef = serde_yaml_ng::from_str(&yaml).unwrap();

@@ -26,8 +26,9 @@ async fn main() {
     let edits: usize = std::env::var("BENCH_EDITS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let quiet = Duration::from_secs(std::env::var("BENCH_STEADY_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(180));
     let client = client().await;
-    let stack = OperatorStack::start_ready(&client).await;
     let ns = TestNamespace::create(&client, "bench-kfdef").await;
+    // Its `profiles` application makes the cluster's Profile settings: the platform's KfDef.
+    let stack = OperatorStack::start_ready_in(&client, &ns.name).await;
     let reference_ns = TestNamespace::create(&client, "bench-ref").await;
     let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
     let mut kfdef: KfDef = serde_yaml_ng::from_str(&yaml).unwrap();

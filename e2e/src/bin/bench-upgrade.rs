@@ -71,8 +71,8 @@ struct Availability {
 #[tokio::main]
 async fn main() {
     let client = client().await;
-    let stack = OperatorStack::start_ready(&client).await;
     let ns = TestNamespace::create(&client, "bench-upgrade").await;
+    let stack = OperatorStack::start_ready_in(&client, &ns.name).await;
     let reference = TestNamespace::create(&client, "bench-upgrade-ref").await;
     let apps = ["istio-install", "dex", "kfserving-install", "katib-controller", "api-service"];
     let kfdef: KfDef = serde_json::from_value(json!({
