@@ -22,12 +22,27 @@ target_dir=${CARGO_TARGET_DIR:-$PWD/target}
 step "prerequisites"
 hack/prereqs.sh
 
-step "kustomize for the manifests tests (e2e/env/build.sh kustomize, cached)"
-e2e/env/build.sh kustomize
-
-step "the one build: every library, binary and test, e2e included (hack/cargo.sh build)"
+step "the Go tools (e2e/env/build.sh, cached) beside the one build: every library, binary and test, e2e included (hack/cargo.sh build)"
+# kustomize, nats-server, kwok, Kubernetes, OLM and operator-sdk from the Go module proxy. On a cold
+# machine they take longer than the cargo build; side by side, each fills what the other leaves
+# idle (module downloads, single-threaded links) instead of running one after the other.
+tools_log=$(mktemp "${TMPDIR:-/tmp}/kfop-tools-log.XXXX")
+setsid e2e/env/build.sh >"$tools_log" 2>&1 &
+tools_pid=$!
+stop_tools="kill -- -$tools_pid 2>/dev/null || true"
+on_exit+=("$stop_tools")
 hack/cargo.sh build
 BIN_DIR=$(hack/cargo.sh bin-dir)
+tools_built=$SECONDS
+if ! wait "$tools_pid"; then
+  cat "$tools_log" >&2
+  echo "e2e/env/build.sh failed (its output above)" >&2
+  exit 1
+fi
+grep -E 'built in|building' "$tools_log" >&2 || true
+rm -f "$tools_log"
+on_exit=("${on_exit[@]:0:${#on_exit[@]}-1}")
+echo "the Go tools were ready $((SECONDS - tools_built)) s after the cargo build" >&2
 
 step "generated files are up to date"
 "$BIN_DIR/crdgen" --check
