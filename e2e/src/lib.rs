@@ -678,7 +678,15 @@ pub struct OperatorStack {
     /// The operators' `PLATFORM_NAMESPACE`, as deploy/ sets it: where the platform KfDef (and its
     /// ProfileController, the cluster's Profile settings) lives.
     platform_namespace: Option<String>,
+    /// Held while this stack runs: one stack at a time per test process ([`ONE_STACK`]).
+    _one_stack: tokio::sync::OwnedMutexGuard<()>,
 }
+
+/// One [`OperatorStack`] at a time in a test process. A stack's meta-operator reconciles every
+/// KfDef in the cluster and its component operators every component resource it publishes, so two
+/// stacks side by side (tests of one file run in parallel) both install, report on and finalize
+/// each other's KfDefs, and one test's assertions meet the other stack's writes.
+static ONE_STACK: std::sync::LazyLock<std::sync::Arc<tokio::sync::Mutex<()>>> = std::sync::LazyLock::new(Default::default);
 
 impl Drop for OperatorStack {
     fn drop(&mut self) {
@@ -705,6 +713,7 @@ impl OperatorStack {
     }
 
     async fn start_stack(client: &Client, without: &[ComponentKind], binaries: &[(ComponentKind, &str)], platform_namespace: Option<&str>) -> Self {
+        let one_stack = ONE_STACK.clone().lock_owned().await;
         install_crds(client).await;
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
         kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
@@ -717,7 +726,7 @@ impl OperatorStack {
         let nats = NatsServer::start().await;
         let meta = Self::spawn("meta-operator", &nats, Identity::MetaOperator, &kubeconfigs["meta-operator"]);
         let binaries = binaries.iter().map(|(c, b)| (*c, b.to_string())).collect();
-        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries, platform_namespace: platform_namespace.map(str::to_string) };
+        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries, platform_namespace: platform_namespace.map(str::to_string), _one_stack: one_stack };
         for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
             stack.start_component(component);
         }

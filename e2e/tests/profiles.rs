@@ -117,6 +117,14 @@ async fn kfam_role_bindings(client: &Client, namespace: &str, user: &str, role: 
     all.into_iter().filter(|rb| rb.annotations().get("user").map(String::as_str) == Some(user) && rb.annotations().get("role").map(String::as_str) == Some(role)).collect()
 }
 
+/// How many LIST requests of Profiles, Namespaces and RoleBindings the API server has served
+/// (its `apiserver_request_total`).
+async fn list_requests(client: &Client) -> u64 {
+    let metrics = client.request_text(http::Request::get("/metrics").body(Vec::new()).unwrap()).await.unwrap();
+    let listed = |line: &&str| line.starts_with("apiserver_request_total{") && line.contains("verb=\"LIST\"") && ["profiles", "namespaces", "rolebindings"].iter().any(|r| line.contains(&format!("resource=\"{r}\"")));
+    metrics.lines().filter(listed).filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>() as u64
+}
+
 /// A namespace's labels, annotations and owner references: what a refused Profile must not change.
 fn shape(ns: &Namespace) -> (BTreeMap<String, String>, BTreeMap<String, String>, usize) {
     (ns.labels().clone(), ns.annotations().clone(), ns.owner_references().len())
@@ -360,6 +368,31 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
     assert_eq!(kfam("GET", &is_admin("bob@example.com"), via_dashboard("bob@example.com"), None).await, (200, "false".to_string()));
     assert_eq!(kfam("GET", &is_admin("admin@example.com"), via_dashboard("admin@example.com"), None).await, (200, "true".to_string()));
     assert_eq!(kfam("GET", &is_admin("bob@example.com"), via_dashboard("admin@example.com"), None).await, (200, "false".to_string()));
+
+    // Listings come from the operator's caches: however many are asked, the API server serves no
+    // list of Profiles, Namespaces or RoleBindings for them (only the TokenReview per request).
+    let lists_before = list_requests(&client).await;
+    let everything = entries(&kfam("GET", &bindings_url, via_dashboard("admin@example.com"), None).await.1);
+    assert!(everything.contains(&("bob@example.com".to_string(), "edit".to_string())), "{everything:?}");
+    for _ in 0..10 {
+        assert_eq!(entries(&kfam("GET", &bindings_url, via_dashboard("admin@example.com"), None).await.1), everything);
+    }
+    assert_eq!(list_requests(&client).await, lists_before, "KFAM listed from the API server");
+
+    // Rate-limited per caller: a flood gets 429 after its burst, and another caller is served meanwhile.
+    let flooder = token_of(&client, &ns.name, "flooder").await;
+    let mut refused = None;
+    for _ in 0..40 {
+        let (status, message) = kfam("GET", &format!("{kfam_url}/role/clusteradmin"), Identity { token: Some(&flooder), user: None }, None).await;
+        if status == 429 {
+            refused = Some(message);
+            break;
+        }
+        assert_eq!(status, 200, "{message}");
+    }
+    let refused = refused.expect("40 requests at once were all served");
+    assert!(refused.starts_with(&format!("too many requests from system:serviceaccount:{}:flooder: at most 5 per second (20 at once)", ns.name)), "{refused}");
+    assert_eq!(kfam("GET", &is_admin("bob@example.com"), via_dashboard("bob@example.com"), None).await, (200, "false".to_string()), "another caller held back");
 
     // A Profile owned by a ServiceAccount: its own token, no proxy.
     let carols = unique_name("carol");

@@ -364,3 +364,82 @@ async fn a_platform_install_into_a_profiles_namespace_is_refused() {
     assert!(deployments.list(&Default::default()).await.unwrap().items.is_empty(), "Katib installed into the tenant's namespace");
     drop(operator);
 }
+
+/// A tenant's package defines a kind with a CRD whose plural is wrong (a CRD the tenant may not
+/// even create). A platform install rendering the real CRD of that kind, later, installs its
+/// objects of that kind all the same: what one install's CRDs define is that install's alone.
+#[tokio::test]
+async fn a_tenant_crd_with_a_wrong_plural_does_not_change_a_platform_install_of_that_kind() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let client = client().await;
+    let tenant = TestNamespace::create_tenant(&client, "e2e-poison").await;
+    tenant.grant_installer(&client, "RoleBinding", "edit").await;
+    let platform = TestNamespace::create_tenant(&client, "e2e-platform").await;
+    platform.grant_installer(&client, "ClusterRoleBinding", "cluster-admin").await;
+    let group = format!("{}.example.com", unique_name("gadgets"));
+    let crd = |plural: &str| {
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: {plural}.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{kind: Gadget, plural: {plural}, singular: gadget, listKind: GadgetList}}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}\n"
+        )
+    };
+    let gadget = format!("apiVersion: {group}/v1\nkind: Gadget\nmetadata:\n  name: g\nspec: {{size: 1}}\n");
+    let tmp = std::env::temp_dir().join(unique_name("poison-repo"));
+    for (package, plural) in [("tenant/poison", "wrongs"), ("platform/gadgets", "gadgets")] {
+        let dir = tmp.join(package);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("kustomization.yaml"), "resources: [crd.yaml, gadget.yaml]\n").unwrap();
+        std::fs::write(dir.join("crd.yaml"), crd(plural)).unwrap();
+        std::fs::write(dir.join("gadget.yaml"), &gadget).unwrap();
+    }
+    let tarball = fixtures::pack_github_tarball(&tmp, "manifests-poison");
+    std::fs::remove_dir_all(&tmp).unwrap();
+    let server = fixtures::Server::start(BTreeMap::from([(ARCHIVE.to_string(), tarball)])).await;
+    let kfdef = |namespace: &str, application: &str, path: &str| -> KfDef {
+        serde_json::from_value(json!({
+            "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "gadgets", "namespace": namespace},
+            "spec": {
+                "version": "v1.0.2",
+                "applications": [{"name": application, "kustomizeConfig": {"repoRef": {"name": "manifests", "path": path}}}],
+                "repos": [{"name": "manifests", "uri": server.url(ARCHIVE)}],
+            },
+        }))
+        .unwrap()
+    };
+    let stack = OperatorStack::start(&client, &[]).await;
+    let log = stack.components[&kubeflow_crds::ComponentKind::GENERIC].log.display().to_string();
+
+    // The tenant first: its CRD is refused (its account may not create CRDs), after its render.
+    let tenants: Api<KfDef> = Api::namespaced(client.clone(), &tenant.name);
+    tenants.create(&PostParams::default(), &kfdef(&tenant.name, "poison", "tenant/poison")).await.unwrap();
+    let refused = eventually(&format!("the tenant's application refused (log: {log})"), || async {
+        let k = tenants.get("gadgets").await.map_err(|e| e.to_string())?;
+        match k.status.as_ref().and_then(|s| s.applications.iter().find(|a| a.name == "poison")) {
+            Some(a) if a.state != "Ready" && a.message.contains("may not create CustomResourceDefinition") => Ok(a.message.clone()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(refused.contains(&format!("wrongs.{group}")), "{refused}");
+
+    // Then the platform: its Gadget is written where the real CRD serves it.
+    let platforms: Api<KfDef> = Api::namespaced(client.clone(), &platform.name);
+    platforms.create(&PostParams::default(), &kfdef(&platform.name, "gadgets", "platform/gadgets")).await.unwrap();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+    let gadgets = Api::<DynamicObject>::namespaced_with(client.clone(), &platform.name, &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, "v1", "Gadget"), "gadgets"));
+    eventually(&format!("the platform's application Ready and its Gadget installed (log: {log})"), || async {
+        let k = platforms.get("gadgets").await.map_err(|e| e.to_string())?;
+        let application = k.status.as_ref().and_then(|s| s.applications.iter().find(|a| a.name == "gadgets")).cloned();
+        match (application, gadgets.get_opt("g").await) {
+            (Some(a), Ok(Some(_))) if a.state == "Ready" => Ok(()),
+            (a, g) => Err(format!("{a:?}, Gadget: {:?}", g.map(|g| g.is_some()))),
+        }
+    })
+    .await;
+    assert!(crds.get_opt(&format!("wrongs.{group}")).await.unwrap().is_none(), "the tenant created a CRD");
+
+    for kfdefs in [&platforms, &tenants] {
+        kfdefs.delete("gadgets", &DeleteParams::default()).await.unwrap();
+        gone(kfdefs, "gadgets").await;
+    }
+    let _ = crds.delete(&format!("gadgets.{group}"), &DeleteParams::default()).await;
+}

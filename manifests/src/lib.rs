@@ -46,6 +46,7 @@ pub mod order;
 pub mod refs;
 pub mod render;
 pub mod sandbox;
+pub mod yaml;
 
 #[cfg(feature = "fixtures")]
 pub mod fixtures;

@@ -31,7 +31,7 @@ pub fn kustomization_file(dir: &Path) -> Option<PathBuf> {
 /// of a Kustomization that lists it under `components`.
 pub fn is_component(dir: &Path) -> bool {
     let Some(file) = kustomization_file(dir) else { return false };
-    let Ok(Value::Mapping(doc)) = std::fs::read_to_string(file).map_err(drop).and_then(|text| serde_yaml_ng::from_str(&text).map_err(drop)) else {
+    let Ok(Value::Mapping(doc)) = std::fs::read_to_string(file).map_err(drop).and_then(|text| crate::yaml::parse(&text).map_err(drop)) else {
         return false;
     };
     fields(&doc, "kind").first().is_some_and(|(_, kind)| kind.as_str() == Some("Component"))
@@ -601,8 +601,8 @@ fn load(file: &Path) -> Result<Value, String> {
     if let Some(why) = unsupported_yaml(&text) {
         return Err(why);
     }
-    let mut doc: Value =
-        serde_yaml_ng::from_str(&text).map_err(|e| format!("it is not valid YAML: {e}"))?;
+    // A key given twice keeps its last value, as kustomize v3 reads it (v5 refuses the file itself).
+    let mut doc: Value = crate::yaml::parse(&text).map_err(|e| format!("it is not valid YAML: {e}"))?;
     // `<<: {resources: [...]}` is `resources` to kustomize too.
     doc.apply_merge()
         .map_err(|e| format!("it is not valid YAML: {e}"))?;
@@ -740,6 +740,14 @@ mod tests {
     }
 
     #[test]
+    fn a_key_given_twice_is_checked_by_its_last_value_as_kustomize_v3_uses_it() {
+        assert_eq!(check_one(b"commonLabels: {a: b}\nresources: [cm.yaml]\ncommonLabels: {a: c}\n"), Ok(()), "kfctl's jupyter-web-app base_v3");
+        let (_, reference, why) = check_one(b"resources: [cm.yaml]\nresources: [../secret.yaml]\n").unwrap_err();
+        assert_eq!((reference.as_str(), why.contains("outside")), ("../secret.yaml", true), "{why}");
+        assert_eq!(check_one(b"resources: [../secret.yaml]\nresources: [cm.yaml]\n"), Ok(()), "the first value is not what kustomize uses");
+    }
+
+    #[test]
     fn a_feature_kustomize_v3_1_does_not_have_is_reported_with_its_file() {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
@@ -774,10 +782,6 @@ mod tests {
             (
                 &b"resources: [../secret.yaml\n"[..],
                 "it is not valid YAML: ",
-            ),
-            (
-                b"resources: [a]\nresources: [b]\n",
-                "it is not valid YAML: duplicate entry",
             ),
             (
                 b"resources: [a]\n---\nresources: [../secret.yaml]\n",

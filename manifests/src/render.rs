@@ -508,7 +508,8 @@ fn copy_tree(src: &Path, dst: &Path, root: &Path, depth: usize) -> std::io::Resu
 fn read_mapping(app: &str, file: &Path) -> Result<Mapping, RenderError> {
     let text =
         std::fs::read_to_string(file).map_err(io(app, format!("reading {}", file.display())))?;
-    match serde_yaml_ng::from_str::<Value>(&text) {
+    // A key given twice keeps its last value, as kustomize v3 reads it.
+    match crate::yaml::parse(&text) {
         Ok(Value::Mapping(m)) => Ok(m),
         Ok(Value::Null) => Ok(Mapping::new()),
         Ok(_) => Err(RenderError::Io {

@@ -53,6 +53,11 @@ impl WatchesSynced {
         (store, changes.try_filter_map(|change| std::future::ready(Ok(change.applied()))))
     }
 
+    /// Whether every tracked watch has delivered its first full list.
+    pub fn is_synced(&self) -> bool {
+        self.synced.iter().all(|synced| *synced.borrow())
+    }
+
     /// Returns once every tracked watch has delivered its first full list.
     pub async fn wait(&self) {
         for synced in &self.synced {

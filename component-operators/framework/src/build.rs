@@ -151,7 +151,7 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
     };
     let owner = owner_id(resource);
     for object in &mut objects {
-        let info = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).ok_or_else(|| {
+        let info = kinds::lookup_for(&owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).ok_or_else(|| {
             let name = object["metadata"]["name"].as_str().unwrap_or_default();
             InvalidSpec::new("spec.version", format!("manifest of {version} has {} {name} of an unsupported kind (apiVersion {})", object["kind"], object["apiVersion"]))
         })?;
@@ -179,7 +179,7 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
         let hash = manifest::content_hash(object);
         object["metadata"]["annotations"][HASH_ANNOTATION] = json!(hash);
     }
-    objects.sort_by_key(|o| kinds::lookup(o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap()).map_or(u8::MAX, |k| k.rank));
+    objects.sort_by_key(|o| kinds::lookup_for(&owner, o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap()).map_or(u8::MAX, |k| k.rank));
     Ok(objects)
 }
 

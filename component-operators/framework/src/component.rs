@@ -112,7 +112,9 @@ pub type CustomKind = (&'static str, &'static str, &'static str, &'static str, b
 /// build does it, and the operator at start-up (a prune or cleanup may look them up first).
 pub fn register_custom_kinds<C: Component>() {
     for (group, version, kind, plural, cluster_scoped) in C::CUSTOM_KINDS {
-        crate::kinds::register(group, version, kind, plural, *cluster_scoped);
+        // Interned once each; a full registry (kinds the operators' own code ships never fill it) is
+        // answered where they are looked up.
+        let _ = crate::kinds::register(group, version, kind, plural, *cluster_scoped);
     }
 }
 

@@ -102,20 +102,45 @@ pub const KINDS: &[KindInfo] = &[
 /// Rank of custom resources: after the workloads that serve them, before webhooks.
 pub const CUSTOM_RESOURCE_RANK: u8 = 6;
 
-/// Kinds learned at run time (custom resources), leaked once each so they live as long as the
-/// built-in ones; bounded by the kinds a cluster serves.
-fn registered() -> &'static Mutex<BTreeMap<(String, String, String), &'static KindInfo>> {
-    static REGISTERED: OnceLock<Mutex<BTreeMap<(String, String, String), &'static KindInfo>>> = OnceLock::new();
-    REGISTERED.get_or_init(Default::default)
+/// Distinct kinds a process learns at most (interned, so each lives as long as the built-in ones:
+/// some 100 bytes each); past it, a render naming a new kind is refused with that reason.
+pub const MAX_LEARNED: usize = 16_384;
+/// Kinds one install's rendered CRDs may define for it at most.
+pub const MAX_RENDERED_PER_INSTALL: usize = 512;
+
+type Key = (String, String, String);
+
+/// Kinds learned at run time, from two sources that are never mixed:
+/// - `known`: what the API server serves (discovery) or the operators' own code ships. Every
+///   install uses these.
+/// - `rendered`: what a CRD rendered by one install defines, before the cluster serves it. Only
+///   that install (its owner id, `<namespace>/<name>`) uses these, so a tenant's CRD with a wrong
+///   plural or scope never changes how another install's objects are written.
+#[derive(Default)]
+struct Registry {
+    known: BTreeMap<Key, &'static KindInfo>,
+    rendered: BTreeMap<String, BTreeMap<Key, &'static KindInfo>>,
+    /// Every distinct kind learned, each once: by group, version, kind, plural and scope.
+    interned: BTreeMap<(Key, String, bool), &'static KindInfo>,
 }
 
-/// Makes a custom resource kind known to [`lookup`] (from its CRD or from discovery).
-pub fn register(group: &str, version: &str, kind: &str, plural: &str, cluster_scoped: bool) -> &'static KindInfo {
-    let key = (group.to_string(), version.to_string(), kind.to_string());
-    let mut kinds = registered().lock().expect("kind registry");
-    kinds.entry(key).or_insert_with(|| {
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Registry {
+    /// The one `&'static` copy of this kind, or `None` when [`MAX_LEARNED`] are learned already.
+    fn intern(&mut self, group: &str, version: &str, kind: &str, plural: &str, cluster_scoped: bool) -> Option<&'static KindInfo> {
+        let id = (key(group, version, kind), plural.to_string(), cluster_scoped);
+        if let Some(found) = self.interned.get(&id) {
+            return Some(found);
+        }
+        if self.interned.len() >= MAX_LEARNED {
+            return None;
+        }
         let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
-        Box::leak(Box::new(KindInfo {
+        let info: &'static KindInfo = Box::leak(Box::new(KindInfo {
             group: leak(group),
             version: leak(version),
             kind: leak(kind),
@@ -123,15 +148,64 @@ pub fn register(group: &str, version: &str, kind: &str, plural: &str, cluster_sc
             cluster_scoped,
             rank: CUSTOM_RESOURCE_RANK,
             immutable_fields: &[],
-        }))
-    })
+        }));
+        self.interned.insert(id, info);
+        Some(info)
+    }
 }
 
-/// Looks up `apiVersion` + `kind` among the built-in and registered kinds.
+fn key(group: &str, version: &str, kind: &str) -> Key {
+    (group.to_string(), version.to_string(), kind.to_string())
+}
+
+/// Makes a custom resource kind known to every install, from what the API server serves
+/// (discovery) or the operators' own code ships. The API server's answer replaces an older one.
+/// `None` when the registry is full ([`MAX_LEARNED`]).
+pub fn register(group: &str, version: &str, kind: &str, plural: &str, cluster_scoped: bool) -> Option<&'static KindInfo> {
+    let mut registry = registry();
+    let info = registry.intern(group, version, kind, plural, cluster_scoped)?;
+    registry.known.insert(key(group, version, kind), info);
+    Some(info)
+}
+
+/// The kinds the CRDs of one render of install `owner` define, for that install only (see
+/// [`lookup_for`]); replaces what its previous render defined. Returns why not, when the install
+/// defines more than [`MAX_RENDERED_PER_INSTALL`] kinds or the registry is full.
+pub fn set_rendered(owner: &str, defined: &[(String, String, String, String, bool)]) -> Result<(), String> {
+    if defined.len() > MAX_RENDERED_PER_INSTALL {
+        return Err(format!("its CRDs define {} kinds; at most {MAX_RENDERED_PER_INSTALL} per install", defined.len()));
+    }
+    let mut registry = registry();
+    let mut kinds = BTreeMap::new();
+    for (group, version, kind, plural, cluster_scoped) in defined {
+        let info = registry.intern(group, version, kind, plural, *cluster_scoped).ok_or_else(|| format!("the operator has learned {MAX_LEARNED} kinds, its most; restart it to forget those no longer used"))?;
+        kinds.insert(key(group, version, kind), info);
+    }
+    if kinds.is_empty() {
+        registry.rendered.remove(owner);
+    } else {
+        registry.rendered.insert(owner.to_string(), kinds);
+    }
+    Ok(())
+}
+
+/// Forgets what install `owner`'s CRDs defined (the install is gone).
+pub fn forget_rendered(owner: &str) {
+    registry().rendered.remove(owner);
+}
+
+/// Looks up `apiVersion` + `kind` among the built-in and known kinds (see [`register`]).
 pub fn lookup(api_version: &str, kind: &str) -> Option<&'static KindInfo> {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    KINDS.iter().find(|k| k.group == group && k.version == version && k.kind == kind).or_else(|| {
-        registered().lock().expect("kind registry").get(&(group.to_string(), version.to_string(), kind.to_string())).copied()
+    KINDS.iter().find(|k| k.group == group && k.version == version && k.kind == kind).or_else(|| registry().known.get(&key(group, version, kind)).copied())
+}
+
+/// As [`lookup`] for the objects of install `owner` (`<namespace>/<name>`): then also among the
+/// kinds its own rendered CRDs define ([`set_rendered`]), never another install's.
+pub fn lookup_for(owner: &str, api_version: &str, kind: &str) -> Option<&'static KindInfo> {
+    lookup(api_version, kind).or_else(|| {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        registry().rendered.get(owner)?.get(&key(group, version, kind)).copied()
     })
 }
 
@@ -243,13 +317,54 @@ mod tests {
     }
 
     #[test]
-    fn registered_custom_kinds_are_found_once_and_ranked_before_webhooks() {
+    fn known_custom_kinds_are_interned_follow_the_api_server_and_rank_before_webhooks() {
         assert_eq!(lookup("example.kubeflow.org/v1", "Widget"), None);
-        let widget = register("example.kubeflow.org", "v1", "Widget", "widgets", false);
-        let again = register("example.kubeflow.org", "v1", "Widget", "ignored", true);
-        assert!(std::ptr::eq(widget, again), "registered twice");
+        let widget = register("example.kubeflow.org", "v1", "Widget", "widgets", false).unwrap();
+        let again = register("example.kubeflow.org", "v1", "Widget", "widgets", false).unwrap();
+        assert!(std::ptr::eq(widget, again), "learned twice");
         assert_eq!(lookup("example.kubeflow.org/v1", "Widget").map(|k| (k.plural, k.cluster_scoped, k.rank)), Some(("widgets", false, CUSTOM_RESOURCE_RANK)));
+        // The API server's later answer (a CRD replaced) is what every install then uses.
+        register("example.kubeflow.org", "v1", "Widget", "widgetz", true).unwrap();
+        assert_eq!(lookup("example.kubeflow.org/v1", "Widget").map(|k| (k.plural, k.cluster_scoped)), Some(("widgetz", true)));
         assert!(lookup("apps/v1", "Deployment").unwrap().rank < CUSTOM_RESOURCE_RANK);
         assert!(lookup("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration").unwrap().rank > CUSTOM_RESOURCE_RANK);
+    }
+
+    fn defines(kind: &str, plural: &str) -> Vec<(String, String, String, String, bool)> {
+        vec![("tenant.example.com".into(), "v1".into(), kind.into(), plural.into(), false)]
+    }
+
+    #[test]
+    fn a_kind_one_install_renders_a_crd_for_is_that_install_s_alone() {
+        // A tenant's CRD defines Gadget with a wrong plural; the platform's defines it right.
+        set_rendered("team-a/loot", &defines("Gadget", "wrongs")).unwrap();
+        assert_eq!(lookup("tenant.example.com/v1", "Gadget"), None, "not known to every install");
+        set_rendered("kubeflow/platform", &defines("Gadget", "gadgets")).unwrap();
+        set_rendered("team-a/loot", &defines("Gadget", "wrongs")).unwrap();
+        assert_eq!(lookup_for("kubeflow/platform", "tenant.example.com/v1", "Gadget").unwrap().plural, "gadgets", "the tenant's later render changed the platform's");
+        assert_eq!(lookup_for("team-a/loot", "tenant.example.com/v1", "Gadget").unwrap().plural, "wrongs");
+        assert_eq!(lookup_for("team-b/other", "tenant.example.com/v1", "Gadget"), None);
+        // Once the API server serves it, its answer is everyone's, the tenant's included.
+        register("tenant.example.com", "v1", "Gadget", "gadgets", false).unwrap();
+        assert_eq!(lookup_for("team-a/loot", "tenant.example.com/v1", "Gadget").unwrap().plural, "gadgets");
+        // A render that defines it no longer, or an install that is gone, forgets it.
+        set_rendered("team-a/loot", &defines("Other", "others")).unwrap();
+        assert_eq!(lookup_for("team-a/loot", "tenant.example.com/v1", "Gizmo"), None);
+        forget_rendered("team-a/loot");
+        assert_eq!(lookup_for("team-a/loot", "tenant.example.com/v1", "Other"), None);
+    }
+
+    #[test]
+    fn the_registry_is_bounded() {
+        let many: Vec<_> = (0..=MAX_RENDERED_PER_INSTALL).map(|i| ("bounded.example.com".to_string(), "v1".to_string(), format!("K{i}"), format!("k{i}s"), false)).collect();
+        assert!(set_rendered("team-a/many", &many).unwrap_err().contains("at most 512 per install"));
+        assert_eq!(lookup_for("team-a/many", "bounded.example.com/v1", "K0"), None, "refused whole");
+        // Past MAX_LEARNED distinct kinds nothing new is learned (what is learned stays).
+        let mut registry = Registry::default();
+        for i in 0..MAX_LEARNED {
+            assert!(registry.intern("g", "v1", &format!("K{i}"), "p", false).is_some());
+        }
+        assert!(registry.intern("g", "v1", "K0", "p", false).is_some(), "already learned");
+        assert!(registry.intern("g", "v1", "New", "p", false).is_none());
     }
 }

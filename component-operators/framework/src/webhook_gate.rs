@@ -123,7 +123,7 @@ mod tests {
         let kind = text(&object["kind"]);
         kinds::lookup(api_version, kind).unwrap_or_else(|| {
             let (group, version) = api_version.split_once('/').unwrap();
-            kinds::register(group, version, kind, "certificates", false)
+            kinds::register(group, version, kind, "certificates", false).unwrap()
         })
     }
 

@@ -153,12 +153,13 @@ fn same_object(earlier: &Value, later: &Value) -> bool {
 
 /// `objects` preceded by a Namespace for each namespace they use that they do not create
 /// themselves (kfctl created the KfDef's namespace; namespaces are only ever created, never
-/// changed or deleted). Namespaced objects without a namespace go to `target`.
-pub fn with_namespaces(objects: Vec<Value>, target: &str) -> Vec<Value> {
+/// changed or deleted). Namespaced objects without a namespace go to `target`. Kinds are those
+/// install `owner` knows ([`kinds::lookup_for`]).
+pub fn with_namespaces(owner: &str, objects: Vec<Value>, target: &str) -> Vec<Value> {
     let rendered: std::collections::BTreeSet<&str> = objects.iter().filter(|o| o["kind"] == "Namespace").filter_map(|o| o["metadata"]["name"].as_str()).collect();
     let mut used = std::collections::BTreeSet::new();
     for object in &objects {
-        let namespaced = kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).is_some_and(|k| !k.cluster_scoped);
+        let namespaced = kinds::lookup_for(owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).is_some_and(|k| !k.cluster_scoped);
         if namespaced {
             used.insert(object["metadata"]["namespace"].as_str().unwrap_or(target).to_string());
         }
@@ -178,9 +179,13 @@ pub enum Discovery<'a> {
     Offline,
 }
 
-/// Makes every kind in `objects` known to the framework: from CRDs rendered alongside, else from
-/// `discovery`. Returns the `(apiVersion, kind)`s the cluster does not serve.
-async fn learn_kinds(discovery: Discovery<'_>, objects: &[Value]) -> BTreeSet<(String, String)> {
+/// Makes every kind in `objects` known to install `owner`: a kind the cluster serves (discovery)
+/// to every install, a kind a CRD rendered alongside defines (or, offline, a guess) to this install
+/// only ([`kinds::set_rendered`]), so a tenant's CRD can never change how another install's objects
+/// are written. Returns the `(apiVersion, kind)`s the cluster does not serve, or why no kind of
+/// this render can be learned.
+async fn learn_kinds(owner: &str, discovery: Discovery<'_>, objects: &[Value]) -> Result<BTreeSet<(String, String)>, String> {
+    let mut defined = Vec::new();
     for crd in objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition" && o["apiVersion"].as_str().is_some_and(|v| v.starts_with("apiextensions.k8s.io/"))) {
         let spec = &crd["spec"];
         let (group, kind, plural) = (spec["group"].as_str().unwrap_or_default(), spec["names"]["kind"].as_str().unwrap_or_default(), spec["names"]["plural"].as_str().unwrap_or_default());
@@ -189,31 +194,30 @@ async fn learn_kinds(discovery: Discovery<'_>, objects: &[Value]) -> BTreeSet<(S
             Some(list) => list.iter().filter_map(|v| v["name"].as_str()).collect(),
             None => spec["version"].as_str().into_iter().collect(), // apiextensions v1beta1
         };
-        for version in versions {
-            kinds::register(group, version, kind, plural, cluster);
-        }
+        defined.extend(versions.into_iter().map(|version| (group.to_string(), version.to_string(), kind.to_string(), plural.to_string(), cluster)));
     }
+    let is_defined = |defined: &[(String, String, String, String, bool)], group: &str, version: &str, kind: &str| defined.iter().any(|(g, v, k, _, _)| g == group && v == version && k == kind);
     let mut unserved = BTreeSet::new();
     for object in objects {
         let (api_version, kind) = (object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default());
-        if kinds::lookup(api_version, kind).is_some() || unserved.contains(&(api_version.to_string(), kind.to_string())) {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        if kinds::lookup(api_version, kind).is_some() || is_defined(&defined, group, version, kind) || unserved.contains(&(api_version.to_string(), kind.to_string())) {
             continue;
         }
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let Discovery::Cluster(client) = discovery else {
-            kinds::register(group, version, kind, &format!("{}s", kind.to_lowercase()), false);
+            defined.push((group.to_string(), version.to_string(), kind.to_string(), format!("{}s", kind.to_lowercase()), false));
             continue;
         };
         match kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await {
-            Ok((resource, capabilities)) => {
-                kinds::register(group, version, kind, &resource.plural, capabilities.scope == kube::discovery::Scope::Cluster);
-            }
-            Err(_) => {
+            // What the API server serves is the truth for every install.
+            Ok((resource, capabilities)) if kinds::register(group, version, kind, &resource.plural, capabilities.scope == kube::discovery::Scope::Cluster).is_some() => {}
+            _ => {
                 unserved.insert((api_version.to_string(), kind.to_string()));
             }
         }
     }
-    unserved
+    kinds::set_rendered(owner, &defined)?;
+    Ok(unserved)
 }
 
 /// Renders one application: its repository fetched (or taken from the cache), its package built,
@@ -248,7 +252,11 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     }
     let namespace = target_namespace::<KustomizeComponent>(resource);
     let key = serde_json::to_string(&json!({"sources": spec.core.sources, "mode": spec.mode, "namespace": namespace, "name": resource.name_any()})).expect("specs serialise");
-    if let Some(rendered) = memo().lock().expect("render memo").get(&key).cloned() {
+    let owner = component_framework::build::owner_id(resource);
+    let memoized = memo().lock().expect("render memo").get(&key).cloned();
+    if let Some(rendered) = memoized {
+        // The kinds its CRDs define are forgotten when an install of the same name was deleted.
+        learn_kinds(&owner, discovery, &rendered.objects).await.map_err(|why| InvalidSpec::new("spec.sources", format!("the kinds of this install cannot be learned: {why}")))?;
         return Ok(rendered.as_ref().clone());
     }
     let dir = cache_dir();
@@ -280,7 +288,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     let (objects, shared) = merge_applications(rendered);
     failed.extend(shared);
     // An application with a kind the cluster does not serve waits for it, alone.
-    let unserved = learn_kinds(discovery, &objects).await;
+    let unserved = learn_kinds(&owner, discovery, &objects).await.map_err(|why| InvalidSpec::new("spec.sources", format!("the kinds of this install cannot be learned: {why}")))?;
     let mut waiting: BTreeMap<String, (String, String)> = BTreeMap::new();
     for object in &objects {
         let kind = (object["apiVersion"].as_str().unwrap_or_default().to_string(), object["kind"].as_str().unwrap_or_default().to_string());
@@ -295,7 +303,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     }
     let objects = objects.into_iter().filter(|o| o["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_none_or(|a| !waiting.contains_key(a))).collect();
     failed.sort_by_key(|f| indexes[&f.application]);
-    let rendered = Rendered { objects: with_namespaces(objects, &namespace), applications: spec.core.sources.iter().map(|s| s.application.clone()).collect(), failed, converted, conversion_details };
+    let rendered = Rendered { objects: with_namespaces(&owner, objects, &namespace), applications: spec.core.sources.iter().map(|s| s.application.clone()).collect(), failed, converted, conversion_details };
     // Failures are not remembered: a download or a missing kind may come right.
     if rendered.failed.is_empty() {
         let mut memo = memo().lock().expect("render memo");
@@ -362,7 +370,7 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "c", "namespace": "auth"}}),
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "d"}}),
         ];
-        let out = with_namespaces(objects, "kubeflow");
+        let out = with_namespaces("kubeflow/test", objects, "kubeflow");
         let namespaces: Vec<&str> = out.iter().filter(|o| o["kind"] == "Namespace").map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
         assert_eq!(namespaces, ["auth", "kubeflow", "tenants"]);
         assert_eq!(out.len(), 7);

@@ -104,6 +104,11 @@ pub struct Context {
     /// Where each kind the controller makes is served.
     resources: HashMap<&'static str, ApiResource>,
     statuses: StatusWrites,
+    /// Every Profile, for KFAM's listings (the controller's own cache), and whether it is listed.
+    profiles: Store<DeserializeGuard<Profile>>,
+    profiles_synced: WatchesSynced,
+    /// KFAM's bindings, for its listings.
+    pub bindings: crate::bindings::Bindings,
 }
 
 /// What the controller last wrote to each Profile's status (by uid): a hash of the Ready
@@ -160,6 +165,19 @@ fn api_resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
 }
 
 impl Context {
+    /// Every decodable Profile, once the cache holds its first list (and the KFAM bindings theirs).
+    pub fn cached_profiles(&self) -> Option<Vec<Profile>> {
+        if !self.bindings.is_ready() || !self.made.listed("Namespace") || !self.profiles_synced.is_synced() {
+            return None;
+        }
+        Some(self.profiles.state().iter().filter_map(|guard| guard.0.as_ref().ok().cloned()).collect())
+    }
+
+    /// Whether `profile`'s namespace is the one made for it (as [`tenant::made_for`], from the watch).
+    pub fn made_namespace_of(&self, profile: &Profile) -> bool {
+        self.made.shown("Namespace", None, &profile.name_any()).is_some_and(|shown| shown.made_for(profile))
+    }
+
     /// The settings that apply now: the cluster's settings ([`Source::current`]), never another
     /// ProfileController's, however old.
     pub fn settings(&self) -> Option<Arc<ProfileController>> {
@@ -468,7 +486,14 @@ pub async fn run(client: Client, settings: Source, cloud: Arc<dyn CloudIdentity>
         resources.insert(info.1, resource);
         streams.push(stream);
     }
+    let profiles: Api<DeserializeGuard<Profile>> = Api::all(client.clone());
+    // Built on a watch of our own so a relist triggers only once the store holds it.
+    let mut profiles_synced = WatchesSynced::default();
+    let (store, profile_changes) = profiles_synced.reflect(profiles, watcher::Config::default());
     let ctx = Arc::new(Context {
+        profiles: store.clone(),
+        profiles_synced,
+        bindings: crate::bindings::Bindings::start(client.clone()),
         client: client.clone(),
         settings,
         crds: crd_store,
@@ -480,9 +505,6 @@ pub async fn run(client: Client, settings: Source, cloud: Arc<dyn CloudIdentity>
         statuses: StatusWrites::default(),
     });
     let _ = shared.set(ctx.clone());
-    let profiles: Api<DeserializeGuard<Profile>> = Api::all(client.clone());
-    // Built on a watch of our own so a relist triggers only once the store holds it.
-    let (store, profile_changes) = WatchesSynced::default().reflect(profiles, watcher::Config::default());
     let mut controller = Controller::for_stream(profile_changes, store.clone()).with_config(kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY));
     for stream in streams {
         controller = controller.reconcile_on(stream);

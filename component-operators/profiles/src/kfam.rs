@@ -19,7 +19,6 @@
 //! with `user`, `role` and the subject kind. Removal finds them by label and annotations and only
 //! touches objects this API made for that subject and role.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
@@ -43,6 +42,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::controller::{Context, api_for};
+use crate::rate::RateLimit;
 use crate::tenant::{self, MANAGED_BY_LABEL, Mesh, ROLE_ANNOTATION, USER_ANNOTATION};
 
 pub const FIELD_MANAGER: &str = "kubeflow-profiles-kfam";
@@ -263,11 +263,40 @@ async fn review(client: &Client, token: &str) -> Result<Authenticated, Refusal> 
     }
 }
 
-/// The caller of a request: its bearer token reviewed, then [`caller`].
+/// Requests per second, and at once, of one caller (the reviewed user, or the person a trusted
+/// proxy names) and of one peer address (before its token is reviewed: a flood of bad tokens is
+/// no flood of TokenReviews). A dashboard sends all its users' requests from one address, so the
+/// address gets ten times a caller's.
+pub const PER_CALLER: (f64, f64) = (5.0, 20.0);
+pub const PER_PEER: (f64, f64) = (50.0, 200.0);
+/// Callers and addresses remembered at most (see [`RateLimit`]).
+const RATE_KEYS: usize = 10_000;
+static CALLERS: RateLimit = RateLimit::new(PER_CALLER.0, PER_CALLER.1, RATE_KEYS);
+static PEERS: RateLimit = RateLimit::new(PER_PEER.0, PER_PEER.1, RATE_KEYS);
+
+fn too_many(who: &str, wait: std::time::Duration) -> Refusal {
+    Refusal(StatusCode::TOO_MANY_REQUESTS, format!("too many requests from {who}: at most {} per second ({} at once); retry in {} ms", PER_CALLER.0, PER_CALLER.1, wait.as_millis().max(1)))
+}
+
+/// The caller of a request: its bearer token reviewed, then [`caller`], within its rate.
 async fn authenticate(ctx: &Context, headers: &HeaderMap, settings: &ProfileControllerSpec) -> Result<Caller, Refusal> {
     let token = bearer_token(headers)?;
     let authenticated = review(&ctx.client, token).await?;
-    caller(&authenticated, headers, settings)
+    let caller = caller(&authenticated, headers, settings)?;
+    CALLERS.take(&caller.user, std::time::Instant::now()).map_err(|wait| too_many(&caller.user, wait))?;
+    Ok(caller)
+}
+
+/// Refuses a peer address over [`PER_PEER`] before anything else is done for it.
+async fn limit_peers(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let peer = request.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip().to_string()).unwrap_or_default();
+    match PEERS.take(&peer, std::time::Instant::now()) {
+        Ok(()) => next.run(request).await,
+        Err(wait) => {
+            let message = format!("too many requests from {peer}: at most {} per second ({} at once) per address; retry in {} ms", PER_PEER.0, PER_PEER.1, wait.as_millis().max(1));
+            reply(Err(Refusal(StatusCode::TOO_MANY_REQUESTS, message)))
+        }
+    }
 }
 
 pub fn is_cluster_admin(caller: &Caller, settings: &ProfileControllerSpec) -> bool {
@@ -417,6 +446,8 @@ fn reply(result: Result<String, Refusal>) -> Response {
     match result {
         Ok(body) => (StatusCode::OK, body).into_response(),
         Err(Refusal(status, message)) if status == StatusCode::UNAUTHORIZED => (status, [(header::WWW_AUTHENTICATE, "Bearer")], message).into_response(),
+        // Whole seconds, as Retry-After has them; the message says the milliseconds.
+        Err(Refusal(status, message)) if status == StatusCode::TOO_MANY_REQUESTS => (status, [(header::RETRY_AFTER, "1")], message).into_response(),
         Err(Refusal(status, message)) => (status, message).into_response(),
     }
 }
@@ -545,18 +576,6 @@ struct BindingEntries {
     bindings: Vec<Binding>,
 }
 
-/// The KFAM binding a RoleBinding stands for (one with `user` and `role` annotations).
-fn binding_of(rb: &RoleBinding, namespace: &str) -> Option<Binding> {
-    let (Some(role), Some(_)) = (rb.annotations().get(ROLE_ANNOTATION), rb.annotations().get(USER_ANNOTATION)) else { return None };
-    let subject = rb.subjects.as_ref().and_then(|s| s.first())?;
-    Some(Binding {
-        user: Some(Subject { kind: subject.kind.clone(), name: subject.name.clone(), api_group: None }),
-        referred_namespace: namespace.to_string(),
-        role_ref: Some(RoleRef { kind: "ClusterRole".into(), name: role.clone(), api_group: None }),
-        status: None,
-    })
-}
-
 fn query_pairs(query: Option<String>) -> Vec<(String, String)> {
     form_urlencoded::parse(query.unwrap_or_default().as_bytes()).into_owned().collect()
 }
@@ -571,20 +590,17 @@ async fn read_bindings(State(shared): State<Shared>, headers: HeaderMap, RawQuer
             let (ctx, settings, caller) = identified(&shared, &headers).await?;
             let query = query_pairs(query);
             let (namespace, user, role) = (query_value(&query, "namespace"), query_value(&query, "user"), query_value(&query, "role"));
-            // A Profile that cannot be decoded is skipped, not an error for everyone.
-            let profiles: Vec<Profile> =
-                Api::<DeserializeGuard<Profile>>::all(ctx.client.clone()).list(&ListParams::default()).await.map_err(internal)?.items.into_iter().filter_map(|g| g.0.ok()).collect();
-            let namespaces: BTreeMap<String, Vec<OwnerReference>> =
-                Api::<Namespace>::all(ctx.client.clone()).list_metadata(&ListParams::default()).await.map_err(internal)?.items.into_iter().map(|ns| (ns.name_any(), ns.metadata.owner_references.unwrap_or_default())).collect();
+            // From the caches only: the API server is asked nothing, however many Profiles there
+            // are (a Profile that cannot be decoded is skipped, not an error for everyone).
+            let profiles = ctx.cached_profiles().ok_or_else(|| Refusal(StatusCode::SERVICE_UNAVAILABLE, "Profiles are not listed yet; try again".into()))?;
             let mut bindings = Vec::new();
             for profile in &profiles {
                 let name = profile.name_any();
                 // Only namespaces their Profile made: a refused Profile shows nothing of a namespace it does not own.
-                if namespace.as_ref().is_some_and(|n| *n != name) || !namespaces.get(&name).is_some_and(|refs| tenant::made_for(refs, profile)) {
+                if namespace.as_ref().is_some_and(|n| *n != name) || !ctx.made_namespace_of(profile) {
                     continue;
                 }
-                let role_bindings: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), &name);
-                bindings.extend(role_bindings.list(&ListParams::default()).await.map_err(internal)?.items.iter().filter_map(|rb| binding_of(rb, &name)));
+                bindings.extend(ctx.bindings.in_namespace(&name));
             }
             let mut bindings = visible_bindings(&caller, &settings.spec, &profiles, bindings);
             bindings.retain(|b| {
@@ -678,6 +694,7 @@ pub fn router(shared: Shared) -> Router {
         .route("/kfam/v1/profiles", post(create_profile))
         .route("/kfam/v1/profiles/{profile}", delete(delete_profile))
         .route("/kfam/v1/role/clusteradmin", get(cluster_admin))
+        .layer(axum::middleware::from_fn(limit_peers))
         .with_state(shared)
 }
 
@@ -686,7 +703,8 @@ pub async fn start(addr: std::net::SocketAddr, shared: Shared) -> std::io::Resul
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "KFAM API listening");
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router(shared)).await {
+        // The peer's address is what a request is limited by before its token is reviewed.
+        if let Err(e) = axum::serve(listener, router(shared).into_make_service_with_connect_info::<std::net::SocketAddr>()).await {
             tracing::error!(error = %e, "KFAM API stopped");
         }
     });

@@ -13,10 +13,12 @@ use component_framework::rbac::rule;
 use component_framework::{Component, Endpoint, InvalidSpec, Inputs, Params, Release};
 use serde_json::{Value, json};
 
+pub mod bindings;
 pub mod cloud;
 pub mod controller;
 pub mod kfam;
 pub mod made;
+pub mod rate;
 pub mod settings;
 pub mod tenant;
 

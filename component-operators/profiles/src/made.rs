@@ -241,7 +241,7 @@ impl Objects {
 /// Per namespace (a Namespace filed under its own name), its objects. Shared with the watches,
 /// which file what they show.
 #[derive(Clone, Default)]
-pub(crate) struct Made(Arc<Mutex<HashMap<String, Objects>>>);
+pub(crate) struct Made(Arc<Mutex<HashMap<String, Objects>>>, Arc<Mutex<BTreeSet<&'static str>>>);
 
 /// The namespace an object is filed under: its own, or a Namespace's name.
 fn filed_under<'a>(kind: &str, namespace: Option<&'a str>, name: &'a str) -> &'a str {
@@ -251,6 +251,11 @@ fn filed_under<'a>(kind: &str, namespace: Option<&'a str>, name: &'a str) -> &'a
 impl Made {
     fn namespaces(&self) -> MutexGuard<'_, HashMap<String, Objects>> {
         self.0.lock().expect("not poisoned")
+    }
+
+    /// Whether the watch of `kind` has delivered its first full list.
+    pub fn listed(&self, kind: &'static str) -> bool {
+        self.1.lock().expect("not poisoned").contains(kind)
     }
 
     /// What the watch shows of `kind` `namespace/name`.
@@ -376,6 +381,7 @@ impl Made {
                 Event::InitDone => {
                     let listed = listing.take().unwrap_or_default();
                     let vanished = self.relisted(kind, &listed);
+                    self.1.lock().expect("not poisoned").insert(kind);
                     let changed: BTreeSet<String> = listed.into_iter().map(|(namespace, _)| namespace).chain(vanished).collect();
                     changed.into_iter().collect()
                 }
