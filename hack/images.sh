@@ -10,6 +10,8 @@
 #   hack/images.sh check         build, then fail unless every digest equals images/lock.json's
 #   hack/images.sh reproduce     build a second time elsewhere (another path, CARGO_HOME, user,
 #                                host, …) and fail unless the shipped binaries are byte-identical
+#   hack/images.sh reproduce-build [DIR] / reproduce-compare DIR
+#                                the same in two steps (make test runs the build beside its own)
 #   hack/images.sh push REGISTRY [skopeo copy flags]
 #                                push the archives under $OUT to REGISTRY/<operator>:v<version>,
 #                                checking the registry keeps each digest
@@ -291,9 +293,13 @@ check_lock() {
 # stay those of the full build, checked by comparing the results); kfop, the benchmarks and the
 # generators are not in an image. On a difference it names the binary and the strings only one
 # holds.
-reproduce() {
-  local elsewhere start=$SECONDS op differ=()
-  elsewhere=$(mktemp -d "${TMPDIR:-/tmp}/kfop-reproduce.XXXX")
+# The second build: the operator binaries built again elsewhere (another path, CARGO_HOME, target
+# directory, user, host, time zone, umask, jobs), into DIR (default: a new temporary directory,
+# printed). Needs only the sources and the crates the first build downloaded, so it may start
+# before the first build is done (make test starts it beside that build, at the lowest priority).
+reproduce_build() {
+  local elsewhere=${1:-} start=$SECONDS
+  [[ -n $elsewhere ]] || elsewhere=$(mktemp -d "${TMPDIR:-/tmp}/kfop-reproduce.XXXX")
   mkdir -p "$elsewhere/checkout-moved" "$elsewhere/cargo-home/registry" "$elsewhere/home"
   git ls-files -z --cached --others --exclude-standard | grep -zv '^target/' |
     while IFS= read -r -d '' f; do [[ -e $f ]] && printf '%s\0' "$f"; done |
@@ -310,7 +316,13 @@ reproduce() {
       HOME=$elsewhere/home USER=someone-else LOGNAME=someone-else TZ=Pacific/Kiritimati LC_ALL=C.UTF-8 CARGO_NET_OFFLINE=true
     "${hostname_change[@]}" hack/cargo.sh build-bins "${OPERATORS[@]/#/--bin=}" --jobs "$other_jobs" --quiet
   ) || die "the second build failed (output above); it is in $elsewhere"
-  local again
+  log "second build done in $((SECONDS - start)) s: $elsewhere"
+}
+
+# Compares the shipped binaries of the one build with those of the second build in DIR, byte for
+# byte; removes DIR when they are the same.
+reproduce_compare() {
+  local elsewhere=${1:?usage: hack/images.sh reproduce-compare DIR} op differ=() again
   again=$(CARGO_TARGET_DIR=$elsewhere/target "$elsewhere/checkout-moved/hack/cargo.sh" bin-dir)
   mkdir -p "$elsewhere/first" "$elsewhere/second"
   for op in "${OPERATORS[@]}"; do
@@ -323,7 +335,13 @@ reproduce() {
   done
   ((${#differ[@]} == 0)) || die "not reproducible: ${differ[*]} differ between two builds of the same sources (second build kept in $elsewhere)"
   rm -rf "$elsewhere"
-  log "a second build elsewhere gave the same ${#OPERATORS[@]} binaries, byte for byte ($((SECONDS - start)) s)"
+  log "a second build elsewhere gave the same ${#OPERATORS[@]} binaries, byte for byte"
+}
+
+reproduce() {
+  local elsewhere
+  elsewhere=$(mktemp -d "${TMPDIR:-/tmp}/kfop-reproduce.XXXX")
+  reproduce_build "$elsewhere" && reproduce_compare "$elsewhere"
 }
 
 # Pushes every built image as REGISTRY/<operator>:v<version>; further arguments go to `skopeo copy`
@@ -347,8 +365,13 @@ case ${1:-} in
   build) build_images ;;
   lock) build_images && lock_json >"$LOCK" && log "wrote $LOCK; now run 'make generate'" ;;
   check) build_images && check_lock ;;
-  # Of the binaries already built (make test runs it beside the tests, which hold cargo's lock).
+  # Of the binaries already built.
   reproduce) list_operators && reproduce ;;
+  # The two halves, for make test: the second build beside the first, the comparison after both.
+  # Before the first build is done: the operators are those images/lock.json names (`check`, run
+  # after that build, fails if they are not the ones deploygen lists).
+  reproduce-build) mapfile -t OPERATORS < <(jq -r '.images | keys[]' "$LOCK") && reproduce_build "${2:-}" ;;
+  reproduce-compare) list_operators && reproduce_compare "${2:-}" ;;
   push) shift && push "$@" ;;
-  *) die "usage: hack/images.sh build|lock|check|reproduce|push REGISTRY" ;;
+  *) die "usage: hack/images.sh build|lock|check|reproduce|reproduce-build [DIR]|reproduce-compare DIR|push REGISTRY" ;;
 esac

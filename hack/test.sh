@@ -22,7 +22,7 @@ target_dir=${CARGO_TARGET_DIR:-$PWD/target}
 step "prerequisites"
 hack/prereqs.sh
 
-step "the Go tools (e2e/env/build.sh, cached) beside the one build: every library, binary and test, e2e included (hack/cargo.sh build)"
+step "the one build: every library, binary and test, e2e included (hack/cargo.sh build); beside it the Go tools (e2e/env/build.sh, cached) and, at the lowest priority, the second build"
 # kustomize, nats-server, kwok, Kubernetes, OLM and operator-sdk from the Go module proxy. On a cold
 # machine they take longer than the cargo build; side by side, each fills what the other leaves
 # idle (module downloads, single-threaded links) instead of running one after the other.
@@ -31,6 +31,17 @@ setsid e2e/env/build.sh >"$tools_log" 2>&1 &
 tools_pid=$!
 stop_tools="kill -- -$tools_pid 2>/dev/null || true"
 on_exit+=("$stop_tools")
+# The second build (hack/images.sh reproduce-build: the operator binaries again, elsewhere, to be
+# compared byte for byte at the end) needs only the sources and the downloaded crates: it starts
+# now, at the lowest CPU priority, and takes what the one build, the Go tools and then the tests
+# leave idle (the one build alone keeps two cores busy only part of the time).
+cargo fetch --locked --quiet
+reproduce_dir=$(mktemp -d "${TMPDIR:-/tmp}/kfop-reproduce.XXXX")
+reproduce_log=$(mktemp "${TMPDIR:-/tmp}/kfop-reproduce-log.XXXX")
+setsid nice -n 19 hack/images.sh reproduce-build "$reproduce_dir" >"$reproduce_log" 2>&1 &
+reproduce_pid=$!
+stop_reproduce="kill -- -$reproduce_pid 2>/dev/null || true; rm -rf $reproduce_dir"
+on_exit+=("$stop_reproduce")
 hack/cargo.sh build
 BIN_DIR=$(hack/cargo.sh bin-dir)
 tools_built=$SECONDS
@@ -41,7 +52,9 @@ if ! wait "$tools_pid"; then
 fi
 grep -E 'built in|building' "$tools_log" >&2 || true
 rm -f "$tools_log"
-on_exit=("${on_exit[@]:0:${#on_exit[@]}-1}")
+kept=()
+for action in "${on_exit[@]}"; do [[ $action == "$stop_tools" ]] || kept+=("$action"); done
+on_exit=("${kept[@]}")
 echo "the Go tools were ready $((SECONDS - tools_built)) s after the cargo build" >&2
 
 step "generated files are up to date"
@@ -83,15 +96,6 @@ for pidfile in "$STATE_DIR"/pids/*-operator; do
   [[ -f $pidfile ]] && { kill -TERM "$(cat "$pidfile")" 2>/dev/null || true; rm -f "$pidfile"; }
 done
 
-step "a second build elsewhere, compared byte for byte (hack/images.sh reproduce), beside the tests"
-# At the lowest CPU priority: it takes what the tests leave idle, and the tests keep their pace.
-# Started only now: on a cold machine the steps above build the Go tools, which it would slow.
-reproduce_log=$(mktemp "${TMPDIR:-/tmp}/kfop-reproduce-log.XXXX")
-setsid nice -n 19 hack/images.sh reproduce >"$reproduce_log" 2>&1 &
-reproduce_pid=$!
-stop_reproduce="kill -- -$reproduce_pid 2>/dev/null || true"
-on_exit+=("$stop_reproduce")
-
 step "unit and end-to-end tests (hack/cargo.sh test)"
 # The e2e tests run the operator binaries of the one build as host processes.
 export KFOP_BIN_DIR=$BIN_DIR
@@ -106,13 +110,14 @@ step "chaos: eight fixed-seed trials, one fault kind each twice (make chaos runs
 step "operator images run as nonroot under crun and become ready (hack/test-images.sh)"
 hack/test-images.sh
 
-step "the second build's comparison (hack/images.sh reproduce)"
+step "the second build, compared byte for byte (hack/images.sh reproduce-build, reproduce-compare)"
 if ! wait "$reproduce_pid"; then
   cat "$reproduce_log" >&2
   exit 1
 fi
 tail -1 "$reproduce_log" >&2
 rm -f "$reproduce_log"
+hack/images.sh reproduce-compare "$reproduce_dir"
 # The second build is done: drop only its stop action (the environment's, if any, stays).
 kept=()
 for action in "${on_exit[@]}"; do [[ $action == "$stop_reproduce" ]] || kept+=("$action"); done
