@@ -184,7 +184,7 @@ pub enum Discovery<'a> {
 /// only ([`kinds::set_rendered`]), so a tenant's CRD can never change how another install's objects
 /// are written. Returns the `(apiVersion, kind)`s the cluster does not serve, or why no kind of
 /// this render can be learned.
-async fn learn_kinds(owner: &str, discovery: Discovery<'_>, objects: &[Value]) -> Result<BTreeSet<(String, String)>, String> {
+async fn learn_kinds(owner: &str, discovery: Discovery<'_>, objects: &[Value]) -> Result<BTreeSet<(String, String)>, InvalidSpec> {
     let mut defined = Vec::new();
     for crd in objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition" && o["apiVersion"].as_str().is_some_and(|v| v.starts_with("apiextensions.k8s.io/"))) {
         let spec = &crd["spec"];
@@ -216,7 +216,7 @@ async fn learn_kinds(owner: &str, discovery: Discovery<'_>, objects: &[Value]) -
             }
         }
     }
-    kinds::set_rendered(owner, &defined)?;
+    kinds::set_rendered(owner, &defined).map_err(|why| InvalidSpec::new("spec.sources", format!("the kinds of this install cannot be learned: {why}")))?;
     Ok(unserved)
 }
 
@@ -256,7 +256,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     let memoized = memo().lock().expect("render memo").get(&key).cloned();
     if let Some(rendered) = memoized {
         // The kinds its CRDs define are forgotten when an install of the same name was deleted.
-        learn_kinds(&owner, discovery, &rendered.objects).await.map_err(|why| InvalidSpec::new("spec.sources", format!("the kinds of this install cannot be learned: {why}")))?;
+        learn_kinds(&owner, discovery, &rendered.objects).await?;
         return Ok(rendered.as_ref().clone());
     }
     let dir = cache_dir();
@@ -288,7 +288,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     let (objects, shared) = merge_applications(rendered);
     failed.extend(shared);
     // An application with a kind the cluster does not serve waits for it, alone.
-    let unserved = learn_kinds(&owner, discovery, &objects).await.map_err(|why| InvalidSpec::new("spec.sources", format!("the kinds of this install cannot be learned: {why}")))?;
+    let unserved = learn_kinds(&owner, discovery, &objects).await?;
     let mut waiting: BTreeMap<String, (String, String)> = BTreeMap::new();
     for object in &objects {
         let kind = (object["apiVersion"].as_str().unwrap_or_default().to_string(), object["kind"].as_str().unwrap_or_default().to_string());
