@@ -40,6 +40,23 @@ mark "deploy/all installed: $(grep -c '^kind: CustomResourceDefinition' deploy/a
 # ServiceAccount's token (so exactly the permissions deploy/ grants) and its own NATS identity on
 # the local nats-server (so exactly the permissions the bus grants it).
 mkdir -p "$STATE_DIR/operators"
+# The generic operator's renderer, as deploy/all runs it in a pod of its own: an empty environment
+# (no kubeconfig, no token), answering only the kustomize-operator's bus identity (its public key
+# from the bus configuration), which signs every build it sends.
+renderer_port=18090
+pidfile=$STATE_DIR/pids/kustomize-renderer
+if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
+  caller=$(sed -n 's/.*nkey: "\(U[A-Z0-9]*\)".*_INBOX\.kustomize-operator\..*/\1/p' "$KFOP_BUS_DIR/nats.conf")
+  [[ -n $caller ]] || { echo "no kustomize-operator identity in $KFOP_BUS_DIR/nats.conf" >&2; exit 1; }
+  kept=(HOME="$HOME")
+  for v in KFOP_CACHE_DIR KFOP_KUSTOMIZE KFOP_KUSTOMIZE_V5; do [[ -n ${!v:-} ]] && kept+=("$v=${!v}"); done
+  env -i "${kept[@]}" setsid "$BIN_DIR/kustomize-operator" render-server --listen "127.0.0.1:$renderer_port" --callers "$caller" \
+    >>"$STATE_DIR/logs/kustomize-renderer.log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+  echo "    kustomize-renderer: pid $!, http://127.0.0.1:$renderer_port, log $STATE_DIR/logs/kustomize-renderer.log" >&2
+fi
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$renderer_port/readyz" >/dev/null && break; sleep 0.1; done
+curl -sf "http://127.0.0.1:$renderer_port/readyz" >/dev/null || { echo "the renderer did not start; see $STATE_DIR/logs/kustomize-renderer.log" >&2; exit 1; }
 port=18080
 for o in "${OPERATORS[@]}"; do
   port=$((port + 1))
@@ -51,9 +68,11 @@ for o in "${OPERATORS[@]}"; do
   # As deploy/ runs them (--default-service-account, PLATFORM_NAMESPACE: the KfDef's namespace, whose
   # ProfileController holds the cluster's Profile settings), and the stand-in repository is served
   # on loopback, which the fetch fence refuses unless allowed.
+  renderer=()
+  [[ $o == kustomize ]] && renderer=(KFOP_RENDERER_URL="http://127.0.0.1:$renderer_port" KFOP_RENDERER_NKEY_FILE="$KFOP_BUS_DIR/identities/$o-operator.nk")
   KUBECONFIG=$kubeconfig NATS_NKEY_FILE=$KFOP_BUS_DIR/identities/$o-operator.nk NATS_CA_FILE=$KFOP_BUS_DIR/ca.crt \
     DEFAULT_SERVICE_ACCOUNT=kubeflow-installer PLATFORM_NAMESPACE=kubeflow KFOP_ALLOW_FETCH_FROM=127.0.0.1 \
-    setsid "$BIN_DIR/$o-operator" --nats-url "$NATS_URL" --metrics-addr "127.0.0.1:$port" \
+    env "${renderer[@]}" setsid "$BIN_DIR/$o-operator" --nats-url "$NATS_URL" --metrics-addr "127.0.0.1:$port" \
     >>"$STATE_DIR/logs/$o-operator.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
   echo "    $o-operator: pid $!, metrics http://127.0.0.1:$port/metrics, log $STATE_DIR/logs/$o-operator.log" >&2

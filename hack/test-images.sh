@@ -163,5 +163,80 @@ while read -r op digest layer_bytes gz_bytes; do
   log "ok: $op ran as $uid:$gid and became ready on /readyz with its ServiceAccount token"
 done <"$OUT/digests"
 
+# --- the renderer: the kustomize-operator image as deploy/all runs it beside the operator ----------
+# No ServiceAccount token, no environment but its callers' key, a read-only root with a writable
+# /tmp, and the container's own network namespace with nothing but loopback (what deploy/'s
+# NetworkPolicy leaves a pod: no route anywhere). A package sent to it straight (render-client,
+# past the operator's reference checks) aims at the token and at a listener on the host; it gets
+# neither.
+op=kustomize-operator
+dir=$WORK/renderer
+mkdir -p "$dir"
+umoci unpack --image "$WORK/$op/layout:$op" "$dir/bundle" >/dev/null
+config=$dir/bundle/config.json
+seed=$KFOP_BUS_DIR/identities/$op.nk
+caller=$(sed -n 's/.*nkey: "\(U[A-Z0-9]*\)".*_INBOX\.kustomize-operator\..*/\1/p' "$KFOP_BUS_DIR/nats.conf")
+[[ -n $caller ]] || die "no $op identity in $KFOP_BUS_DIR/nats.conf"
+render_port=8081
+jq --arg caller "$caller" --arg port "$render_port" '
+  .process.terminal = false
+  | .process.args += ["render-server", "--listen=127.0.0.1:\($port)", "--no-network-route"]
+  | .process.env = [.process.env[] | select(startswith("PATH="))] + ["KFOP_RENDERER_CALLERS=\($caller)", "RUST_LOG=info"]
+  | .root.readonly = true
+  | del(.linux.resources, .linux.cgroupsPath)
+  | .mounts |= map(select(.type != "cgroup"))
+  | .mounts += [{destination: "/tmp", type: "tmpfs", source: "tmpfs", options: ["nosuid", "nodev", "size=256m"]}]' "$config" >"$config.new" && mv "$config.new" "$config"
+jq -e '.linux.namespaces | any(.type == "network")' "$config" >/dev/null || die "the renderer's container has no network namespace of its own"
+id=kfop-test-renderer-$$
+containers+=("$id")
+runtime run --bundle "$dir/bundle" "$id" >"$dir/log" 2>&1 &
+runner=$!
+pid=
+deadline=$((SECONDS + 60))
+until [[ -n $pid ]] && nsenter --net="/proc/$pid/ns/net" curl -sf --max-time 2 "http://127.0.0.1:$render_port/readyz" >/dev/null; do
+  kill -0 "$runner" 2>/dev/null || { tail -n 30 "$dir/log" >&2; die "the renderer exited before it was ready (log above)"; }
+  ((SECONDS < deadline)) || { tail -n 30 "$dir/log" >&2; die "the renderer not ready after 60 s (log above)"; }
+  pid=$(runtime state "$id" 2>/dev/null | jq -r '.pid // empty' || true)
+  sleep 0.2
+done
+# What the container holds: no token, no Kubernetes or credential variable, no route.
+[[ ! -e /proc/$pid/root/var/run/secrets/kubernetes.io/serviceaccount ]] || die "the renderer has a ServiceAccount token mounted"
+env_names=$(tr '\0' '\n' <"/proc/$pid/environ" | cut -d= -f1 | sort | tr '\n' ' ')
+[[ $env_names == "HOME KFOP_RENDERER_CALLERS PATH RUST_LOG " ]] || die "the renderer's environment holds more than its callers' key: $env_names"
+routes=$(tail -n +2 "/proc/$pid/net/route" | wc -l)
+interfaces=$(tail -n +3 "/proc/$pid/net/dev" | cut -d: -f1 | tr -d ' ' | tr '\n' ' ')
+[[ $routes == 0 && $interfaces == "lo " ]] || die "the renderer has a network: routes $routes, interfaces $interfaces"
+# A listener on the host's loopback that records every connection.
+hits=$dir/hits
+: >"$hits"
+listen_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+python3 -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+while True:
+    c, _ = s.accept(); open(sys.argv[2], "a").write("hit\n"); c.close()' "$listen_port" "$hits" &
+listener=$!
+package=$dir/package
+mkdir -p "$package"
+client_bin=$(hack/cargo.sh bin-dir)/$op
+render() { nsenter --net="/proc/$pid/ns/net" "$client_bin" render-client --url "http://127.0.0.1:$render_port" --nkey-file "$seed" --release v5 "$package" 2>&1; }
+for source in 'token=x/../../../../../../../../../../../../../../../../../var/run/secrets/kubernetes.io/serviceaccount/token' "k=http://127.0.0.1:$listen_port/latest/meta-data"; do
+  printf 'generatorOptions: {disableNameSuffixHash: true}\nconfigMapGenerator:\n- name: loot\n  files:\n  - %s\n' "$source" >"$package/kustomization.yaml"
+  if out=$(render); then
+    kill "$listener"; die "a package reading $source rendered in the renderer: $out"
+  fi
+  [[ $out == *"kustomize build failed"* ]] || { kill "$listener"; die "the renderer did not run kustomize on the package reading $source: $out"; }
+done
+kill "$listener" 2>/dev/null || true
+[[ ! -s $hits ]] || die "the renderer's kustomize reached the host's loopback listener"
+# The same renderer renders a package that reads only what it was sent.
+printf 'configMapGenerator:\n- name: fine\n  literals: [a=b]\n' >"$package/kustomization.yaml"
+out=$(render) || die "the renderer did not render a plain package: $out"
+[[ $out == *"name: fine-"* ]] || die "unexpected render: $out"
+runtime kill "$id" TERM
+wait "$runner" || true
+runtime delete --force "$id" >/dev/null 2>&1 || true
+log "ok: the renderer (kustomize-operator render-server) ran with no token, no credential in its environment and no route; a package aimed at the token and at a host listener got neither"
+
 log "image sizes (uncompressed, compressed):"
 printf '  %s\n' "${summary[@]}" >&2

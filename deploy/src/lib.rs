@@ -144,6 +144,91 @@ pub fn with_endpoints(mut deployment: Value, endpoints: &[component_framework::E
     (deployment, services)
 }
 
+/// Size of the renderer's only writable volume (`/tmp`): each build unpacks its inputs there
+/// (at most `kubeflow_manifests::remote::MAX_REQUEST_BYTES`, two builds at once).
+pub const RENDERER_VOLUME_MIB: u64 = 1024;
+
+/// The renderer of operator `operator` (`kustomize-operator` → `kustomize-renderer`).
+pub fn renderer_name(operator: &str) -> String {
+    format!("{}-renderer", operator.trim_end_matches("-operator"))
+}
+
+/// `deployment` (of a component operator that renders packages, running as bus `identity`) sending
+/// every build to its renderer, and the renderer's objects: a Deployment of the same image
+/// (`render-server`) whose pods get no ServiceAccount token, no network route (a NetworkPolicy
+/// denies all egress and admits only the operator's pods, on the renderer's port), a read-only
+/// root and a bounded `/tmp`; its ServiceAccount (no token mounted, no rights); its Service. The
+/// renderer answers only the operator's bus identity: the public key from the identity Secret the
+/// meta-operator provisions, whose seed the operator signs with.
+pub fn with_renderer(mut deployment: Value, identity: Identity) -> (Value, Vec<Value>) {
+    use kubeflow_manifests::remote::{RENDERER_CALLERS_ENV, RENDERER_NKEY_FILE_ENV, RENDERER_PORT, RENDERER_URL_ENV};
+    let operator = deployment["metadata"]["name"].as_str().expect("a named Deployment").to_string();
+    let name = renderer_name(&operator);
+    let image = deployment["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array_mut().expect("operator env");
+    env.push(json!({"name": RENDERER_URL_ENV, "value": format!("http://{name}.{OPERATOR_NAMESPACE}.svc:{RENDERER_PORT}")}));
+    env.push(json!({"name": RENDERER_NKEY_FILE_ENV, "value": format!("{}/nkey.seed", provision::IDENTITY_MOUNT)}));
+    let labels = json!({"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"});
+    let metadata = json!({"name": name, "namespace": OPERATOR_NAMESPACE, "labels": labels});
+    let renderer = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "replicas": OPERATOR_REPLICAS,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": name,
+                    // The first wall: nothing in this pod can reach the API server as anyone.
+                    "automountServiceAccountToken": false,
+                    "enableServiceLinks": false,
+                    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                        "weight": 100,
+                        "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": name}}},
+                    }]}},
+                    "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{
+                        "name": "renderer",
+                        "image": image,
+                        "args": ["render-server", format!("--listen=0.0.0.0:{RENDERER_PORT}"), "--no-network-route"],
+                        "env": [{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": provision::identity_secret(identity), "key": "nkey.pub"}}}],
+                        "ports": [{"name": "render", "containerPort": RENDERER_PORT}],
+                        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "render"}, "periodSeconds": 20},
+                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "render"}, "periodSeconds": 10},
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
+                        "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
+                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                    }],
+                    "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": format!("{RENDERER_VOLUME_MIB}Mi")}}],
+                },
+            },
+        },
+    });
+    let objects = vec![
+        renderer,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata, "automountServiceAccountToken": false}),
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": metadata,
+            "spec": {"selector": {"app.kubernetes.io/name": name}, "ports": [{"name": "render", "port": RENDERER_PORT, "targetPort": "render"}]},
+        }),
+        json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": metadata,
+            "spec": {
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": name}},
+                "policyTypes": ["Ingress", "Egress"],
+                // Only the operator's pods, on the renderer's port.
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": operator}}}], "ports": [{"protocol": "TCP", "port": RENDERER_PORT}]}],
+                // No egress at all: not the API server, not DNS, not a cloud metadata service.
+                "egress": [],
+            },
+        }),
+        operator_disruption_budget(&name),
+    ];
+    (deployment, objects)
+}
+
 /// Replicas of every operator Deployment.
 pub const OPERATOR_REPLICAS: i32 = 2;
 
@@ -318,8 +403,11 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
         rbac.extend(operator_rbac(&component.operator, &component.rules));
         let deployment = with_default_installer(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION")));
         crds.push(component.crd);
-        let (deployment, services) = with_endpoints(with_nats(deployment, Identity::Component(component.kind)), component.endpoints);
+        let identity = Identity::Component(component.kind);
+        let (deployment, services) = with_endpoints(with_nats(deployment, identity), component.endpoints);
+        let (deployment, renderer) = if component.renders_packages { with_renderer(deployment, identity) } else { (deployment, Vec::new()) };
         deployments.push(deployment);
+        deployments.extend(renderer);
         deployments.push(operator_disruption_budget(&component.operator));
         deployments.extend(services);
     }
@@ -487,7 +575,7 @@ mod tests {
             for (_, text) in files.iter().filter(|(f, _)| f.starts_with("operator")) {
                 for doc in text.split("\n---\n").skip(1) {
                     let object: Value = serde_yaml_ng::from_str(doc).unwrap();
-                    if object["kind"] != "Deployment" {
+                    if object["kind"] != "Deployment" || object["spec"]["template"]["spec"]["containers"][0]["name"] != "operator" {
                         continue;
                     }
                     let pod = &object["spec"]["template"]["spec"];
@@ -522,6 +610,47 @@ mod tests {
                 assert_eq!(budget["spec"]["maxUnavailable"], 1, "{dir}: {name}");
                 assert_eq!(deployment["spec"]["replicas"], 2, "{dir}: {name}");
             }
+        }
+    }
+
+    /// In deploy/all the generic operator sends its builds to a renderer pod that holds no
+    /// credential (no token mounted, no Secret but its caller's public key, no rights) and has no
+    /// network route (all egress denied; only the operator's pods may reach it, on its port).
+    #[test]
+    fn the_renderer_has_no_credential_no_network_and_answers_only_its_operator() {
+        use kubeflow_manifests::remote::{RENDERER_CALLERS_ENV, RENDERER_URL_ENV};
+        let (_, files) = all_package();
+        let docs = |file: &str| -> Vec<Value> { files.iter().find(|(f, _)| f == file).unwrap().1.split("\n---\n").skip(1).map(|d| serde_yaml_ng::from_str(d).unwrap()).collect() };
+        let (objects, rbac) = (docs("operators.yaml"), docs("rbac.yaml"));
+        let find = |kind: &str, name: &str| objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name).unwrap_or_else(|| panic!("no {kind} {name}"));
+        let renderers: Vec<_> = kubeflow_component_registry::all().into_iter().filter(|c| c.renders_packages).collect();
+        assert_eq!(renderers.iter().map(|c| c.operator.as_str()).collect::<Vec<_>>(), ["kustomize-operator"]);
+        for component in renderers {
+            let name = renderer_name(&component.operator);
+            let pod = &find("Deployment", &name)["spec"]["template"]["spec"];
+            assert_eq!(pod["automountServiceAccountToken"], false);
+            assert_eq!(pod["serviceAccountName"], name.as_str());
+            assert_eq!(find("ServiceAccount", &name)["automountServiceAccountToken"], false);
+            assert!(!rbac.iter().any(|o| o["subjects"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == name.as_str()))), "{name} is bound to a role");
+            let volumes = pod["volumes"].as_array().unwrap();
+            assert!(volumes.iter().all(|v| v.get("emptyDir").is_some()), "only emptyDirs: {volumes:?}");
+            let container = &pod["containers"][0];
+            assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+            assert_eq!(container["args"][0], "render-server");
+            let identity = meta_operator::provision::identity_secret(Identity::Component(component.kind));
+            assert_eq!(container["env"], json!([{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": identity, "key": "nkey.pub"}}}]));
+            assert!(container.get("envFrom").is_none());
+
+            let policy = &find("NetworkPolicy", &name)["spec"];
+            assert_eq!(policy["podSelector"]["matchLabels"], json!({"app.kubernetes.io/name": name}));
+            assert_eq!(policy["policyTypes"], json!(["Ingress", "Egress"]));
+            assert_eq!(policy["egress"], json!([]), "every egress denied");
+            assert_eq!(policy["ingress"], json!([{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": component.operator}}}], "ports": [{"protocol": "TCP", "port": 8081}]}]));
+
+            let operator = &find("Deployment", &component.operator)["spec"]["template"]["spec"]["containers"][0];
+            let url = operator["env"].as_array().unwrap().iter().find(|e| e["name"] == RENDERER_URL_ENV).map(|e| e["value"].clone());
+            assert_eq!(url, Some(json!(format!("http://{name}.kubeflow-operators.svc:8081"))));
+            assert_eq!(find("Service", &name)["spec"]["selector"], json!({"app.kubernetes.io/name": name}));
         }
     }
 

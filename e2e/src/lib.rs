@@ -328,21 +328,43 @@ impl OperatorProcess {
     /// Starts `binary` with `args` and extra environment `env`, logging to `$TMPDIR/<binary>-….log`.
     pub fn start(binary: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         let metrics_port = free_port();
-        let path = bin_dir().join(binary);
-        let log = std::env::temp_dir().join(format!("{binary}-{}.log", unique_name("op")));
-        let file = std::fs::File::create(&log).unwrap();
-        let child = std::process::Command::new(&path)
+        let mut command = std::process::Command::new(bin_dir().join(binary));
+        command
             .args(args)
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             // KFOP_OPERATOR_LOG overrides the operators' log filter (e.g. `component_framework=debug`).
             .env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
             // As deploy/ runs every operator: resources naming no installer account use this one.
             .env("DEFAULT_SERVICE_ACCOUNT", kubeflow_crds::kfdef::DEFAULT_INSTALLER)
-            .envs(env.iter().copied())
+            .envs(env.iter().copied());
+        Self::spawn(binary, command, metrics_port)
+    }
+
+    /// The renderer (`kustomize-operator render-server`) on loopback `port`, answering the caller
+    /// whose NKey seed is in `caller_seed_file`. As in its pod, it gets no credential: an empty
+    /// environment but where the kustomize binaries are.
+    pub fn renderer(caller_seed_file: &std::path::Path, port: u16) -> Self {
+        let seed = std::fs::read_to_string(caller_seed_file).unwrap();
+        let caller = operator_runtime::bus_security::public_key(&seed).unwrap();
+        let mut command = std::process::Command::new(bin_dir().join("kustomize-operator"));
+        command.env_clear().args(["render-server", "--listen", &format!("127.0.0.1:{port}"), "--callers", &caller]);
+        command.env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info".into()));
+        for name in ["HOME", "KFOP_CACHE_DIR", kubeflow_manifests::KUSTOMIZE_ENV, kubeflow_manifests::KUSTOMIZE_V5_ENV] {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        Self::spawn("kustomize-renderer", command, port)
+    }
+
+    fn spawn(name: &str, mut command: std::process::Command, metrics_port: u16) -> Self {
+        let log = std::env::temp_dir().join(format!("{name}-{}.log", unique_name("op")));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = command
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .spawn()
-            .unwrap_or_else(|e| panic!("start {} (build it with `cargo build --workspace --bins`): {e}", path.display()));
+            .unwrap_or_else(|e| panic!("start {:?} (build it with `cargo build --workspace --bins`): {e}", command.get_program()));
         Self { child, metrics_port, log }
     }
 
@@ -678,6 +700,8 @@ pub struct OperatorStack {
     /// The operators' `PLATFORM_NAMESPACE`, as deploy/ sets it: where the platform KfDef (and its
     /// ProfileController, the cluster's Profile settings) lives.
     platform_namespace: Option<String>,
+    /// The renderer the generic operator sends its builds to, as deploy/all runs it.
+    pub renderer: OperatorProcess,
     /// Held while this stack runs: one stack at a time per test process ([`ONE_STACK`]).
     _one_stack: tokio::sync::OwnedMutexGuard<()>,
 }
@@ -726,7 +750,9 @@ impl OperatorStack {
         let nats = NatsServer::start().await;
         let meta = Self::spawn("meta-operator", &nats, Identity::MetaOperator, &kubeconfigs["meta-operator"]);
         let binaries = binaries.iter().map(|(c, b)| (*c, b.to_string())).collect();
-        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries, platform_namespace: platform_namespace.map(str::to_string), _one_stack: one_stack };
+        let renderer = OperatorProcess::renderer(&Self::seed_file(&nats, ComponentKind::GENERIC), free_port());
+        renderer.wait_ready().await;
+        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries, platform_namespace: platform_namespace.map(str::to_string), renderer, _one_stack: one_stack };
         for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
             stack.start_component(component);
         }
@@ -752,6 +778,18 @@ impl OperatorStack {
         &self.kubeconfigs[operator]
     }
 
+    /// The NKey seed file `component`'s operator runs with.
+    fn seed_file(nats: &NatsServer, component: ComponentKind) -> std::path::PathBuf {
+        nats.env(Identity::Component(component)).into_iter().find(|(k, _)| k == "NATS_NKEY_FILE").map(|(_, v)| v.into()).expect("an identity has a seed file")
+    }
+
+    /// Starts the renderer again on its port (after `renderer.kill()`).
+    pub async fn restart_renderer(&mut self) {
+        self.renderer.kill();
+        self.renderer = OperatorProcess::renderer(&Self::seed_file(&self.nats, ComponentKind::GENERIC), self.renderer.metrics_port);
+        self.renderer.wait_ready().await;
+    }
+
     /// Starts the meta-operator again (after `meta.kill()`).
     pub fn restart_meta(&mut self) {
         self.meta = Self::spawn("meta-operator", &self.nats, Identity::MetaOperator, &self.kubeconfigs["meta-operator"]);
@@ -762,8 +800,14 @@ impl OperatorStack {
         let binary = self.binaries.get(&component).cloned().unwrap_or_else(|| operator.clone());
         // The generic operator fetches the tests' repositories from loopback, which its fence refuses.
         let args: &[&str] = if component == ComponentKind::GENERIC { &["--allow-fetch-from", "127.0.0.1"] } else { &[] };
-        let mut env = vec![("KUBECONFIG", self.kubeconfigs[&operator].to_str().unwrap())];
-        env.extend(self.platform_namespace.as_deref().map(|ns| ("PLATFORM_NAMESPACE", ns)));
+        let mut env = vec![("KUBECONFIG", self.kubeconfigs[&operator].to_str().unwrap().to_string())];
+        env.extend(self.platform_namespace.as_deref().map(|ns| ("PLATFORM_NAMESPACE", ns.to_string())));
+        // As deploy/all runs it: every build in the renderer, signed with the operator's bus identity.
+        if component == ComponentKind::GENERIC {
+            env.push((kubeflow_manifests::remote::RENDERER_URL_ENV, format!("http://127.0.0.1:{}", self.renderer.metrics_port)));
+            env.push((kubeflow_manifests::remote::RENDERER_NKEY_FILE_ENV, Self::seed_file(&self.nats, component).display().to_string()));
+        }
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let process = OperatorProcess::on_bus(&binary, &self.nats, Identity::Component(component), args, &env);
         self.components.insert(component, process);
     }

@@ -443,3 +443,45 @@ async fn a_tenant_crd_with_a_wrong_plural_does_not_change_a_platform_install_of_
     }
     let _ = crds.delete(&format!("gadgets.{group}"), &DeleteParams::default()).await;
 }
+
+/// The generic operator renders only in the renderer (as deploy/all runs it: its own process, no
+/// credential): with the renderer down, a KfDef's applications wait, their status naming the
+/// renderer, and nothing renders in the operator instead; once the renderer is back they install.
+#[tokio::test]
+async fn renders_happen_in_the_renderer_and_wait_for_it() {
+    let client = client().await;
+    let ns = TestNamespace::create_tenant(&client, "e2e-renderer").await;
+    ns.grant_installer(&client, "RoleBinding", "edit").await;
+    let mut stack = OperatorStack::start(&client, &[]).await;
+    stack.renderer.kill();
+    let server = fixtures::Server::start(BTreeMap::from([(ARCHIVE.to_string(), tenant_repo(&ns.name))])).await;
+    let mut kfdef = tenant_kfdef(&server.url(ARCHIVE), &ns.name);
+    kfdef.spec.applications.truncate(1);
+    let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
+    kfdefs.create(&PostParams::default(), &kfdef).await.unwrap();
+    let renderer_url = format!("the renderer at http://127.0.0.1:{}", stack.renderer.metrics_port);
+    eventually("the application waiting for the renderer", || async {
+        let k = kfdefs.get("tenant").await.map_err(|e| e.to_string())?;
+        let status = k.status.clone().unwrap_or_default();
+        match status.applications.first() {
+            Some(a) if a.state != "Ready" && a.message.contains(&renderer_url) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    assert!(config_maps.get_opt("tenant-config").await.unwrap().is_none(), "rendered without the renderer");
+
+    stack.restart_renderer().await;
+    eventually("the application installed once the renderer is back", || async {
+        let k = kfdefs.get("tenant").await.map_err(|e| e.to_string())?;
+        match k.status.as_ref().and_then(|s| s.phase.clone()) {
+            Some(KfDefPhase::Available) => Ok(()),
+            other => Err(format!("{other:?}: {:?}", k.status.map(|s| s.applications))),
+        }
+    })
+    .await;
+    assert!(config_maps.get_opt("tenant-config").await.unwrap().is_some());
+    kfdefs.delete("tenant", &DeleteParams::default()).await.unwrap();
+    gone(&kfdefs, "tenant").await;
+}

@@ -107,7 +107,16 @@ pub fn unpack_tar_gz(
     dest: &Path,
     limits: UnpackLimits,
 ) -> Result<(), RepoErrorReason> {
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(src));
+    unpack_tar(flate2::read::GzDecoder::new(src), dest, limits)
+}
+
+/// Unpacks a tar stream into `dest` (an empty directory), with the checks of the module.
+pub fn unpack_tar(
+    src: impl Read,
+    dest: &Path,
+    limits: UnpackLimits,
+) -> Result<(), RepoErrorReason> {
+    let mut archive = tar::Archive::new(src);
     let bad = |e: io::Error| RepoErrorReason::BadArchive(e.to_string());
     let mut written: u64 = 0;
     let mut count: u64 = 0;

@@ -92,8 +92,9 @@ impl FenceRefusal {
     }
 }
 
-/// Running kustomize failed.
-#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+/// Running kustomize failed. Serialised as the renderer's answer ([`crate::remote`]).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub enum KustomizeError {
     #[error("kustomize binary not found at {path} ({hint})")]
     NotFound { path: PathBuf, hint: String },
@@ -107,6 +108,9 @@ pub enum KustomizeError {
     OutputTooLarge { limit: u64 },
     #[error("kustomize build failed ({status}): {stderr}")]
     Failed { status: String, stderr: String },
+    /// The renderer ([`crate::remote`]) could not be reached or refused the request.
+    #[error("the renderer at {url}: {error}")]
+    Renderer { url: String, error: String },
 }
 
 /// Rendering one application failed.
@@ -211,5 +215,11 @@ impl RenderError {
             | RenderError::Output { app, .. }
             | RenderError::Io { app, .. } => Some(app),
         }
+    }
+
+    /// Whether the same render may succeed later unchanged: the renderer was unreachable, busy or
+    /// restarting ([`KustomizeError::Renderer`]). Everything else is the package's or the spec's.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RenderError::Kustomize { source: KustomizeError::Renderer { .. }, .. })
     }
 }

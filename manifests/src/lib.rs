@@ -44,6 +44,7 @@ pub mod kfctl;
 pub mod kustomize;
 pub mod order;
 pub mod refs;
+pub mod remote;
 pub mod render;
 pub mod sandbox;
 pub mod yaml;
@@ -54,6 +55,7 @@ pub mod fixtures;
 pub use convert::{Conversion, ConvertedKind, Unconvertible};
 pub use error::{KustomizeError, RenderError, RepoError, RepoErrorReason};
 pub use fetch::{FetchOptions, FetchedRepo, RepoCache, RepoSource};
+pub use remote::RemoteRenderer;
 pub use kustomize::{KUSTOMIZE_ENV, KUSTOMIZE_V5_ENV, KUSTOMIZE_V5_VERSION, KUSTOMIZE_VERSION, Kustomize};
 pub use order::{INSTALL_ORDER, sort_install_order};
 pub use render::{

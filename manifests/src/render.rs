@@ -15,6 +15,7 @@ use crate::error::RenderError;
 use crate::fetch::{FetchedRepo, RepoCache, RepoSource};
 use crate::kfctl;
 use crate::kustomize::Kustomize;
+use crate::remote::RemoteRenderer;
 use crate::order::sort_install_order;
 use crate::refs;
 
@@ -178,17 +179,23 @@ fn convert_removed_versions(
     Ok((objects, conversions))
 }
 
-/// Renders applications from fetched repositories with a kustomize binary. Each render works in
-/// its own temporary directory under `work_root`, removed afterwards; cached repositories are
-/// only read.
+/// Renders applications from fetched repositories with kustomize. Each render works in its own
+/// temporary directory under `work_root`, removed afterwards; cached repositories are only read.
 #[derive(Clone, Debug)]
 pub struct Renderer {
-    /// kustomize v3.1.0, for kfctl-era packages.
-    pub kustomize: Kustomize,
-    /// kustomize v5, for packages that use what v3.1.0 lacks ([`refs::check`]); none: such a
-    /// package is an error naming what it uses.
-    pub kustomize_v5: Option<Kustomize>,
+    engine: Engine,
     work_root: PathBuf,
+}
+
+/// Where kustomize runs.
+#[derive(Clone, Debug)]
+enum Engine {
+    /// Here, as a confined child ([`crate::sandbox`]): v3.1.0 for kfctl-era packages, v5 for
+    /// packages that use what v3.1.0 lacks ([`refs::check`]); without v5 such a package is an
+    /// error naming what it uses.
+    Local { v3: Kustomize, v5: Option<Kustomize> },
+    /// In the renderer, a process with no credential and no network ([`crate::remote`]).
+    Remote(RemoteRenderer),
 }
 
 fn io(app: &str, context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RenderError {
@@ -202,25 +209,45 @@ fn io(app: &str, context: impl Into<String>) -> impl FnOnce(std::io::Error) -> R
 
 impl Renderer {
     pub fn new(kustomize: Kustomize, work_root: impl Into<PathBuf>) -> Result<Self, String> {
+        Self::with_engine(Engine::Local { v3: kustomize, v5: None }, work_root)
+    }
+
+    /// Rendering in the renderer ([`crate::remote`]) instead of here.
+    pub fn remote(renderer: RemoteRenderer, work_root: impl Into<PathBuf>) -> Result<Self, String> {
+        Self::with_engine(Engine::Remote(renderer), work_root)
+    }
+
+    fn with_engine(engine: Engine, work_root: impl Into<PathBuf>) -> Result<Self, String> {
         let work_root = work_root.into();
         std::fs::create_dir_all(&work_root)
             .map_err(|e| format!("creating {}: {e}", work_root.display()))?;
-        Ok(Renderer {
-            kustomize,
-            kustomize_v5: None,
-            work_root,
-        })
+        Ok(Renderer { engine, work_root })
     }
 
-    /// With kustomize v5 for the packages that need it.
+    /// With kustomize v5 for the packages that need it (a local renderer).
     pub fn with_v5(self, kustomize_v5: Kustomize) -> Self {
-        Renderer { kustomize_v5: Some(kustomize_v5), ..self }
+        match self.engine {
+            Engine::Local { v3, .. } => Renderer { engine: Engine::Local { v3, v5: Some(kustomize_v5) }, ..self },
+            Engine::Remote(_) => self,
+        }
     }
 
-    /// Both releases from where [`Kustomize::locate_release`] finds them; v5 is optional (a
-    /// package that needs it then fails, naming what it uses). The error of v5's absence is
-    /// returned beside the renderer, for a log line.
+    /// The local binaries (v3.1.0, v5), when kustomize runs here.
+    pub fn local(&self) -> Option<(&Kustomize, Option<&Kustomize>)> {
+        match &self.engine {
+            Engine::Local { v3, v5 } => Some((v3, v5.as_ref())),
+            Engine::Remote(_) => None,
+        }
+    }
+
+    /// The renderer [`RemoteRenderer::from_env`] names, when it names one. Else both local
+    /// releases from where [`Kustomize::locate_release`] finds them; v5 is optional (a package
+    /// that needs it then fails, naming what it uses). The error of v5's absence is returned
+    /// beside the renderer, for a log line.
     pub async fn locate(work_root: impl Into<PathBuf>) -> Result<(Self, Option<String>), String> {
+        if let Some(remote) = RemoteRenderer::from_env() {
+            return Ok((Renderer::remote(remote?, work_root)?, None));
+        }
         let v3 = Kustomize::locate_release(KustomizeRelease::V3).await.map_err(|e| e.to_string())?;
         let renderer = Renderer::new(v3, work_root)?;
         match Kustomize::locate_release(KustomizeRelease::V5).await {
@@ -231,22 +258,32 @@ impl Renderer {
 
     /// The release that renders `app`: its repository's choice, else v5 when the package uses
     /// what v3.1.0 lacks (`newer`), else v3.1.0. With the reason, for status and logs.
-    fn choose(&self, app: &AppSpec, newer: Option<refs::NewerFeature>) -> Result<(&Kustomize, KustomizeRelease, String), RenderError> {
-        let (release, why) = match (app.kustomize, newer) {
+    fn choose(app: &AppSpec, newer: Option<refs::NewerFeature>) -> (KustomizeRelease, String) {
+        match (app.kustomize, newer) {
             (Some(release), _) => (release, "the repository's kustomize field".to_string()),
             (None, Some((file, what))) => (KustomizeRelease::V5, format!("{} uses {what}", file.display())),
             (None, None) => (KustomizeRelease::V3, "kfctl's release: nothing in the package needs a newer one".to_string()),
-        };
-        let kustomize = match release {
-            KustomizeRelease::V3 => &self.kustomize,
-            KustomizeRelease::V5 => self.kustomize_v5.as_ref().ok_or_else(|| RenderError::NoKustomize {
-                app: app.name.clone(),
-                release,
-                why: why.clone(),
-                error: format!("set {} or run `e2e/env/build.sh kustomize`", crate::kustomize::KUSTOMIZE_V5_ENV),
-            })?,
-        };
-        Ok((kustomize, release, why))
+        }
+    }
+
+    /// `kustomize build <dir>` with `release`, reading only `roots` (and a home of its own).
+    async fn build(&self, app: &AppSpec, release: KustomizeRelease, why: &str, dir: &Path, home: &Path, roots: &[PathBuf]) -> Result<String, RenderError> {
+        let kustomize_error = |source| RenderError::Kustomize { app: app.name.clone(), source };
+        match &self.engine {
+            Engine::Local { v3, v5 } => {
+                let kustomize = match release {
+                    KustomizeRelease::V3 => v3,
+                    KustomizeRelease::V5 => v5.as_ref().ok_or_else(|| RenderError::NoKustomize {
+                        app: app.name.clone(),
+                        release,
+                        why: why.to_string(),
+                        error: format!("set {} or run `e2e/env/build.sh kustomize`", crate::kustomize::KUSTOMIZE_V5_ENV),
+                    })?,
+                };
+                kustomize.build(dir, home, roots).await.map_err(kustomize_error)
+            }
+            Engine::Remote(remote) => remote.build(release, dir, roots).await.map_err(kustomize_error),
+        }
     }
 
     /// Renders every application of a KfDef in spec order (an application name seen before is
@@ -318,15 +355,9 @@ impl Renderer {
         };
         let home = work.path().join("home");
         std::fs::create_dir_all(&home).map_err(io(&app.name, "creating a work directory"))?;
-        let (kustomize, release, why) = self.choose(app, newer)?;
+        let (release, why) = Self::choose(app, newer);
         // kustomize may read the repository and this render's work directory, nothing else.
-        let output = kustomize
-            .build(&build_dir, &home, &[repo.root.clone(), work.path().to_path_buf()])
-            .await
-            .map_err(|source| RenderError::Kustomize {
-                app: app.name.clone(),
-                source,
-            })?;
+        let output = self.build(app, release, &why, &build_dir, &home, &[repo.root.clone(), work.path().to_path_buf()]).await?;
         let objects = parse_objects(&output).map_err(|reason| RenderError::Output {
             app: app.name.clone(),
             reason,

@@ -81,6 +81,17 @@ struct CapData {
     inheritable: u32,
 }
 
+/// Set once by a process that runs where no network is reachable at all: the renderer pod
+/// ([`crate::remote`]), whose egress deploy/'s NetworkPolicy denies. There a child that can raise
+/// no network wall of its own (a pod under the runtime's default seccomp profile on a kernel
+/// before 6.7) still renders; everywhere else it is refused.
+static NETWORK_WALLED_OUTSIDE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Declares that this process has no network route (see [`NETWORK_WALLED_OUTSIDE`]).
+pub fn network_walled_outside() {
+    NETWORK_WALLED_OUTSIDE.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// The Landlock ABI version this kernel offers; 0 when it has none (or it is disabled).
 pub fn landlock_abi() -> i32 {
     // SAFETY: the version query takes no pointer and changes nothing.
@@ -101,6 +112,8 @@ pub enum SandboxError {
 /// allowed paths and the id maps, so the child does nothing but system calls.
 pub struct Confinement {
     abi: i32,
+    /// The network is walled off outside this process ([`network_walled_outside`]).
+    walled_outside: bool,
     readable: Vec<OwnedFd>,
     executable: OwnedFd,
     uid_map: Vec<u8>,
@@ -130,6 +143,7 @@ impl Confinement {
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         Ok(Confinement {
             abi,
+            walled_outside: NETWORK_WALLED_OUTSIDE.load(std::sync::atomic::Ordering::SeqCst),
             readable: readable.iter().map(|p| open_path(p)).collect::<Result<_, _>>()?,
             executable: open_path(bin)?,
             uid_map: format!("{uid} {uid} 1").into_bytes(),
@@ -150,7 +164,7 @@ impl Confinement {
     /// In the child, before `exec`: the three steps of the module documentation.
     fn enter(&self) -> io::Result<()> {
         let netns = leave_network(&self.uid_map, &self.gid_map);
-        if !netns && self.abi < 4 {
+        if !netns && self.abi < 4 && !self.walled_outside {
             // Neither a namespace nor Landlock's TCP rules: the network stays reachable.
             return Err(io::Error::from_raw_os_error(libc::ENETUNREACH));
         }

@@ -719,7 +719,7 @@ async fn a_package_shaped_like_current_kubeflow_manifests_renders_with_kustomize
     }
 
     // A renderer without v5 names the application, the release and what needs it.
-    let v3_only = Renderer::new(env.renderer.kustomize.clone(), tmp.path().join("work")).unwrap();
+    let v3_only = Renderer::new(env.renderer.local().unwrap().0.clone(), tmp.path().join("work")).unwrap();
     match v3_only.render_kfdef(&env.cache, &istio()).await.unwrap_err() {
         RenderError::NoKustomize { app, release, why, .. } => {
             assert_eq!((app.as_str(), release), ("app", KustomizeRelease::V5));
@@ -747,7 +747,7 @@ async fn the_entries_of_the_modern_example_render_what_kustomize_builds_of_it() 
 
     let home = tmp.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let upstream = env.renderer.kustomize_v5.as_ref().unwrap().build(&repo.join("example"), &home, std::slice::from_ref(&repo)).await.unwrap();
+    let upstream = env.renderer.local().unwrap().1.unwrap().build(&repo.join("example"), &home, std::slice::from_ref(&repo)).await.unwrap();
     let mut expected = summary(&kubeflow_manifests::parse_objects(&upstream).unwrap());
     expected.sort();
     assert_eq!(rendered, expected);

@@ -142,6 +142,11 @@ pub trait Component: Send + Sync + 'static {
     /// healed and granted to the operator.
     const MANAGES_ANY_KIND: bool = false;
 
+    /// Whether the operator renders packages it does not ship (untrusted input) with kustomize:
+    /// deploy/all then runs its renderer beside it, a pod with no credential and no network
+    /// (`kubeflow_manifests::remote`), and the operator sends every build there.
+    const RENDERS_PACKAGES: bool = false;
+
     /// Endpoints the operator serves besides health and metrics; deploy/ exposes each one.
     const ENDPOINTS: &'static [Endpoint] = &[];
 

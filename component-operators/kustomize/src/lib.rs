@@ -231,7 +231,10 @@ async fn render_source(index: usize, source: &KustomizeSource, repos: &RepoCache
         let invalid = InvalidSpec::new(field(index, "repoUri"), e.to_string());
         if fenced { invalid } else { invalid.retryable() }
     })?;
-    let rendered = renderer.render_application(&fetched, &app, context).await.map_err(|e| InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string()))?;
+    let rendered = renderer.render_application(&fetched, &app, context).await.map_err(|e| {
+        let invalid = InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string());
+        if e.is_transient() { invalid.retryable() } else { invalid }
+    })?;
     let (release, why) = &rendered.kustomize;
     tracing::info!(application = %source.application, kustomize = %release, reason = %why, "rendered");
     for warning in &rendered.warnings {
@@ -321,6 +324,7 @@ impl Component for KustomizeComponent {
     const DISPLAY_NAME: &'static str = "Kubeflow applications (kustomize)";
     const INSTALLS: &'static str = "any Kubeflow application of a KfDef, rendered from its kustomize package the way kfctl rendered it";
     const MANAGES_ANY_KIND: bool = true;
+    const RENDERS_PACKAGES: bool = true;
 
     /// No built-in releases: what is installed is what the spec's packages render.
     fn releases() -> &'static [Release] {

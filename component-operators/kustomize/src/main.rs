@@ -55,13 +55,74 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
     number.checked_mul(1 << shift).ok_or_else(|| format!("{text:?}: too large"))
 }
 
+/// `render-client`: one build of a directory in the renderer, as the operator asks for it.
+#[derive(Args, Debug)]
+struct ClientArgs {
+    /// The renderer (http://host:port).
+    #[arg(long, env = kubeflow_manifests::remote::RENDERER_URL_ENV)]
+    url: String,
+    /// The NKey seed to sign with (one the renderer's --callers names).
+    #[arg(long, env = kubeflow_manifests::remote::RENDERER_NKEY_FILE_ENV)]
+    nkey_file: std::path::PathBuf,
+    /// kustomize release: v3 or v5.
+    #[arg(long, default_value = "v5")]
+    release: String,
+    /// The kustomization directory; it is all the renderer receives.
+    dir: std::path::PathBuf,
+}
+
 fn command() -> clap::Command {
-    let command = clap::Command::new("kustomize-operator").version(env!("CARGO_PKG_VERSION")).about(format!("Kubeflow {} component operator", KustomizeComponent::DISPLAY_NAME));
+    let command = clap::Command::new("kustomize-operator")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(format!("Kubeflow {} component operator", KustomizeComponent::DISPLAY_NAME))
+        .args_conflicts_with_subcommands(true)
+        .subcommand(kubeflow_manifests::remote::ServerArgs::augment_args(clap::Command::new("render-server").about("The renderer: runs kustomize for the operator, in a pod with no credential and no network (deploy/)")))
+        .subcommand(ClientArgs::augment_args(clap::Command::new("render-client").about("Builds a directory in the renderer and prints the output")));
     FetchArgs::augment_args(OperatorArgs::augment_args(command))
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn stopped() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut term, mut int) = (signal(SignalKind::terminate()).expect("SIGTERM handler"), signal(SignalKind::interrupt()).expect("SIGINT handler"));
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+}
+
+fn run_tool(name: &str, matches: &clap::ArgMatches) -> std::process::ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let result = runtime.block_on(async {
+        match name {
+            "render-server" => {
+                let args = kubeflow_manifests::remote::ServerArgs::from_arg_matches(matches).map_err(|e| e.to_string())?;
+                kubeflow_manifests::remote::serve(args, stopped()).await
+            }
+            _ => {
+                let args = ClientArgs::from_arg_matches(matches).map_err(|e| e.to_string())?;
+                let seed = std::fs::read_to_string(&args.nkey_file).map_err(|e| format!("reading {}: {e}", args.nkey_file.display()))?;
+                let release = serde_json::from_value(serde_json::Value::String(args.release.clone())).map_err(|_| format!("--release {:?}: expected v3 or v5", args.release))?;
+                let renderer = kubeflow_manifests::RemoteRenderer::new(&args.url, &seed)?;
+                let output = renderer.build(release, &args.dir, std::slice::from_ref(&args.dir)).await.map_err(|e| e.to_string())?;
+                print!("{output}");
+                Ok(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "{name} failed");
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {
     let matches = command().get_matches();
+    if let Some((name, sub)) = matches.subcommand() {
+        let _telemetry = component_framework::telemetry::init("kustomize-renderer");
+        return run_tool(name, sub);
+    }
     let operator = OperatorArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let fetch = FetchArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let _telemetry = component_framework::telemetry::init("kustomize-operator");

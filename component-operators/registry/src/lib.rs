@@ -40,6 +40,8 @@ pub struct RegisteredComponent {
     pub test_spec: Value,
     /// Endpoints the operator serves besides health and metrics.
     pub endpoints: &'static [component_framework::Endpoint],
+    /// [`Component::RENDERS_PACKAGES`]: deploy/all runs a renderer beside the operator.
+    pub renders_packages: bool,
     /// The objects the operator applies, from its built-in releases, for a resource `name` in
     /// `namespace` with `spec`.
     pub render: fn(&str, &str, &Value) -> Result<Vec<Value>, InvalidSpec>,
@@ -92,6 +94,7 @@ where
         example_spec: C::example_spec(),
         test_spec: C::test_spec(),
         endpoints: C::ENDPOINTS,
+        renders_packages: C::RENDERS_PACKAGES,
         render: render::<C>,
         run: run::<C>,
         shipped_objects: shipped_objects::<C>,

@@ -1,0 +1,472 @@
+//! Rendering in another process that holds no credential and has no network: the renderer.
+//!
+//! deploy/ runs the renderer (`kustomize-operator render-server`) as its own pod: no
+//! ServiceAccount token mounted, a NetworkPolicy that denies all egress and admits only the
+//! kustomize-operator's pods, a read-only root. The operator keeps the credential and the fetch;
+//! for each build it sends the inputs kustomize may read (the fetched repository and the render's
+//! work directory, [`pack`]) and gets back kustomize's output or its error
+//! ([`KustomizeError`]). Inside the renderer kustomize is still confined by [`crate::sandbox`].
+//!
+//! The wire: `POST /v1/build`, the body a tar of the inputs at their absolute paths less the
+//! leading `/` (absolute links inside them made relative), headers naming the kustomize release,
+//! the directory to build, the caller's NKey, the time and the caller's signature over all of these
+//! and the body's SHA-256. The renderer answers only the callers whose public keys it was given
+//! (deploy/ gives it the kustomize-operator's bus identity), within [`MAX_CLOCK_SKEW_SECS`], and
+//! bounds the body, its entries, the time and the number of builds at once.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use kubeflow_crds::kfdef::KustomizeRelease;
+use sha2::Digest;
+
+use crate::archive::{self, UnpackLimits};
+use crate::error::KustomizeError;
+use crate::kustomize::Kustomize;
+
+/// Where the operator finds the renderer (e.g. `http://kustomize-renderer.kubeflow-operators.svc:8081`).
+pub const RENDERER_URL_ENV: &str = "KFOP_RENDERER_URL";
+/// The NKey seed file the operator signs its requests with.
+pub const RENDERER_NKEY_FILE_ENV: &str = "KFOP_RENDERER_NKEY_FILE";
+/// The public NKeys the renderer answers (comma-separated).
+pub const RENDERER_CALLERS_ENV: &str = "KFOP_RENDERER_CALLERS";
+/// The renderer's port in deploy/.
+pub const RENDERER_PORT: u16 = 8081;
+
+const BUILD_PATH: &str = "/v1/build";
+const HEALTH_PATH: &str = "/healthz";
+const READY_PATH: &str = "/readyz";
+const RELEASE_HEADER: &str = "x-kfop-release";
+const DIR_HEADER: &str = "x-kfop-dir";
+const CALLER_HEADER: &str = "x-kfop-caller";
+const TIME_HEADER: &str = "x-kfop-time";
+const SIGNATURE_HEADER: &str = "x-kfop-signature";
+/// What a signature covers besides the fields, so that it means nothing elsewhere.
+const SIGNATURE_CONTEXT: &str = "kubeflow-operator render v1";
+
+/// Largest request body: the packed inputs of one build.
+pub const MAX_REQUEST_BYTES: u64 = 256 << 20;
+/// Most entries (files, directories, links) in one request.
+pub const MAX_REQUEST_ENTRIES: u64 = 200_000;
+/// How far a request's time may be from the renderer's.
+pub const MAX_CLOCK_SKEW_SECS: u64 = 300;
+/// How long a request waits for a free build slot before it is turned away (503).
+const QUEUE_WAIT: Duration = Duration::from_secs(60);
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The text a caller signs.
+fn signed_message(time: u64, release: KustomizeRelease, dir: &str, body_sha256: &str) -> String {
+    format!("{SIGNATURE_CONTEXT}\n{time}\n{}\n{dir}\n{body_sha256}", release.as_str())
+}
+
+fn parse_release(text: &str) -> Option<KustomizeRelease> {
+    [KustomizeRelease::V3, KustomizeRelease::V5].into_iter().find(|r| r.as_str() == text)
+}
+
+// --- the operator's side ------------------------------------------------------------------------
+
+/// `to` relative to directory `from` (both absolute and clean).
+fn relative_to(from: &Path, to: &Path) -> PathBuf {
+    let (from, to): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..from.len() {
+        out.push("..");
+    }
+    for c in &to[common..] {
+        out.push(c.as_os_str());
+    }
+    out
+}
+
+/// The tar the renderer unpacks: every entry under each of `roots` (canonical directories) at its
+/// absolute path less the leading `/`, in a fixed order. A symlink to an absolute path inside the
+/// roots becomes relative, so it resolves the same under the renderer's directory; one to
+/// anywhere else is left out (the sandbox would refuse to follow it anyway).
+pub fn pack(roots: &[PathBuf], max_bytes: u64) -> Result<Vec<u8>, String> {
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.follow_symlinks(false);
+    let (mut bytes, mut entries) = (0u64, 0u64);
+    let io = |path: &Path, e: &dyn std::fmt::Display| format!("packing {}: {e}", path.display());
+    for root in roots {
+        for entry in walkdir::WalkDir::new(root).follow_links(false).sort_by_file_name() {
+            let entry = entry.map_err(|e| io(root, &e))?;
+            let path = entry.path();
+            let name = path.strip_prefix("/").map_err(|_| format!("{} is not an absolute path", path.display()))?;
+            entries += 1;
+            if entries > MAX_REQUEST_ENTRIES {
+                return Err(format!("the render's inputs have more than {MAX_REQUEST_ENTRIES} entries"));
+            }
+            let mut header = tar::Header::new_gnu();
+            header.set_mtime(0);
+            header.set_uid(0);
+            header.set_gid(0);
+            let file_type = entry.file_type();
+            if file_type.is_dir() {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_mode(0o755);
+                header.set_size(0);
+                builder.append_data(&mut header, name, std::io::empty()).map_err(|e| io(path, &e))?;
+            } else if file_type.is_file() {
+                let metadata = entry.metadata().map_err(|e| io(path, &e))?;
+                bytes += metadata.len();
+                if bytes > max_bytes {
+                    return Err(format!("the render's inputs exceed {max_bytes} bytes"));
+                }
+                use std::os::unix::fs::PermissionsExt;
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_mode(if metadata.permissions().mode() & 0o111 != 0 { 0o755 } else { 0o644 });
+                header.set_size(metadata.len());
+                let file = std::fs::File::open(path).map_err(|e| io(path, &e))?;
+                builder.append_data(&mut header, name, file).map_err(|e| io(path, &e))?;
+            } else if file_type.is_symlink() {
+                let target = std::fs::read_link(path).map_err(|e| io(path, &e))?;
+                let target = if target.is_absolute() {
+                    match roots.iter().any(|r| target.starts_with(r)) && target.components().all(|c| c != Component::ParentDir) {
+                        true => relative_to(path.parent().expect("an entry under a root has a parent"), &target),
+                        false => continue,
+                    }
+                } else {
+                    target
+                };
+                header.set_entry_type(tar::EntryType::Symlink);
+                header.set_mode(0o777);
+                header.set_size(0);
+                builder.append_link(&mut header, name, &target).map_err(|e| io(path, &e))?;
+            }
+        }
+    }
+    builder.into_inner().map_err(|e| format!("packing the render's inputs: {e}"))
+}
+
+/// The headers of a build request for `body`, signed with `key`.
+fn signed_headers(key: &nkeys::KeyPair, time: u64, release: KustomizeRelease, dir: &str, body: &[u8]) -> Result<HeaderMap, String> {
+    use base64::Engine;
+    let message = signed_message(time, release, dir, &hex(&sha2::Sha256::digest(body)));
+    let signature = key.sign(message.as_bytes()).map_err(|e| format!("signing: {e}"))?;
+    let mut headers = HeaderMap::new();
+    let mut set = |name: &'static str, value: String| -> Result<(), String> {
+        headers.insert(name, value.parse().map_err(|_| format!("{name}: {value:?} cannot be a header value"))?);
+        Ok(())
+    };
+    set(RELEASE_HEADER, release.as_str().to_string())?;
+    set(DIR_HEADER, dir.to_string())?;
+    set(CALLER_HEADER, key.public_key())?;
+    set(TIME_HEADER, time.to_string())?;
+    set(SIGNATURE_HEADER, base64::engine::general_purpose::STANDARD.encode(signature))?;
+    Ok(headers)
+}
+
+/// The operator's client of the renderer.
+#[derive(Clone)]
+pub struct RemoteRenderer {
+    url: String,
+    key: Arc<nkeys::KeyPair>,
+    http: reqwest::Client,
+    /// Whole request, including the renderer's own bound on kustomize (120 s).
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for RemoteRenderer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteRenderer").field("url", &self.url).field("caller", &self.key.public_key()).finish()
+    }
+}
+
+impl RemoteRenderer {
+    /// The renderer at `url` (`http://host:port`), signing as the NKey `seed`.
+    pub fn new(url: &str, seed: &str) -> Result<Self, String> {
+        let key = nkeys::KeyPair::from_seed(seed.trim()).map_err(|e| format!("not an NKey seed: {e}"))?;
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+        if parsed.scheme() != "http" || parsed.host_str().is_none() {
+            return Err(format!("{url:?}: expected http://<host>:<port> (the renderer's Service)"));
+        }
+        crate::install_crypto_provider();
+        let http = reqwest::Client::builder().no_proxy().build().map_err(|e| e.to_string())?;
+        Ok(RemoteRenderer { url: url.trim_end_matches('/').to_string(), key: Arc::new(key), http, timeout: Duration::from_secs(180) })
+    }
+
+    /// From [`RENDERER_URL_ENV`] and the seed in [`RENDERER_NKEY_FILE_ENV`]; `None` without a URL.
+    pub fn from_env() -> Option<Result<Self, String>> {
+        let url = std::env::var(RENDERER_URL_ENV).ok().filter(|u| !u.is_empty())?;
+        let Some(file) = std::env::var_os(RENDERER_NKEY_FILE_ENV) else {
+            return Some(Err(format!("{RENDERER_URL_ENV} is set but {RENDERER_NKEY_FILE_ENV} (the seed to sign requests with) is not")));
+        };
+        let seed = match std::fs::read_to_string(&file) {
+            Ok(seed) => seed,
+            Err(e) => return Some(Err(format!("reading {}: {e}", PathBuf::from(file).display()))),
+        };
+        Some(Self::new(&url, &seed))
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn refused(&self, error: impl Into<String>) -> KustomizeError {
+        KustomizeError::Renderer { url: self.url.clone(), error: error.into() }
+    }
+
+    /// `kustomize build <dir>` with `release` in the renderer, which may read only `roots`.
+    pub async fn build(&self, release: KustomizeRelease, dir: &Path, roots: &[PathBuf]) -> Result<String, KustomizeError> {
+        let canonical = |p: &Path| std::fs::canonicalize(p).map_err(|e| self.refused(format!("resolving {}: {e}", p.display())));
+        let dir = canonical(dir)?;
+        let roots = roots.iter().map(|r| canonical(r)).collect::<Result<Vec<_>, _>>()?;
+        let packed = tokio::task::spawn_blocking(move || pack(&roots, MAX_REQUEST_BYTES)).await.map_err(|e| self.refused(e.to_string()))?.map_err(|e| self.refused(e))?;
+        let dir = dir.strip_prefix("/").expect("canonical paths are absolute").display().to_string();
+        let headers = signed_headers(&self.key, now_secs(), release, &dir, &packed).map_err(|e| self.refused(e))?;
+        let response = self
+            .http
+            .post(format!("{}{BUILD_PATH}", self.url))
+            .headers(headers)
+            .body(packed)
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| self.refused(e.to_string()))?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|e| self.refused(e.to_string()))?;
+        match status {
+            StatusCode::OK => String::from_utf8(body.to_vec()).map_err(|e| self.refused(format!("output is not UTF-8: {e}"))),
+            StatusCode::UNPROCESSABLE_ENTITY => Err(serde_json::from_slice::<KustomizeError>(&body).unwrap_or_else(|e| self.refused(format!("unreadable answer: {e}")))),
+            _ => Err(self.refused(format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(1024)])))),
+        }
+    }
+}
+
+// --- the renderer's side ------------------------------------------------------------------------
+
+/// What the renderer builds with and whom it answers.
+pub struct ServerConfig {
+    pub v3: Kustomize,
+    pub v5: Option<Kustomize>,
+    /// Public NKeys (`U…`) of the callers it answers.
+    pub callers: Vec<String>,
+    /// Where each build's inputs are unpacked (the pod's emptyDir).
+    pub work_root: PathBuf,
+    /// Builds at once; more wait up to a minute, then get 503.
+    pub concurrency: usize,
+}
+
+struct ServerState {
+    config: ServerConfig,
+    slots: tokio::sync::Semaphore,
+}
+
+/// The renderer's routes: `POST /v1/build`, `GET /healthz` and `/readyz`.
+pub fn router(config: ServerConfig) -> axum::Router {
+    let slots = tokio::sync::Semaphore::new(config.concurrency.max(1));
+    let state = Arc::new(ServerState { config, slots });
+    axum::Router::new()
+        .route(BUILD_PATH, axum::routing::post(build))
+        .route(HEALTH_PATH, axum::routing::get(|| async { "ok" }))
+        .route(READY_PATH, axum::routing::get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES as usize))
+        .with_state(state)
+}
+
+fn answer(status: StatusCode, text: impl Into<String>) -> Response {
+    (status, text.into()).into_response()
+}
+
+/// Checks who sent the request: a known caller, in time, whose signature covers the fields and
+/// the body. Returns the release and the directory to build.
+fn authenticate(callers: &[String], headers: &HeaderMap, body: &[u8], now: u64) -> Result<(KustomizeRelease, PathBuf), Response> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).ok_or_else(|| answer(StatusCode::UNAUTHORIZED, format!("header {name} is missing")));
+    let caller = header(CALLER_HEADER)?;
+    if !callers.iter().any(|c| c == caller) {
+        return Err(answer(StatusCode::UNAUTHORIZED, format!("caller {caller} is not one this renderer answers")));
+    }
+    let time: u64 = header(TIME_HEADER)?.parse().map_err(|_| answer(StatusCode::UNAUTHORIZED, format!("{TIME_HEADER}: expected seconds since the epoch")))?;
+    if now.abs_diff(time) > MAX_CLOCK_SKEW_SECS {
+        return Err(answer(StatusCode::UNAUTHORIZED, format!("{TIME_HEADER} is more than {MAX_CLOCK_SKEW_SECS} s from the renderer's clock")));
+    }
+    let release_text = header(RELEASE_HEADER)?;
+    let release = parse_release(release_text).ok_or_else(|| answer(StatusCode::BAD_REQUEST, format!("{RELEASE_HEADER}: {release_text:?} is not v3 or v5")))?;
+    let dir = header(DIR_HEADER)?;
+    use base64::Engine;
+    let signature = base64::engine::general_purpose::STANDARD.decode(header(SIGNATURE_HEADER)?).map_err(|_| answer(StatusCode::UNAUTHORIZED, format!("{SIGNATURE_HEADER} is not base64")))?;
+    let message = signed_message(time, release, dir, &hex(&sha2::Sha256::digest(body)));
+    let key = nkeys::KeyPair::from_public_key(caller).map_err(|e| answer(StatusCode::UNAUTHORIZED, format!("{caller}: {e}")))?;
+    key.verify(message.as_bytes(), &signature).map_err(|_| answer(StatusCode::UNAUTHORIZED, "the signature does not match the request"))?;
+    let dir = archive::safe_relative(Path::new(dir)).map_err(|r| answer(StatusCode::BAD_REQUEST, format!("{DIR_HEADER}: {r}")))?;
+    Ok((release, dir))
+}
+
+async fn build(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let (release, dir) = match authenticate(&state.config.callers, &headers, &body, now_secs()) {
+        Ok(ok) => ok,
+        Err(refused) => return refused,
+    };
+    let _slot = match tokio::time::timeout(QUEUE_WAIT, state.slots.acquire()).await {
+        Ok(Ok(slot)) => slot,
+        _ => return ([("retry-after", "10")], answer(StatusCode::SERVICE_UNAVAILABLE, "every build slot is busy")).into_response(),
+    };
+    match run_build(&state.config, release, &dir, body).await {
+        Ok(output) => (StatusCode::OK, output).into_response(),
+        Err(BuildFailure::BadInput(reason)) => answer(StatusCode::BAD_REQUEST, reason),
+        Err(BuildFailure::Internal(reason)) => answer(StatusCode::INTERNAL_SERVER_ERROR, reason),
+        Err(BuildFailure::Kustomize(error)) => {
+            let json = serde_json::to_string(&error).expect("errors serialise");
+            (StatusCode::UNPROCESSABLE_ENTITY, [("content-type", "application/json")], json).into_response()
+        }
+    }
+}
+
+enum BuildFailure {
+    /// The request's inputs are not a tree the renderer accepts.
+    BadInput(String),
+    /// The renderer's own trouble (its work volume).
+    Internal(String),
+    Kustomize(KustomizeError),
+}
+
+/// Unpacks the inputs into a fresh directory (removed afterwards) and builds `dir` in it.
+async fn run_build(config: &ServerConfig, release: KustomizeRelease, dir: &Path, body: Bytes) -> Result<String, BuildFailure> {
+    let kustomize = match release {
+        KustomizeRelease::V3 => &config.v3,
+        KustomizeRelease::V5 => config.v5.as_ref().ok_or_else(|| {
+            BuildFailure::Kustomize(KustomizeError::NotFound { path: PathBuf::from("kustomize-v5"), hint: "this renderer has no kustomize v5".into() })
+        })?,
+    };
+    let internal = |e: std::io::Error| BuildFailure::Internal(format!("creating a work directory under {}: {e}", config.work_root.display()));
+    std::fs::create_dir_all(&config.work_root).map_err(internal)?;
+    let work = tempfile::Builder::new().prefix("build-").tempdir_in(&config.work_root).map_err(internal)?;
+    let (tree, home) = (work.path().join("tree"), work.path().join("home"));
+    for d in [&tree, &home] {
+        std::fs::create_dir_all(d).map_err(internal)?;
+    }
+    let unpack_into = tree.clone();
+    tokio::task::spawn_blocking(move || {
+        let limits = UnpackLimits { max_bytes: MAX_REQUEST_BYTES, max_entries: MAX_REQUEST_ENTRIES };
+        archive::unpack_tar(std::io::Cursor::new(body), &unpack_into, limits)
+    })
+    .await
+    .map_err(|e| BuildFailure::Internal(e.to_string()))?
+    .map_err(|e| BuildFailure::BadInput(format!("the inputs: {e}")))?;
+    let output = kustomize.build(&tree.join(dir), &home, std::slice::from_ref(&tree)).await;
+    // Paths in kustomize's messages as the caller knows them.
+    let prefix = format!("{}/", tree.display());
+    output.map_err(|e| {
+        BuildFailure::Kustomize(match e {
+            KustomizeError::Failed { status, stderr } => KustomizeError::Failed { status, stderr: stderr.replace(&prefix, "/") },
+            other => other,
+        })
+    })
+}
+
+/// How `kustomize-operator render-server` runs (its command line).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// Address to listen on.
+    #[arg(long, default_value_t = std::net::SocketAddr::from(([0, 0, 0, 0], RENDERER_PORT)))]
+    pub listen: std::net::SocketAddr,
+    /// Public NKeys (U…) of the callers to answer, comma-separated: deploy/ gives it the
+    /// kustomize-operator's bus identity.
+    #[arg(long, env = RENDERER_CALLERS_ENV, value_delimiter = ',', required = true)]
+    pub callers: Vec<String>,
+    /// Builds at once; more wait up to a minute, then get 503.
+    #[arg(long, default_value_t = 2)]
+    pub concurrency: usize,
+    /// Where each build's inputs are unpacked (default: the temporary directory).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// This process has no network route (deploy/'s NetworkPolicy denies the pod's egress): render
+    /// even where kustomize cannot raise a network wall of its own (see `sandbox`).
+    #[arg(long)]
+    pub no_network_route: bool,
+}
+
+/// Runs the renderer until `shutdown` completes.
+pub async fn serve(args: ServerArgs, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), String> {
+    if args.no_network_route {
+        crate::sandbox::network_walled_outside();
+    }
+    for caller in &args.callers {
+        nkeys::KeyPair::from_public_key(caller).map_err(|e| format!("--callers: {caller:?} is not a public NKey: {e}"))?;
+    }
+    let v3 = Kustomize::locate_release(KustomizeRelease::V3).await.map_err(|e| e.to_string())?;
+    let v5 = Kustomize::locate_release(KustomizeRelease::V5).await.map_err(|e| tracing::warn!(error = %e, "no kustomize v5")).ok();
+    let work_root = args.work_dir.unwrap_or_else(std::env::temp_dir);
+    let config = ServerConfig { v3, v5, callers: args.callers, work_root, concurrency: args.concurrency };
+    let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("listening on {}: {e}", args.listen))?;
+    tracing::info!(address = %args.listen, "renderer listening");
+    axum::serve(listener, router(config)).with_graceful_shutdown(shutdown).await.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_links_resolve_where_the_absolute_ones_did() {
+        assert_eq!(relative_to(Path::new("/w/render-1/tree/apps"), Path::new("/cache/repo/common")), PathBuf::from("../../../../cache/repo/common"));
+        assert_eq!(relative_to(Path::new("/cache/repo/a"), Path::new("/cache/repo/b/c")), PathBuf::from("../b/c"));
+    }
+
+    fn refusal(result: Result<(KustomizeRelease, PathBuf), Response>) -> (StatusCode, String) {
+        let response = result.expect_err("refused");
+        let status = response.status();
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let body = runtime.block_on(axum::body::to_bytes(response.into_body(), 4096)).unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[test]
+    fn a_request_is_answered_only_when_its_caller_signed_it_as_sent() {
+        let (key, stranger) = (nkeys::KeyPair::new_user(), nkeys::KeyPair::new_user());
+        let callers = vec![key.public_key()];
+        let (now, body) = (1_000_000, b"the tree".as_slice());
+        let signed = |key: &nkeys::KeyPair, time: u64, dir: &str| signed_headers(key, time, KustomizeRelease::V5, dir, body).unwrap();
+
+        let (release, dir) = authenticate(&callers, &signed(&key, now, "tmp/work/x"), body, now).unwrap();
+        assert_eq!((release, dir), (KustomizeRelease::V5, PathBuf::from("tmp/work/x")));
+
+        let (status, text) = refusal(authenticate(&callers, &signed(&stranger, now, "d"), body, now));
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert!(text.contains("not one this renderer answers"), "{text}");
+        // Another body, another field, another key's signature under the caller's name: refused.
+        assert_eq!(refusal(authenticate(&callers, &signed(&key, now, "d"), b"another tree", now)).1, "the signature does not match the request");
+        let mut moved = signed(&key, now, "d");
+        moved.insert(DIR_HEADER, "e".parse().unwrap());
+        assert_eq!(refusal(authenticate(&callers, &moved, body, now)).1, "the signature does not match the request");
+        let mut forged = signed(&stranger, now, "d");
+        forged.insert(CALLER_HEADER, key.public_key().parse().unwrap());
+        assert_eq!(refusal(authenticate(&callers, &forged, body, now)).1, "the signature does not match the request");
+        // Replayed later than the clock skew allows.
+        let (status, text) = refusal(authenticate(&callers, &signed(&key, now, "d"), body, now + MAX_CLOCK_SKEW_SECS + 1));
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert!(text.contains("from the renderer's clock"), "{text}");
+        // Signed, but a directory outside the tree.
+        let (status, text) = refusal(authenticate(&callers, &signed(&key, now, "../etc"), body, now));
+        assert_eq!((status, text.as_str()), (StatusCode::BAD_REQUEST, "x-kfop-dir: path contains '..'"));
+        let mut unsigned = signed(&key, now, "d");
+        unsigned.remove(SIGNATURE_HEADER);
+        assert_eq!(refusal(authenticate(&callers, &unsigned, body, now)).1, "header x-kfop-signature is missing");
+    }
+
+    #[test]
+    fn the_signature_covers_every_field() {
+        let base = signed_message(1, KustomizeRelease::V3, "tmp/x", "00");
+        for other in [
+            signed_message(2, KustomizeRelease::V3, "tmp/x", "00"),
+            signed_message(1, KustomizeRelease::V5, "tmp/x", "00"),
+            signed_message(1, KustomizeRelease::V3, "tmp/y", "00"),
+            signed_message(1, KustomizeRelease::V3, "tmp/x", "01"),
+        ] {
+            assert_ne!(base, other);
+        }
+    }
+}
