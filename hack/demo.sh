@@ -43,7 +43,7 @@ mkdir -p "$STATE_DIR/operators"
 # The generic operator's renderer, as deploy/all runs it in a pod of its own: an empty environment
 # (no kubeconfig, no token), answering only the kustomize-operator's bus identity (its public key
 # from the bus configuration), which signs every build it sends.
-renderer_port=18090
+renderer_port=18091 # (the operators use 18081–18088, the stand-in server 18090)
 pidfile=$STATE_DIR/pids/kustomize-renderer
 if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
   caller=$(sed -n 's/.*nkey: "\(U[A-Z0-9]*\)".*_INBOX\.kustomize-operator\..*/\1/p' "$KFOP_BUS_DIR/nats.conf")
