@@ -1071,8 +1071,13 @@ pub enum RenderMode {
 pub struct KustomizeApplicationSpec {
     #[serde(flatten)]
     pub core: ComponentSpecCore,
+    /// kfctl's mode, for a kfctl-era build (`era`).
     #[serde(default)]
     pub mode: RenderMode,
+    /// Which rules build the packages: kfctl's (the default) or upstream's `kustomize build`;
+    /// the meta-operator sets it from the KfDef's version.
+    #[serde(default)]
+    pub era: crate::kfdef::Era,
 }
 
 /// Access to the parts every component resource shares, so the framework can treat them alike.

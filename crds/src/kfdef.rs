@@ -129,12 +129,44 @@ pub struct Repo {
     #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
     pub sha256: Option<String>,
     /// The kustomize release that renders this repository's packages. Not in kfctl's format.
-    /// Unset: chosen per application from what its kustomizations use — a field kustomize v3.1.0
-    /// (the release kfctl linked) does not know, such as `components`, `labels`, `replacements`
-    /// or `sortOptions`, or a `kind: Component`, selects v5; anything else renders with v3.1.0 as
-    /// kfctl rendered it.
+    /// Unset: chosen by the KfDef's [`Era`] — v5 for kubeflow/manifests' layout (Kubeflow 1.3 and
+    /// later); for a kfctl-era KfDef v3.1.0 (the release kfctl linked), unless a package uses what
+    /// v3.1.0 does not know (`components`, `labels`, `replacements`, `sortOptions`, a
+    /// `kind: Component`), which v5 then renders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kustomize: Option<KustomizeRelease>,
+}
+
+/// Which rules build a KfDef's kustomize packages.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Era {
+    /// Kubeflow 0.x–1.2, installed by kfctl v1.0–v1.2: kustomize v3.1.0, kfctl's generated
+    /// kustomizations, parameters and namespaces (`kubeflow_manifests::kfctl` cites its rules).
+    #[default]
+    Kfctl,
+    /// kubeflow/manifests since Kubeflow 1.3, and the dated releases: each path is built as
+    /// upstream builds it (`kustomize build <path>`, kustomize v5); objects keep upstream's
+    /// namespaces; overlays and parameters are not kfctl's to apply.
+    Upstream,
+    /// Decided from each repository: [`Era::Upstream`] when it has kubeflow/manifests'
+    /// `example/kustomization.yaml` (which no kfctl-era release had), else [`Era::Kfctl`].
+    FromRepository,
+}
+
+impl Era {
+    /// The era of a KfDef's `spec.version`: v0.x–v1.2.x are kfctl's, every later version (1.3 on,
+    /// dated releases) upstream's; without a version (or with one that is not a version, such as
+    /// `master`) the repository decides.
+    pub fn of_version(version: Option<&str>) -> Era {
+        let Some(version) = version.filter(|v| crate::validation::is_version(v)) else {
+            return Era::FromRepository;
+        };
+        let mut parts = version.trim_start_matches('v').split(['.', '-']).map(|p| p.parse::<u64>().unwrap_or(0));
+        match (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) {
+            (0, _) | (1, 0..=2) => Era::Kfctl,
+            _ => Era::Upstream,
+        }
+    }
 }
 
 /// A kustomize release line the operators ship.
@@ -287,4 +319,22 @@ pub struct ApplicationStatus {
 pub struct RepoCache {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_path: Option<String>,
+}
+
+#[cfg(test)]
+mod era_tests {
+    use super::Era;
+
+    #[test]
+    fn the_era_follows_the_kubeflow_version() {
+        for v in ["v0.7.1", "v1.0.2", "v1.1.0", "v1.2.0", "1.2", "v1.2.1-rc.1"] {
+            assert_eq!(Era::of_version(Some(v)), Era::Kfctl, "{v}");
+        }
+        for v in ["v1.3.0", "v1.10.2", "v1.11.0", "v2.0.0", "v2025.10.0"] {
+            assert_eq!(Era::of_version(Some(v)), Era::Upstream, "{v}");
+        }
+        for v in [None, Some(""), Some("master"), Some("v1.x")] {
+            assert_eq!(Era::of_version(v), Era::FromRepository, "{v:?}");
+        }
+    }
 }

@@ -12,6 +12,16 @@
 //!   already seen is dropped), `patchesStrategicMerge`, `patchesJson6902`, `configurations`;
 //! - sets `namespace` to the `namespace` parameter, else the KfDef's namespace.
 //!
+//! **Namespaces, exactly as kfctl set them** (kubeflow/kfctl, `pkg/kfapp/kustomize/kustomize.go`,
+//! v1.0–v1.2): `MergeKustomizations` takes a package without `base/` as it is, and for one with
+//! `base/` sets the generated kustomization's `namespace` to the `namespace` parameter; then
+//! `GenerateKustomizationFile` fills an empty `namespace` with the KfDef's
+//! (`if kustomization.Namespace == "" { kustomization.Namespace = kfDef.Namespace }`). So every
+//! namespaced object of a package kfctl built lands in that one namespace, whatever its own
+//! manifest says. This rewrite is kfctl's alone: only a kfctl-era KfDef (`Era::Kfctl`, Kubeflow
+//! 0.x–1.2) gets it; a KfDef of Kubeflow 1.3 or later is built as upstream builds it, every object
+//! keeping its namespace (`crate::render`).
+//!
 //! Before that, in `base/params.env` and each selected overlay's `params.env`, every `name=value`
 //! line whose name is a parameter is rewritten to the parameter's value; `namespace=` and
 //! `appName=` lines without a parameter get the KfDef's namespace and name.

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use kube::api::DynamicObject;
 use kubeflow_crds::NameValue;
-use kubeflow_crds::kfdef::{Application, KfDef, KfDefSpec, KustomizeRelease};
+use kubeflow_crds::kfdef::{Application, Era, KfDef, KfDefSpec, KustomizeRelease};
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
@@ -89,7 +89,10 @@ pub struct RenderContext {
     pub namespace: String,
     /// The KfDef's name (fills `appName=` in `params.env`).
     pub kfdef_name: String,
+    /// kfctl's mode, for a kfctl-era build.
     pub mode: Mode,
+    /// Whose rules build the packages: kfctl's, upstream's, or the repository's layout decides.
+    pub era: Era,
 }
 
 impl RenderContext {
@@ -103,6 +106,7 @@ impl RenderContext {
                 .unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
             kfdef_name: kfdef.metadata.name.clone().unwrap_or_default(),
             mode: Mode::of(&kfdef.spec),
+            era: Era::of_version(kfdef.spec.version.as_deref()),
         }
     }
 }
@@ -256,13 +260,15 @@ impl Renderer {
         }
     }
 
-    /// The release that renders `app`: its repository's choice, else v5 when the package uses
-    /// what v3.1.0 lacks (`newer`), else v3.1.0. With the reason, for status and logs.
-    fn choose(app: &AppSpec, newer: Option<refs::NewerFeature>) -> (KustomizeRelease, String) {
-        match (app.kustomize, newer) {
+    /// The release that renders `app`: its repository's choice; else v5 for a package built as
+    /// upstream builds it; else (kfctl's era) v5 when the package uses what v3.1.0 lacks, v3.1.0
+    /// otherwise. With the reason, for status and logs.
+    fn choose(app: &AppSpec, build: &Build) -> (KustomizeRelease, String) {
+        match (app.kustomize, build) {
             (Some(release), _) => (release, "the repository's kustomize field".to_string()),
-            (None, Some((file, what))) => (KustomizeRelease::V5, format!("{} uses {what}", file.display())),
-            (None, None) => (KustomizeRelease::V3, "kfctl's release: nothing in the package needs a newer one".to_string()),
+            (None, Build::Upstream) => (KustomizeRelease::V5, "kubeflow/manifests' layout (Kubeflow 1.3 and later), built as upstream builds it".to_string()),
+            (None, Build::Kfctl(Some((file, what)))) => (KustomizeRelease::V5, format!("{} uses {what}", file.display())),
+            (None, Build::Kfctl(None)) => (KustomizeRelease::V3, "kfctl's release: nothing in the package needs a newer one".to_string()),
         }
     }
 
@@ -338,7 +344,7 @@ impl Renderer {
             .prefix("render-")
             .tempdir_in(&self.work_root)
             .map_err(io(&app.name, "creating a work directory"))?;
-        let (build_dir, warnings, newer) = {
+        let (build_dir, warnings, build) = {
             let (repo_root, work_dir, spec, ctx) = (
                 repo.root.clone(),
                 work.path().to_path_buf(),
@@ -355,7 +361,7 @@ impl Renderer {
         };
         let home = work.path().join("home");
         std::fs::create_dir_all(&home).map_err(io(&app.name, "creating a work directory"))?;
-        let (release, why) = Self::choose(app, newer);
+        let (release, why) = Self::choose(app, &build);
         // kustomize may read the repository and this render's work directory, nothing else.
         let output = self.build(app, release, &why, &build_dir, &home, &[repo.root.clone(), work.path().to_path_buf()]).await?;
         let objects = parse_objects(&output).map_err(|reason| RenderError::Output {
@@ -406,14 +412,31 @@ fn package_dir(repo_root: &Path, app: &AppSpec) -> Result<(PathBuf, PathBuf), Re
     Ok((root, rel))
 }
 
-/// Sets up the directory to build and returns it, with warnings and the first feature of the
-/// package kustomize v3.1.0 lacks.
+/// How a package is built.
+#[derive(Debug)]
+enum Build {
+    /// With kfctl's rules; the first feature of the package kustomize v3.1.0 lacks, if any.
+    Kfctl(Option<refs::NewerFeature>),
+    /// As upstream builds it (`kustomize build <path>`, v5).
+    Upstream,
+}
+
+/// Whether `ctx` builds the packages of the repository at `root` as upstream builds them.
+fn upstream_era(ctx: &RenderContext, root: &Path) -> bool {
+    match ctx.era {
+        Era::Upstream => true,
+        Era::Kfctl => false,
+        Era::FromRepository => root.join("example/kustomization.yaml").is_file(),
+    }
+}
+
+/// Sets up the directory to build and returns it, with warnings and how it is built.
 fn prepare(
     repo_root: &Path,
     work: &Path,
     app: &AppSpec,
     ctx: &RenderContext,
-) -> Result<(PathBuf, Vec<String>, Option<refs::NewerFeature>), RenderError> {
+) -> Result<(PathBuf, Vec<String>, Build), RenderError> {
     let (root, rel) = package_dir(repo_root, app)?;
     let not_a_package = || RenderError::NotAPackage {
         app: app.name.clone(),
@@ -425,25 +448,23 @@ fn prepare(
         reference,
         reason,
     };
-    if ctx.mode == Mode::Stacks {
+    let upstream = upstream_era(ctx, &root);
+    if upstream || ctx.mode == Mode::Stacks {
+        // Each path as it is: kfctl's stacks, or upstream's layout.
         let dir = root.join(&rel);
         refs::kustomization_file(&dir).ok_or_else(not_a_package)?;
+        let how = if upstream { "a package built as upstream builds it (Kubeflow 1.3 and later)" } else { "a stacks application" };
         let mut warnings = Vec::new();
         if !app.overlays.is_empty() {
-            warnings.push(format!(
-                "overlays {:?} are not applied to a stacks application",
-                app.overlays
-            ));
+            warnings.push(format!("overlays {:?} are not applied to {how}", app.overlays));
         }
         if !app.parameters.is_empty() {
             let names: Vec<_> = app.parameters.iter().map(|p| p.name.as_str()).collect();
-            warnings.push(format!(
-                "parameters {names:?} are not applied to a stacks application"
-            ));
+            warnings.push(format!("parameters {names:?} are not applied to {how}"));
         }
         let newer = refs::check(&dir, std::slice::from_ref(&root)).map_err(forbidden)?;
         let dir = wrap_component(work, dir, &mut warnings).map_err(io(&app.name, "wrapping the Component"))?;
-        return Ok((dir, warnings, newer));
+        return Ok((dir, warnings, if upstream { Build::Upstream } else { Build::Kfctl(newer) }));
     }
 
     let tree = work.join("tree");
@@ -461,7 +482,7 @@ fn prepare(
     let mut warnings = per_application(&pkg, app, ctx, !upstream_package)?;
     let newer = refs::check(&pkg, &roots).map_err(forbidden)?;
     let pkg = wrap_component(work, pkg, &mut warnings).map_err(io(&app.name, "wrapping the Component"))?;
-    Ok((pkg, warnings, newer))
+    Ok((pkg, warnings, Build::Kfctl(newer)))
 }
 
 /// The directory to build for package `dir`: itself, or, for a `kind: Component` (an entry of

@@ -199,6 +199,7 @@ async fn namespace_parameter_overrides_the_kfdef_namespace() {
         namespace: "kubeflow".into(),
         kfdef_name: "demo".into(),
         mode: Mode::PerApplication,
+        era: kubeflow_crds::kfdef::Era::Kfctl,
     };
     let app = AppSpec {
         name: "web-app".into(),
@@ -756,4 +757,74 @@ async fn the_entries_of_the_modern_example_render_what_kustomize_builds_of_it() 
     assert_eq!(summary(&component.objects), owned(&[("PeerAuthentication", "default", "demo-mesh")]));
     assert!(component.warnings.iter().any(|w| w.contains("a Component, built on its own")), "{:?}", component.warnings);
     assert!(apps.iter().filter(|a| a.name != "strict-mtls").all(|a| a.warnings.is_empty()), "only the Component is warned about");
+}
+
+/// kfctl's namespace rewrite is kfctl's alone. A package that kustomize v3.1.0 could build (no
+/// field only v5 has), with objects in namespaces of their own, in a repository with
+/// kubeflow/manifests' layout: a KfDef of Kubeflow 1.3 or later — or one without a version, whose
+/// repository has `example/kustomization.yaml` — builds it as upstream does (kustomize v5, every
+/// object where its manifest puts it, overlays and parameters not applied, with a warning); a
+/// kfctl-era KfDef (v1.2) builds it as kfctl did (v3.1.0, everything in the `namespace`
+/// parameter's namespace). A repository without that layout and a KfDef without a version: kfctl's.
+#[tokio::test]
+async fn namespaces_are_rewritten_only_for_kfctl_era_kfdefs() {
+    let env = env(true).await;
+    let tmp = tempfile::tempdir().unwrap();
+    // The modern fixture plus the plain package; `example` says whether it has upstream's layout.
+    let write = |repo: &Path, example: bool| {
+        fixtures::write_modern_repo(repo);
+        if !example {
+            std::fs::remove_dir_all(repo.join("example")).unwrap();
+        }
+        let plain = repo.join("common/plain/base");
+        std::fs::create_dir_all(&plain).unwrap();
+        std::fs::write(plain.join("kustomization.yaml"), "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [objects.yaml]\n").unwrap();
+        std::fs::write(plain.join("params.env"), "namespace=\n").unwrap();
+        std::fs::write(
+            plain.join("objects.yaml"),
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: leader-election, namespace: kube-system}\nrules: []\n---\n\
+             apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: controller, namespace: plain-system}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\n",
+        )
+        .unwrap();
+    };
+    let repo = tmp.path().join("repo");
+    write(&repo, true);
+    let uri = format!("file://{}", repo.display());
+    let placed = |apps: &[kubeflow_manifests::RenderedApp]| {
+        let mut placed = summary(&apps[0].objects);
+        placed.sort();
+        placed
+    };
+    let with_version = |version: Option<&str>| {
+        let mut kfdef = app_kfdef(&uri, "common/plain", &[], &[("namespace", "team-a")]);
+        kfdef.spec.version = version.map(String::from);
+        kfdef
+    };
+    let upstream = owned(&[("ConfigMap", "settings", ""), ("Role", "leader-election", "kube-system"), ("ServiceAccount", "controller", "plain-system")]);
+    let kfctl = owned(&[("ConfigMap", "settings", "team-a"), ("Role", "leader-election", "team-a"), ("ServiceAccount", "controller", "team-a")]);
+
+    // The path names the package's folder as a kfctl v1.0 KfDef would; upstream's KfDefs name the
+    // kustomization's own folder.
+    let mut later = with_version(Some("v1.10.2"));
+    later.spec.applications[0].kustomize_config.as_mut().unwrap().repo_ref.as_mut().unwrap().path = "common/plain/base".into();
+    for kfdef in [later.clone(), { let mut none = later.clone(); none.spec.version = None; none }] {
+        let apps = env.renderer.render_kfdef(&env.cache, &kfdef).await.unwrap();
+        assert_eq!(placed(&apps), upstream, "{:?}", kfdef.spec.version);
+        assert_eq!(apps[0].kustomize.0, KustomizeRelease::V5, "{:?}", apps[0].kustomize);
+        assert!(apps[0].warnings.iter().any(|w| w.contains("parameters [\"namespace\"] are not applied to a package built as upstream builds it")), "{:?}", apps[0].warnings);
+    }
+
+    let apps = env.renderer.render_kfdef(&env.cache, &with_version(Some("v1.2.0"))).await.unwrap();
+    assert_eq!(placed(&apps), kfctl);
+    assert_eq!(apps[0].kustomize.0, KustomizeRelease::V3, "{:?}", apps[0].kustomize);
+
+    // The same package in a repository without kubeflow/manifests' layout, no version: kfctl's.
+    let repo = tmp.path().join("repo-without-example");
+    write(&repo, false);
+    let uri = format!("file://{}", repo.display());
+    let mut unversioned = app_kfdef(&uri, "common/plain", &[], &[("namespace", "team-a")]);
+    unversioned.spec.version = None;
+    let apps = env.renderer.render_kfdef(&env.cache, &unversioned).await.unwrap();
+    assert_eq!(placed(&apps), kfctl);
 }

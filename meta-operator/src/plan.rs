@@ -224,7 +224,9 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             let version = pins.get(&component).cloned().unwrap_or_else(|| release_version.clone());
             let stacks = kfdef.spec.applications.iter().any(|a| a.name == STACKS_APPLICATION);
             let mode = if stacks { RenderMode::Stacks } else { RenderMode::PerApplication };
-            let mut spec = json!({"version": version, "targetNamespace": namespace, "platform": platform, "mode": mode, "sources": sources, "serviceAccountName": account});
+            // kfctl's rules only for a kfctl-era KfDef; a later one is built as upstream builds it.
+            let era = kubeflow_crds::kfdef::Era::of_version(kfdef.spec.version.as_deref());
+            let mut spec = json!({"version": version, "targetNamespace": namespace, "platform": platform, "mode": mode, "era": era, "sources": sources, "serviceAccountName": account});
             if kfdef.spec.adopt_existing {
                 spec["adoptExisting"] = json!(true);
             }

@@ -254,7 +254,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
         return Err(InvalidSpec::new("spec.sources", "at least one application is required"));
     }
     let namespace = target_namespace::<KustomizeComponent>(resource);
-    let key = serde_json::to_string(&json!({"sources": spec.core.sources, "mode": spec.mode, "namespace": namespace, "name": resource.name_any()})).expect("specs serialise");
+    let key = serde_json::to_string(&json!({"sources": spec.core.sources, "mode": spec.mode, "era": spec.era, "namespace": namespace, "name": resource.name_any()})).expect("specs serialise");
     let owner = component_framework::build::owner_id(resource);
     let memoized = memo().lock().expect("render memo").get(&key).cloned();
     if let Some(rendered) = memoized {
@@ -273,7 +273,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
         RenderMode::PerApplication => Mode::PerApplication,
         RenderMode::Stacks => Mode::Stacks,
     };
-    let context = RenderContext { namespace: namespace.clone(), kfdef_name: resource.name_any(), mode };
+    let context = RenderContext { namespace: namespace.clone(), kfdef_name: resource.name_any(), mode, era: spec.era };
     let (mut rendered, mut failed, mut converted, mut conversion_details) = (Vec::new(), Vec::new(), BTreeMap::new(), BTreeMap::new());
     for (index, source) in spec.core.sources.iter().enumerate() {
         match render_source(index, source, &repos, &renderer, &context).await {

@@ -1,0 +1,152 @@
+//! The real kubeflow/manifests releases (`../shared/manifests`: v1.10.2, and the kfctl era's
+//! v1.2.0 with kfctl's own KfDef), rendered application by application with the real kustomize
+//! and compared with upstream's own `kustomize build <path>` of the same path.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use kubeflow_crds::KfDef;
+use kubeflow_crds::kfdef::KustomizeRelease;
+use kubeflow_manifests::{FetchOptions, Kustomize, RenderedApp, Renderer, RepoCache, RepoSource};
+
+/// Where the releases are: `$KFOP_UPSTREAM_MANIFESTS`, else `shared/manifests` beside the
+/// checkout, else the machine's `/work/shared/manifests`.
+fn releases() -> PathBuf {
+    let candidates = [
+        std::env::var_os("KFOP_UPSTREAM_MANIFESTS").map(PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/manifests")),
+        Some(PathBuf::from("/work/shared/manifests")),
+    ];
+    candidates.into_iter().flatten().find(|d| d.join("manifests-1.10.2.tar.gz").is_file()).unwrap_or_else(|| {
+        panic!("these tests render the real kubeflow/manifests releases: set KFOP_UPSTREAM_MANIFESTS to the folder holding manifests-1.10.2.tar.gz")
+    })
+}
+
+struct Release {
+    _tmp: tempfile::TempDir,
+    kfdef: KfDef,
+    cache: RepoCache,
+    renderer: Renderer,
+    /// The unpacked release, as upstream's `kustomize build` reads it.
+    root: PathBuf,
+}
+
+/// `kfdef` (a file in the releases folder) with its repository pointing at `archive` there.
+async fn release(kfdef: &str, archive: &str) -> Release {
+    let dir = releases();
+    let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join(kfdef)).unwrap()).unwrap();
+    kfdef.spec.repos[0].uri = dir.join(archive).display().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = RepoCache::new(tmp.path().join("cache"), FetchOptions { allow_local: true, ..FetchOptions::default() }).unwrap();
+    let kustomize = |release| async move { Kustomize::locate_release(release).await.unwrap_or_else(|e| panic!("these tests run the real kustomize: {e}")) };
+    let renderer = Renderer::new(kustomize(KustomizeRelease::V3).await, tmp.path().join("work")).unwrap().with_v5(kustomize(KustomizeRelease::V5).await);
+    let repo = &kfdef.spec.repos[0];
+    let root = cache.fetch(&RepoSource { name: repo.name.clone(), uri: repo.uri.clone(), sha256: None }).await.unwrap().root;
+    Release { _tmp: tmp, kfdef, cache, renderer, root }
+}
+
+/// (kind, namespace, name) of each object, sorted.
+fn identities(objects: impl IntoIterator<Item = serde_json::Value>) -> Vec<(String, String, String)> {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let mut ids: Vec<_> = objects.into_iter().map(|o| (text(&o["kind"]), text(&o["metadata"]["namespace"]), text(&o["metadata"]["name"]))).collect();
+    ids.sort();
+    ids
+}
+
+fn values(app: &RenderedApp) -> Vec<serde_json::Value> {
+    app.objects.iter().map(|o| serde_json::to_value(o).unwrap()).collect()
+}
+
+/// Upstream's `kustomize build <path>` of `app`'s path with `release`, as JSON values.
+async fn upstream_build(release: &Release, app: &str, kustomize: KustomizeRelease) -> Vec<serde_json::Value> {
+    let path = &release.kfdef.spec.applications.iter().find(|a| a.name == app).unwrap().kustomize_config.as_ref().unwrap().repo_ref.as_ref().unwrap().path;
+    upstream_build_path(release, path, kustomize).await
+}
+
+/// Upstream's `kustomize build <path>` with `release`, as JSON values.
+async fn upstream_build_path(release: &Release, path: &str, kustomize: KustomizeRelease) -> Vec<serde_json::Value> {
+    let app = path.replace('/', "-");
+    let (v3, v5) = release.renderer.local().unwrap();
+    let binary = match kustomize {
+        KustomizeRelease::V3 => v3,
+        KustomizeRelease::V5 => v5.unwrap(),
+    };
+    let home = release._tmp.path().join(format!("home-{app}"));
+    std::fs::create_dir_all(&home).unwrap();
+    let output = binary.build(&release.root.join(path), &home, std::slice::from_ref(&release.root)).await.unwrap_or_else(|e| panic!("upstream's build of {app} ({path}): {e}"));
+    kubeflow_manifests::parse_objects(&output).unwrap().iter().map(|o| serde_json::to_value(o).unwrap()).collect()
+}
+
+/// Kubeflow v1.10.2's KfDef (one application per entry of `example/kustomization.yaml`): a
+/// Kubeflow version after kfctl's era — and without its version, a repository with upstream's
+/// layout — so every application is built as upstream builds it, with kustomize v5, and renders
+/// exactly — object for object, field for field,
+/// namespaces included — what `kustomize build <path>` renders. Together they are the 611 objects
+/// of upstream's `kustomize build example`, each in upstream's namespace, none moved into the
+/// KfDef's `kubeflow` (cert-manager's, Knative's, Istio's, Dex's, oauth2-proxy's and
+/// cert-manager's leader-election Role in `kube-system` checked by name).
+#[tokio::test]
+async fn every_application_of_kubeflow_1_10_2_renders_what_upstream_renders() {
+    let release = release("kfdef-1.10.2.yaml", "manifests-1.10.2.tar.gz").await;
+    assert_eq!(release.kfdef.spec.version.as_deref(), Some("v1.10.2"));
+    let apps = release.renderer.render_kfdef(&release.cache, &release.kfdef).await.unwrap();
+    assert_eq!(apps.len(), 29);
+    let mut unversioned = release.kfdef.clone();
+    unversioned.spec.version = None;
+    let by_layout = release.renderer.render_kfdef(&release.cache, &unversioned).await.unwrap();
+    assert_eq!(by_layout.iter().map(values).collect::<Vec<_>>(), apps.iter().map(values).collect::<Vec<_>>(), "without a version, the layout decides the same");
+    let mut all = Vec::new();
+    for app in &apps {
+        assert_eq!(app.kustomize.0, KustomizeRelease::V5, "{}: {:?}", app.name, app.kustomize);
+        let ours = values(app);
+        let upstream = upstream_build(&release, &app.name, KustomizeRelease::V5).await;
+        assert_eq!(identities(ours.clone()), identities(upstream.clone()), "{}", app.name);
+        let by_id = |objects: Vec<serde_json::Value>| -> BTreeMap<(String, String, String), serde_json::Value> {
+            objects.into_iter().map(|o| (identities([o.clone()]).remove(0), o)).collect()
+        };
+        let upstream = by_id(upstream);
+        for (id, object) in by_id(ours.clone()) {
+            assert_eq!(object, upstream[&id], "{}: {id:?} differs from upstream's", app.name);
+        }
+        all.extend(ours);
+    }
+    // Together: upstream's `kustomize build example`, object for object.
+    let all = identities(all);
+    let example = upstream_build_path(&release, "example", KustomizeRelease::V5).await;
+    assert_eq!(all.len(), 611);
+    assert_eq!(all, identities(example));
+    // Where the issue found them moved into `kubeflow`: each in upstream's namespace.
+    for (kind, namespace, name) in [
+        ("Deployment", "cert-manager", "cert-manager-webhook"),
+        ("Role", "kube-system", "cert-manager:leaderelection"),
+        ("Deployment", "knative-serving", "activator"),
+        ("Deployment", "istio-system", "istiod"),
+        ("Deployment", "auth", "dex"),
+        ("Deployment", "oauth2-proxy", "oauth2-proxy"),
+    ] {
+        let id = (kind.to_string(), namespace.to_string(), name.to_string());
+        assert!(all.contains(&id), "{id:?}");
+    }
+}
+
+/// kfctl's own v1.2.0 KfDef (stacks: `kubeflow-apps`) over the v1.2.0 release: every application
+/// renders with kustomize v3.1.0, kfctl's release — `kubeflow-apps` included, whose
+/// `jupyter-web-app` kustomization names `commonLabels` twice (the last one wins, as kustomize
+/// reads it) — and each renders the objects `kustomize build <path>` renders with that release:
+/// stacks paths are built as they are, so the same kinds, names and namespaces.
+#[tokio::test]
+async fn every_application_of_kfctls_v1_2_0_kfdef_renders_as_kfctl_built_it() {
+    let release = release("kfdef-1.2.0-istio-dex.yaml", "manifests-1.2.0.tar.gz").await;
+    // kfctl's own KfDef names its branch; a v1.2 version all the same.
+    assert_eq!(release.kfdef.spec.version.as_deref(), Some("v1.2-branch"));
+    let apps = release.renderer.render_kfdef(&release.cache, &release.kfdef).await.unwrap();
+    assert_eq!(apps.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), release.kfdef.spec.applications.iter().map(|a| a.name.as_str()).collect::<Vec<_>>());
+    for app in &apps {
+        assert_eq!(app.kustomize.0, KustomizeRelease::V3, "{}: {:?}", app.name, app.kustomize);
+        let upstream = upstream_build(&release, &app.name, KustomizeRelease::V3).await;
+        assert!(!upstream.is_empty(), "{}", app.name);
+        assert_eq!(identities(values(app)), identities(upstream), "{}", app.name);
+    }
+    let kubeflow_apps = apps.iter().find(|a| a.name == "kubeflow-apps").unwrap();
+    assert!(kubeflow_apps.objects.len() > 100, "{}", kubeflow_apps.objects.len());
+}
