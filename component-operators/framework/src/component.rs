@@ -87,6 +87,9 @@ pub struct Rendered {
     pub converted: BTreeMap<String, Vec<ConvertedKind>>,
     /// Per application, each conversion described (object, versions, what moved) for a reader.
     pub conversion_details: BTreeMap<String, Vec<String>>,
+    /// Per application, what it is told while it stays Ready (an object another application
+    /// renders otherwise, and whose version is applied): its status message and a Warning Event.
+    pub notes: BTreeMap<String, Vec<String>>,
 }
 
 /// Data read from the cluster that the spec refers to (dereference step).

@@ -378,6 +378,7 @@ struct Desired {
     applications: Vec<String>,
     failed: Vec<ApplicationFailure>,
     converted: BTreeMap<String, Vec<ConvertedKind>>,
+    notes: BTreeMap<String, Vec<String>>,
 }
 
 /// Dereference and build; the inner error is bad input (nothing touched), the outer an API failure.
@@ -393,8 +394,8 @@ async fn desired<C: Component>(resource: &C::Resource, ctx: &Context<C>, install
     if let Some(invalid) = tenant_namespace(resource, ctx, &objects).await? {
         return Ok(Err(invalid));
     }
-    let (applications, failed, converted) = inputs.rendered.map(|r| (r.applications, r.failed, r.converted)).unwrap_or_default();
-    Ok(Ok(Desired { objects, applications, failed, converted }))
+    let (applications, failed, converted, notes) = inputs.rendered.map(|r| (r.applications, r.failed, r.converted, r.notes)).unwrap_or_default();
+    Ok(Ok(Desired { objects, applications, failed, converted, notes }))
 }
 
 /// A namespace a Profile made is a tenant's: no component installs into it, but a resource that
@@ -789,7 +790,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
         let note = changed.join("; ");
         ctx.event(resource, EventType::Normal, "Healed", note).await;
     }
-    Ok(Outcome::Applied { version: version.clone(), inventory, not_ready, failed, applications: desired.applications.clone(), converted: desired.converted.clone() })
+    Ok(Outcome::Applied { version: version.clone(), inventory, not_ready, failed, applications: desired.applications.clone(), converted: desired.converted.clone(), notes: desired.notes.clone() })
 }
 
 /// Waits (bounded) until every CRD in `names` is Established.
@@ -975,6 +976,17 @@ async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, ou
     let was_degraded = current.and_then(|s| s.phase) == Some(kubeflow_crds::component::ComponentPhase::Degraded);
     let degraded = |s: Option<&ComponentStatus>| s.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded" && c.reason == "NotApplied").map(|c| c.message.clone()));
     let not_applied = degraded(Some(&next)).filter(|now| degraded(current).as_ref() != Some(now));
+    // A Ready application with a message has a note (an object another application renders
+    // otherwise, [`crate::component::Rendered::notes`]): said in a Warning when it first appears.
+    let notes = |s: Option<&ComponentStatus>| -> BTreeMap<String, String> {
+        s.map(|s| s.applications.iter().filter(|a| a.state == kubeflow_crds::component::ComponentPhase::Ready && !a.message.is_empty()).map(|a| (a.name.clone(), a.message.clone())).collect()).unwrap_or_default()
+    };
+    let before = notes(current);
+    for (application, note) in notes(Some(&next)) {
+        if before.get(&application) != Some(&note) {
+            ctx.event(resource, EventType::Warning, "RenderedOtherwise", format!("application {application:?}: {note}")).await;
+        }
+    }
     match (invalid, next.phase) {
         (Some(invalid), _) => ctx.event(resource, EventType::Warning, "InvalidSpec", invalid.to_string()).await,
         (None, _) if not_applied.is_some() => ctx.event(resource, EventType::Warning, "NotApplied", not_applied.unwrap_or_default()).await,

@@ -83,19 +83,22 @@ pub type ApplicationObjects = (usize, String, Vec<Value>);
 /// identically (`components.kubeflow.org/application` names the first).
 pub const APPLICATIONS_ANNOTATION: &str = "components.kubeflow.org/applications";
 
+/// Per application, what it should be told while it stays Ready.
+pub type ApplicationNotes = BTreeMap<String, Vec<String>>;
+
 /// Joins the applications' objects, each annotated with its application, the way kfctl applied
 /// them one after the other without ever refusing one: an object an earlier application renders
 /// too is applied once — owned jointly when identical (both named in
 /// [`APPLICATIONS_ANNOTATION`]), and for a Namespace also when only its labels or annotations
 /// differ (merged, the earlier application's value winning a key both set; namespaces are only
-/// ever created). An object rendered differently is never fought over: the earlier
-/// application's stays, the later one's is left out and reported on its application, whose
-/// other objects go on.
-pub fn merge_applications(rendered: Vec<ApplicationObjects>) -> (Vec<Value>, Vec<ApplicationFailure>) {
+/// ever created). An object two applications render differently is applied as the later one
+/// renders it, as kfctl's second apply left it; both applications stay Ready, each told about
+/// the other in the returned notes.
+pub fn merge_applications(rendered: Vec<ApplicationObjects>) -> (Vec<Value>, ApplicationNotes) {
     let mut owners: BTreeMap<(String, String, String, String), usize> = BTreeMap::new();
-    let (mut out, mut failed): (Vec<Value>, Vec<ApplicationFailure>) = (Vec::new(), Vec::new());
-    for (index, application, objects) in rendered {
-        let mut differing = Vec::new();
+    let mut out: Vec<Value> = Vec::new();
+    let mut notes = ApplicationNotes::new();
+    for (_, application, objects) in rendered {
         for mut object in objects {
             let Some(&at) = owners.get(&identity(&object)) else {
                 owners.insert(identity(&object), out.len());
@@ -117,8 +120,11 @@ pub fn merge_applications(rendered: Vec<ApplicationObjects>) -> (Vec<Value>, Vec
                     }
                 }
             } else if !same_object(earlier, &object) {
-                let name = object["metadata"]["name"].as_str().unwrap_or_default();
-                differing.push(format!("{} {name} (application {first:?} renders it otherwise; its version is applied)", object["kind"].as_str().unwrap_or_default()));
+                let what = format!("{} {}", object["kind"].as_str().unwrap_or_default(), object["metadata"]["name"].as_str().unwrap_or_default());
+                notes.entry(application.clone()).or_default().push(format!("{what}: application {first:?} renders it otherwise; this application's version is applied (the later application wins, as with kfctl)"));
+                notes.entry(first.clone()).or_default().push(format!("{what}: application {application:?}, later in the KfDef, renders it otherwise; its version is applied"));
+                object["metadata"]["annotations"][APPLICATION_ANNOTATION] = json!(application);
+                *earlier = object;
                 continue;
             }
             let joint = earlier["metadata"]["annotations"][APPLICATIONS_ANNOTATION].as_str().unwrap_or(&first).to_string();
@@ -126,12 +132,8 @@ pub fn merge_applications(rendered: Vec<ApplicationObjects>) -> (Vec<Value>, Vec
                 earlier["metadata"]["annotations"][APPLICATIONS_ANNOTATION] = json!(format!("{joint},{application}"));
             }
         }
-        if !differing.is_empty() {
-            let message = format!("application {application:?} renders objects another application renders differently, left out: {}", differing.join(", "));
-            failed.push(ApplicationFailure { application, error: InvalidSpec::new(format!("spec.sources[{index}]"), message) });
-        }
     }
-    (out, failed)
+    (out, notes)
 }
 
 /// Whether two renders of one object are the same object, the annotations this component adds
@@ -288,8 +290,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
         }
     }
     let indexes: BTreeMap<String, usize> = spec.core.sources.iter().enumerate().map(|(i, s)| (s.application.clone(), i)).collect();
-    let (objects, shared) = merge_applications(rendered);
-    failed.extend(shared);
+    let (objects, notes) = merge_applications(rendered);
     // An application with a kind the cluster does not serve waits for it, alone.
     let unserved = learn_kinds(&owner, discovery, &objects).await?;
     let mut waiting: BTreeMap<String, (String, String)> = BTreeMap::new();
@@ -306,7 +307,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     }
     let objects = objects.into_iter().filter(|o| o["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_none_or(|a| !waiting.contains_key(a))).collect();
     failed.sort_by_key(|f| indexes[&f.application]);
-    let rendered = Rendered { objects: with_namespaces(&owner, objects, &namespace), applications: spec.core.sources.iter().map(|s| s.application.clone()).collect(), failed, converted, conversion_details };
+    let rendered = Rendered { objects: with_namespaces(&owner, objects, &namespace), applications: spec.core.sources.iter().map(|s| s.application.clone()).collect(), failed, converted, conversion_details, notes };
     // Failures are not remembered: a download or a missing kind may come right.
     if rendered.failed.is_empty() {
         let mut memo = memo().lock().expect("render memo");
@@ -383,8 +384,8 @@ mod tests {
     #[test]
     fn an_object_two_applications_render_alike_is_applied_once_and_owned_jointly() {
         let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "kubeflow"}});
-        let (merged, failed) = merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![cm("two"), cm("one")]), (2, "c".into(), vec![cm("one")])]);
-        assert!(failed.is_empty(), "{failed:?}");
+        let (merged, notes) = merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![cm("two"), cm("one")]), (2, "c".into(), vec![cm("one")])]);
+        assert!(notes.is_empty(), "{notes:?}");
         let names: Vec<&str> = merged.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["one", "two"]);
         assert_eq!(merged[0]["metadata"]["annotations"], json!({APPLICATION_ANNOTATION: "a", APPLICATIONS_ANNOTATION: "a,b,c"}));
@@ -400,23 +401,31 @@ mod tests {
     fn a_namespace_two_applications_render_is_one_namespace_with_both_labels() {
         let plain = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cert-manager", "labels": {"control-plane": "kubeflow"}}});
         let labelled = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cert-manager", "labels": {"certmanager.k8s.io/disable-validation": "true", "control-plane": "other"}}});
-        let (merged, failed) = merge_applications(vec![(0, "namespaces".into(), vec![plain]), (1, "cert-manager".into(), vec![labelled])]);
-        assert!(failed.is_empty(), "{failed:?}");
+        let (merged, notes) = merge_applications(vec![(0, "namespaces".into(), vec![plain]), (1, "cert-manager".into(), vec![labelled])]);
+        assert!(notes.is_empty(), "{notes:?}");
         assert_eq!(merged.len(), 1);
         assert_eq!(merged[0]["metadata"]["labels"], json!({"certmanager.k8s.io/disable-validation": "true", "control-plane": "kubeflow"}), "merged, the first application's value kept");
         assert_eq!(merged[0]["metadata"]["annotations"][APPLICATIONS_ANNOTATION], "namespaces,cert-manager");
     }
 
+    /// kfctl applied each application in turn, so of an object two applications render
+    /// differently the later one's version is what stayed. Both applications stay Ready; each is
+    /// told about the other.
     #[test]
-    fn an_object_rendered_two_ways_keeps_the_first_and_is_reported_on_the_second() {
+    fn an_object_rendered_two_ways_is_applied_as_the_later_application_renders_it() {
         let role = |verbs: Value| json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kubeflow-view"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]});
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b-config", "namespace": "kubeflow"}});
-        let (merged, failed) = merge_applications(vec![(0, "a".into(), vec![role(json!(["get"]))]), (1, "b".into(), vec![role(json!(["get", "list"])), cm])]);
+        let (merged, notes) = merge_applications(vec![(0, "a".into(), vec![role(json!(["get"]))]), (1, "b".into(), vec![role(json!(["get", "list"])), cm])]);
         assert_eq!(merged.len(), 2, "b's other objects go on");
-        assert_eq!(merged[0]["rules"][0]["verbs"], json!(["get"]), "a's version is applied, never b's");
+        assert_eq!(merged[0]["rules"][0]["verbs"], json!(["get", "list"]), "b's version is applied, as kfctl's second apply left it");
+        assert_eq!(merged[0]["metadata"]["annotations"], json!({APPLICATION_ANNOTATION: "b"}));
         assert_eq!(merged[1]["metadata"]["annotations"][APPLICATION_ANNOTATION], "b");
-        assert_eq!(failed.len(), 1);
-        assert_eq!(failed[0].application, "b");
-        assert_eq!(failed[0].error.to_string(), "spec.sources[1]: application \"b\" renders objects another application renders differently, left out: ClusterRole kubeflow-view (application \"a\" renders it otherwise; its version is applied)");
+        assert_eq!(
+            notes,
+            BTreeMap::from([
+                ("a".to_string(), vec!["ClusterRole kubeflow-view: application \"b\", later in the KfDef, renders it otherwise; its version is applied".to_string()]),
+                ("b".to_string(), vec!["ClusterRole kubeflow-view: application \"a\" renders it otherwise; this application's version is applied (the later application wins, as with kfctl)".to_string()]),
+            ])
+        );
     }
 }
