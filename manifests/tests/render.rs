@@ -765,7 +765,8 @@ async fn the_entries_of_the_modern_example_render_what_kustomize_builds_of_it() 
 /// repository has `example/kustomization.yaml` — builds it as upstream does (kustomize v5, every
 /// object where its manifest puts it, overlays and parameters not applied, with a warning); a
 /// kfctl-era KfDef (v1.2) builds it as kfctl did (v3.1.0, everything in the `namespace`
-/// parameter's namespace). A repository without that layout and a KfDef without a version: kfctl's.
+/// parameter's namespace). A repository without that layout and a KfDef without a version: kfctl's;
+/// so is a package of kfctl's shape (`base/`, nothing to build at its path) in a later KfDef.
 #[tokio::test]
 async fn namespaces_are_rewritten_only_for_kfctl_era_kfdefs() {
     let env = env(true).await;
@@ -818,6 +819,12 @@ async fn namespaces_are_rewritten_only_for_kfctl_era_kfdefs() {
     let apps = env.renderer.render_kfdef(&env.cache, &with_version(Some("v1.2.0"))).await.unwrap();
     assert_eq!(placed(&apps), kfctl);
     assert_eq!(apps[0].kustomize.0, KustomizeRelease::V3, "{:?}", apps[0].kustomize);
+
+    // A later KfDef naming the package's folder (kfctl's shape: `base/`, nothing to build at the
+    // path itself, as after bumping a kfctl KfDef's version): kfctl's rules, and it is told so.
+    let apps = env.renderer.render_kfdef(&env.cache, &with_version(Some("v1.10.2"))).await.unwrap();
+    assert_eq!(placed(&apps), kfctl);
+    assert!(apps[0].warnings.iter().any(|w| w.starts_with("a kfctl-style package")), "{:?}", apps[0].warnings);
 
     // The same package in a repository without kubeflow/manifests' layout, no version: kfctl's.
     let repo = tmp.path().join("repo-without-example");
