@@ -40,23 +40,7 @@ mark "deploy/all installed: $(grep -c '^kind: CustomResourceDefinition' deploy/a
 # ServiceAccount's token (so exactly the permissions deploy/ grants) and its own NATS identity on
 # the local nats-server (so exactly the permissions the bus grants it).
 mkdir -p "$STATE_DIR/operators"
-# The generic operator's renderer, as deploy/all runs it in a pod of its own: an empty environment
-# (no kubeconfig, no token), answering only the kustomize-operator's bus identity (its public key
-# from the bus configuration), which signs every build it sends.
 renderer_port=18091 # (the operators use 18081–18088, the stand-in server 18090)
-pidfile=$STATE_DIR/pids/kustomize-renderer
-if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
-  caller=$(sed -n 's/.*nkey: "\(U[A-Z0-9]*\)".*_INBOX\.kustomize-operator\..*/\1/p' "$KFOP_BUS_DIR/nats.conf")
-  [[ -n $caller ]] || { echo "no kustomize-operator identity in $KFOP_BUS_DIR/nats.conf" >&2; exit 1; }
-  kept=(HOME="$HOME")
-  for v in KFOP_CACHE_DIR KFOP_KUSTOMIZE KFOP_KUSTOMIZE_V5; do [[ -n ${!v:-} ]] && kept+=("$v=${!v}"); done
-  env -i "${kept[@]}" setsid "$BIN_DIR/kustomize-operator" render-server --listen "127.0.0.1:$renderer_port" --callers "$caller" \
-    >>"$STATE_DIR/logs/kustomize-renderer.log" 2>&1 </dev/null &
-  echo $! >"$pidfile"
-  echo "    kustomize-renderer: pid $!, http://127.0.0.1:$renderer_port, log $STATE_DIR/logs/kustomize-renderer.log" >&2
-fi
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$renderer_port/readyz" >/dev/null && break; sleep 0.1; done
-curl -sf "http://127.0.0.1:$renderer_port/readyz" >/dev/null || { echo "the renderer did not start; see $STATE_DIR/logs/kustomize-renderer.log" >&2; exit 1; }
 port=18080
 for o in "${OPERATORS[@]}"; do
   port=$((port + 1))
@@ -69,7 +53,7 @@ for o in "${OPERATORS[@]}"; do
   # ProfileController holds the cluster's Profile settings), and the stand-in repository is served
   # on loopback, which the fetch fence refuses unless allowed.
   renderer=()
-  [[ $o == kustomize ]] && renderer=(KFOP_RENDERER_URL="http://127.0.0.1:$renderer_port" KFOP_RENDERER_NKEY_FILE="$KFOP_BUS_DIR/identities/$o-operator.nk")
+  [[ $o == kustomize ]] && renderer=(KFOP_RENDERER_URL="http://127.0.0.1:$renderer_port" KFOP_RENDERER_CALLER_SECRET=kustomize-renderer-caller POD_NAMESPACE=kubeflow-operators)
   KUBECONFIG=$kubeconfig NATS_NKEY_FILE=$KFOP_BUS_DIR/identities/$o-operator.nk NATS_CA_FILE=$KFOP_BUS_DIR/ca.crt \
     DEFAULT_SERVICE_ACCOUNT=kubeflow-installer PLATFORM_NAMESPACE=kubeflow KFOP_ALLOW_FETCH_FROM=127.0.0.1 \
     env "${renderer[@]}" setsid "$BIN_DIR/$o-operator" --nats-url "$NATS_URL" --metrics-addr "127.0.0.1:$port" \
@@ -77,6 +61,25 @@ for o in "${OPERATORS[@]}"; do
   echo $! >"$pidfile"
   echo "    $o-operator: pid $!, metrics http://127.0.0.1:$port/metrics, log $STATE_DIR/logs/$o-operator.log" >&2
 done
+
+# The generic operator's renderer, as deploy/all runs it in a pod of its own: an empty environment
+# (no kubeconfig, no token), answering only the key the kustomize-operator made in its caller
+# Secret (the public half from that Secret, as the pod's environment takes it), which signs every
+# build it sends.
+pidfile=$STATE_DIR/pids/kustomize-renderer
+if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
+  kubectl -n kubeflow-operators wait --for=create secret/kustomize-renderer-caller --timeout=60s >/dev/null ||
+    { echo "the kustomize-operator made no caller Secret (kubeflow-operators/kustomize-renderer-caller); see $STATE_DIR/logs/kustomize-operator.log" >&2; exit 1; }
+  caller=$(kubectl -n kubeflow-operators get secret kustomize-renderer-caller -o 'jsonpath={.data.nkey\.pub}' | base64 -d)
+  kept=(HOME="$HOME")
+  for v in KFOP_CACHE_DIR KFOP_KUSTOMIZE KFOP_KUSTOMIZE_V5; do [[ -n ${!v:-} ]] && kept+=("$v=${!v}"); done
+  env -i "${kept[@]}" setsid "$BIN_DIR/kustomize-operator" render-server --listen "127.0.0.1:$renderer_port" --callers "$caller" \
+    >>"$STATE_DIR/logs/kustomize-renderer.log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+  echo "    kustomize-renderer: pid $!, http://127.0.0.1:$renderer_port, log $STATE_DIR/logs/kustomize-renderer.log" >&2
+fi
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$renderer_port/readyz" >/dev/null && break; sleep 0.1; done
+curl -sf "http://127.0.0.1:$renderer_port/readyz" >/dev/null || { echo "the renderer did not start; see $STATE_DIR/logs/kustomize-renderer.log" >&2; exit 1; }
 
 repo=${KFOP_DEMO_REPO:-}
 if [[ -z $repo ]]; then

@@ -46,7 +46,9 @@ CREATED=1970-01-01T00:00:00Z
 # registered component operator, each named after its binary.
 build_binaries() {
   local start=$SECONDS
-  hack/cargo.sh build
+  # Explicitly: callers run this in `&&` chains, where bash ignores `set -e`, and images of the
+  # previous build's binaries would be made (and locked) after a failed build.
+  hack/cargo.sh build || die "the one build failed (output above)"
   log "the one build (hack/cargo.sh build) done in $((SECONDS - start)) s"
   list_operators
 }

@@ -165,6 +165,7 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
         let env = &mut deployment["spec"]["template"]["spec"]["containers"][0]["env"];
         *env = json!([env.as_array().cloned().unwrap_or_default(), package.env.clone()].concat());
     }
+    let (deployment, renderer) = if package.renders_packages { kubeflow_deploy::with_renderer(deployment) } else { (deployment, Vec::new()) };
     let owned: Vec<Value> = package.crds.iter().map(|crd| owned_crd(package, crd, &kind_description(crd["spec"]["names"]["kind"].as_str().unwrap_or_default()))).collect();
     let examples = serde_json::to_string_pretty(&(package.examples)(release)).expect("JSON values serialise");
     let mut annotations = json!({
@@ -201,12 +202,20 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
         "customresourcedefinitions": {"owned": owned},
         "install": {"strategy": "deployment", "spec": {
             "clusterPermissions": [{"serviceAccountName": package.operator, "rules": package.rules}],
-            "deployments": [{"name": package.operator, "label": deployment["metadata"]["labels"], "spec": deployment["spec"]}],
+            "deployments": (std::iter::once(&deployment).chain(renderer.iter().filter(|o| o["kind"] == "Deployment")).map(|d| json!({"name": d["metadata"]["name"], "label": d["metadata"]["labels"], "spec": d["spec"]})).collect::<Vec<_>>()),
         }},
         "relatedImages": [{"name": "operator", "image": image}],
     });
+    let mut permissions = Vec::new();
     if !package.namespaced_rules.is_empty() {
-        spec["install"]["spec"]["permissions"] = json!([{"serviceAccountName": package.operator, "rules": package.namespaced_rules}]);
+        permissions.push(json!({"serviceAccountName": package.operator, "rules": package.namespaced_rules}));
+    }
+    if package.renders_packages {
+        // No rules: listed so that OLM makes the renderer's ServiceAccount, bound to nothing.
+        permissions.push(json!({"serviceAccountName": kubeflow_deploy::renderer_name(&package.operator), "rules": []}));
+    }
+    if !permissions.is_empty() {
+        spec["install"]["spec"]["permissions"] = json!(permissions);
     }
     for (key, value) in INFRASTRUCTURE_FEATURES {
         annotations[*key] = json!(value);
@@ -225,6 +234,15 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
         },
         "spec": spec,
     })
+}
+
+/// The renderer objects `kubeflow_deploy::with_renderer` makes for `package`'s operator at
+/// release `index` (none unless it renders packages).
+pub fn renderer_objects(package: &Package, index: usize) -> Vec<Value> {
+    if !package.renders_packages {
+        return Vec::new();
+    }
+    kubeflow_deploy::with_renderer(kubeflow_deploy::operator_deployment(&package.operator, OPERATOR_RELEASES[index].version)).1
 }
 
 /// The meta-operator package: KfDef and KfUpgrade, NATS-based fan-out to component operators.
@@ -257,6 +275,7 @@ pub fn meta_operator_package() -> Package {
         ],
         bus_identity: Some(kubeflow_crds::bus::Identity::MetaOperator),
         namespaced_rules: [meta_operator::provision::namespaced_rules(), operator_runtime::leader::lease_rules()].concat(),
+        renders_packages: false,
         first_release: 0,
         endpoints: &[],
         examples: Box::new(meta_examples),
@@ -323,6 +342,7 @@ pub fn component_package(component: RegisteredComponent) -> Package {
     )]);
     let name = component.kind.name();
     let example = component_example(&component);
+    let namespaced_rules = kubeflow_deploy::component_namespaced_rules(&component);
     Package {
         name: format!("kubeflow-{name}-operator"),
         display_name: component.display_name.into(),
@@ -337,7 +357,8 @@ pub fn component_package(component: RegisteredComponent) -> Package {
         // ships none bound to anything: the cluster's admins bind what each namespace may do.
         env: vec![json!({"name": "DEFAULT_SERVICE_ACCOUNT", "value": kubeflow_crds::kfdef::DEFAULT_INSTALLER})],
         bus_identity: None,
-        namespaced_rules: operator_runtime::leader::lease_rules(),
+        namespaced_rules,
+        renders_packages: component.renders_packages,
         first_release: releases::first_release(&format!("kubeflow-{name}-operator")),
         endpoints: component.endpoints,
         examples: Box::new(example),

@@ -65,6 +65,9 @@ pub struct Package {
     pub bus_identity: Option<kubeflow_crds::bus::Identity>,
     /// Rules in the namespace the operator is installed in.
     pub namespaced_rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+    /// The operator sends its builds to a renderer pod (`kubeflow_deploy::with_renderer`), which
+    /// the bundle installs beside it.
+    pub renders_packages: bool,
     /// Endpoints the operator serves besides health and metrics.
     pub endpoints: &'static [component_framework::Endpoint],
     /// Index of the first release that has this package.
@@ -111,7 +114,7 @@ fn release_dir(package: &Package, index: usize) -> String {
     format!("{}/{}", package.name, OPERATOR_RELEASES[index].version)
 }
 
-/// The manifests of one bundle: the CSV first, then the CRDs and the Deployment's disruption budget. A released bundle's are read from
+/// The manifests of one bundle: the CSV first, then the CRDs, the Deployment's disruption budget and a renderer's objects. A released bundle's are read from
 /// `dir` (published bundles never change); the release in development's are rendered from code.
 pub fn bundle_manifests(dir: &Path, package: &Package, index: usize) -> Result<Vec<(String, Value)>, BundleError> {
     if OPERATOR_RELEASES[index].is_released() {
@@ -133,6 +136,13 @@ pub fn bundle_manifests(dir: &Path, package: &Package, index: usize) -> Result<V
     let mut budget = kubeflow_deploy::operator_disruption_budget(&package.operator);
     budget["metadata"].as_object_mut().expect("metadata is an object").remove("namespace");
     manifests.push((format!("{}.poddisruptionbudget.yaml", package.operator), budget));
+    // The renderer's objects but its Deployment (in the CSV), ServiceAccount and Role (from the
+    // CSV's permissions): its Service, NetworkPolicy and disruption budget.
+    for mut object in csv::renderer_objects(package, index).into_iter().filter(|o| ["Service", "NetworkPolicy", "PodDisruptionBudget"].contains(&o["kind"].as_str().unwrap_or_default())) {
+        object["metadata"].as_object_mut().expect("metadata is an object").remove("namespace");
+        let file = format!("{}.{}.yaml", object["metadata"]["name"].as_str().expect("named"), object["kind"].as_str().expect("a kind").to_lowercase());
+        manifests.push((file, object));
+    }
     Ok(manifests)
 }
 

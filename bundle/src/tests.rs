@@ -63,19 +63,24 @@ fn each_csv_replaces_the_previous_release_and_skips_all_earlier_ones() {
 
 #[test]
 fn csv_deployment_is_restricted_with_probes_and_requests() {
-    for (package, _, csv, _) in csvs() {
+    for (package, index, csv, _) in csvs() {
         let deployments = csv["spec"]["install"]["spec"]["deployments"].as_array().unwrap();
-        assert_eq!(deployments.len(), 1, "{}", package.name);
+        // From the release in development on, the generic operator's renderer runs beside it.
+        let with_renderer = package.renders_packages && !OPERATOR_RELEASES[index].is_released();
+        assert_eq!(deployments.len(), 1 + usize::from(with_renderer), "{}", package.name);
         assert_eq!(deployments[0]["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 0, "never two operators at once");
-        let pod = &deployments[0]["spec"]["template"]["spec"];
-        assert_eq!(pod["serviceAccountName"], package.operator);
-        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
-        let container = &pod["containers"][0];
-        assert_eq!(container["securityContext"]["allowPrivilegeEscalation"], false);
-        assert_eq!(container["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
-        assert!(container["livenessProbe"]["httpGet"].is_object() && container["readinessProbe"]["httpGet"].is_object());
-        assert!(container["resources"]["requests"]["cpu"].is_string() && container["resources"]["requests"]["memory"].is_string());
+        assert_eq!(deployments[0]["name"], package.operator);
+        for deployment in deployments {
+            let pod = &deployment["spec"]["template"]["spec"];
+            assert_eq!(pod["serviceAccountName"], deployment["name"]);
+            assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+            assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+            let container = &pod["containers"][0];
+            assert_eq!(container["securityContext"]["allowPrivilegeEscalation"], false);
+            assert_eq!(container["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
+            assert!(container["livenessProbe"]["httpGet"].is_object() && container["readinessProbe"]["httpGet"].is_object());
+            assert!(container["resources"]["requests"]["cpu"].is_string() && container["resources"]["requests"]["memory"].is_string());
+        }
         let installs: Vec<(&str, bool)> = csv["spec"]["installModes"].as_array().unwrap().iter().map(|m| (m["type"].as_str().unwrap(), m["supported"] == true)).collect();
         assert!(installs.contains(&("AllNamespaces", true)) && installs.len() == 4);
     }
@@ -88,16 +93,55 @@ fn the_release_in_development_bounds_disruptions_of_its_deployment() {
     let index = OPERATOR_RELEASES.len() - 1;
     for package in all_packages() {
         let manifests: Vec<Value> = bundle_manifests(&bundle_dir(), package, index).unwrap().into_iter().map(|(_, o)| o).collect();
-        let deployment = &manifests[0]["spec"]["install"]["spec"]["deployments"][0];
+        let deployments = manifests[0]["spec"]["install"]["spec"]["deployments"].as_array().unwrap();
         let budgets: Vec<&Value> = manifests.iter().filter(|o| o["kind"] == "PodDisruptionBudget").collect();
-        assert_eq!(budgets.len(), 1, "{}", package.name);
-        assert_eq!(budgets[0]["apiVersion"], "policy/v1");
-        assert_eq!(budgets[0]["metadata"]["name"], deployment["name"], "{}", package.name);
-        assert!(budgets[0]["metadata"]["namespace"].is_null(), "{}: OLM chooses the namespace", package.name);
-        assert_eq!(budgets[0]["spec"]["selector"], deployment["spec"]["selector"], "{}", package.name);
-        assert_eq!(budgets[0]["spec"]["maxUnavailable"], 1, "{}", package.name);
-        assert_eq!(deployment["spec"]["replicas"], 2, "{}", package.name);
+        assert_eq!(budgets.len(), deployments.len(), "{}", package.name);
+        for (deployment, budget) in deployments.iter().zip(budgets) {
+            assert_eq!(budget["apiVersion"], "policy/v1");
+            assert_eq!(budget["metadata"]["name"], deployment["name"], "{}", package.name);
+            assert!(budget["metadata"]["namespace"].is_null(), "{}: OLM chooses the namespace", package.name);
+            assert_eq!(budget["spec"]["selector"], deployment["spec"]["selector"], "{}", package.name);
+            assert_eq!(budget["spec"]["maxUnavailable"], 1, "{}", package.name);
+            assert_eq!(deployment["spec"]["replicas"], 2, "{}", package.name);
+        }
     }
+}
+
+/// The generic operator's bundle installs its renderer as deploy/ does: a pod with no token, no
+/// rights (its ServiceAccount is bound to no rule), no route out (a NetworkPolicy OLM creates in
+/// the install namespace) and only its caller's public key; the operator may make that caller
+/// Secret and read only it, and finds the renderer by its Service's short name.
+#[test]
+fn the_generic_operators_bundle_runs_its_renderer_without_credential_or_network() {
+    use serde_json::json;
+    let index = OPERATOR_RELEASES.len() - 1;
+    let package = all_packages().iter().find(|p| p.renders_packages).expect("the generic operator renders packages");
+    assert_eq!(package.name, "kubeflow-kustomize-operator");
+    assert_eq!(all_packages().iter().filter(|p| p.renders_packages).count(), 1);
+    let manifests: Vec<Value> = bundle_manifests(&bundle_dir(), package, index).unwrap().into_iter().map(|(_, o)| o).collect();
+    let install = &manifests[0]["spec"]["install"]["spec"];
+    let renderer = &install["deployments"][1];
+    assert_eq!(renderer["name"], "kustomize-renderer");
+    let pod = &renderer["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["containers"][0]["args"], json!(["render-server", "--listen=0.0.0.0:8081", "--no-network-route"]));
+    assert_eq!(pod["containers"][0]["env"], json!([{"name": "KFOP_RENDERER_CALLERS", "valueFrom": {"secretKeyRef": {"name": "kustomize-renderer-caller", "key": "nkey.pub"}}}]));
+    assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {"sizeLimit": "1024Mi"}}]));
+    assert_eq!(install["permissions"][1], json!({"serviceAccountName": "kustomize-renderer", "rules": []}));
+    assert!(!install["clusterPermissions"].as_array().unwrap().iter().any(|p| p["serviceAccountName"] == "kustomize-renderer"));
+    let operator_rules = &install["permissions"][0];
+    assert_eq!(operator_rules["serviceAccountName"], "kustomize-operator");
+    let secret_rules: Vec<&Value> = operator_rules["rules"].as_array().unwrap().iter().filter(|r| r["resources"] == json!(["secrets"])).collect();
+    assert_eq!(secret_rules, [&json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}), &json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["kustomize-renderer-caller"]})]);
+    let env = install["deployments"][0]["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap().clone();
+    assert!(env.contains(&json!({"name": "KFOP_RENDERER_URL", "value": "http://kustomize-renderer:8081"})), "{env:?}");
+    assert!(env.contains(&json!({"name": "KFOP_RENDERER_CALLER_SECRET", "value": "kustomize-renderer-caller"})), "{env:?}");
+    let find = |kind: &str| manifests.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == "kustomize-renderer").unwrap_or_else(|| panic!("no {kind}"));
+    let policy = find("NetworkPolicy");
+    assert!(policy["metadata"]["namespace"].is_null(), "OLM chooses the namespace");
+    assert_eq!(policy["spec"]["egress"], json!([]));
+    assert_eq!(policy["spec"]["ingress"][0]["from"], json!([{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "kustomize-operator"}}}]));
+    assert_eq!(find("Service")["spec"]["selector"], json!({"app.kubernetes.io/name": "kustomize-renderer"}));
 }
 
 #[test]

@@ -148,28 +148,52 @@ pub fn with_endpoints(mut deployment: Value, endpoints: &[component_framework::E
 /// (at most `kubeflow_manifests::remote::MAX_REQUEST_BYTES`, two builds at once).
 pub const RENDERER_VOLUME_MIB: u64 = 1024;
 
-/// The renderer of operator `operator` (`kustomize-operator` → `kustomize-renderer`).
-pub fn renderer_name(operator: &str) -> String {
-    format!("{}-renderer", operator.trim_end_matches("-operator"))
+pub use kubeflow_manifests::remote::{renderer_caller_secret, renderer_name};
+
+/// What an operator that renders packages may do in its own namespace besides its Lease: make its
+/// caller Secret once and read that one Secret back (RBAC cannot limit `create` by name; the
+/// operator creates nothing else, and reads no other Secret).
+pub fn renderer_caller_rules(operator: &str) -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    let rule = |verbs: &[&str], names: Option<Vec<String>>| k8s_openapi::api::rbac::v1::PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["secrets".into()]),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        resource_names: names,
+        ..Default::default()
+    };
+    vec![rule(&["create"], None), rule(&["get"], Some(vec![renderer_caller_secret(operator)]))]
 }
 
-/// `deployment` (of a component operator that renders packages, running as bus `identity`) sending
-/// every build to its renderer, and the renderer's objects: a Deployment of the same image
-/// (`render-server`) whose pods get no ServiceAccount token, no network route (a NetworkPolicy
-/// denies all egress and admits only the operator's pods, on the renderer's port), a read-only
-/// root and a bounded `/tmp`; its ServiceAccount (no token mounted, no rights); its Service. The
-/// renderer answers only the operator's bus identity: the public key from the identity Secret the
-/// meta-operator provisions, whose seed the operator signs with.
-pub fn with_renderer(mut deployment: Value, identity: Identity) -> (Value, Vec<Value>) {
-    use kubeflow_manifests::remote::{RENDERER_CALLERS_ENV, RENDERER_NKEY_FILE_ENV, RENDERER_PORT, RENDERER_URL_ENV};
+/// What `component`'s operator may do in its own namespace: hold its Lease, and (an operator
+/// that renders packages) make and read its renderer caller Secret.
+pub fn component_namespaced_rules(component: &RegisteredComponent) -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
+    let mut rules = operator_runtime::leader::lease_rules();
+    if component.renders_packages {
+        rules.extend(renderer_caller_rules(&component.operator));
+    }
+    rules
+}
+
+/// `deployment` (of a component operator that renders packages) sending every build to its
+/// renderer, and the renderer's objects in the operator's namespace: a Deployment of the same
+/// image (`render-server`) whose pods get no ServiceAccount token, no network route (a
+/// NetworkPolicy denies all egress and admits only the operator's pods, on the renderer's port),
+/// a read-only root and a bounded `/tmp`; its ServiceAccount (no token mounted, no rights); its
+/// Service and disruption budget; and the Role that lets the operator make its caller Secret
+/// ([`renderer_caller_rules`]). The renderer answers only the key in that Secret. The same
+/// objects serve deploy/all, the standalone package and the OLM bundle (which takes the
+/// Deployment into its ClusterServiceVersion).
+pub fn with_renderer(mut deployment: Value) -> (Value, Vec<Value>) {
+    use kubeflow_manifests::remote::{CALLER_PUBLIC_KEY, RENDERER_CALLER_SECRET_ENV, RENDERER_CALLERS_ENV, RENDERER_PORT, RENDERER_URL_ENV};
     let operator = deployment["metadata"]["name"].as_str().expect("a named Deployment").to_string();
-    let name = renderer_name(&operator);
-    let image = deployment["spec"]["template"]["spec"]["containers"][0]["image"].clone();
-    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array_mut().expect("operator env");
-    env.push(json!({"name": RENDERER_URL_ENV, "value": format!("http://{name}.{OPERATOR_NAMESPACE}.svc:{RENDERER_PORT}")}));
-    env.push(json!({"name": RENDERER_NKEY_FILE_ENV, "value": format!("{}/nkey.seed", provision::IDENTITY_MOUNT)}));
+    let (name, secret) = (renderer_name(&operator), renderer_caller_secret(&operator));
     let labels = json!({"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"});
     let metadata = json!({"name": name, "namespace": OPERATOR_NAMESPACE, "labels": labels});
+    // The operator's image, pod and container security contexts and spread over nodes; nothing
+    // else of its pod (no volume, no environment, no account).
+    let (pod, container) = (&deployment["spec"]["template"]["spec"], &deployment["spec"]["template"]["spec"]["containers"][0]);
+    let mut affinity = pod["affinity"].clone();
+    affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["labelSelector"] = json!({"matchLabels": {"app.kubernetes.io/name": name}});
     let renderer = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -184,21 +208,18 @@ pub fn with_renderer(mut deployment: Value, identity: Identity) -> (Value, Vec<V
                     // The first wall: nothing in this pod can reach the API server as anyone.
                     "automountServiceAccountToken": false,
                     "enableServiceLinks": false,
-                    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
-                        "weight": 100,
-                        "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": name}}},
-                    }]}},
-                    "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "affinity": affinity,
+                    "securityContext": pod["securityContext"],
                     "containers": [{
                         "name": "renderer",
-                        "image": image,
+                        "image": container["image"],
                         "args": ["render-server", format!("--listen=0.0.0.0:{RENDERER_PORT}"), "--no-network-route"],
-                        "env": [{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": provision::identity_secret(identity), "key": "nkey.pub"}}}],
+                        "env": [{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": secret, "key": CALLER_PUBLIC_KEY}}}],
                         "ports": [{"name": "render", "containerPort": RENDERER_PORT}],
                         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "render"}, "periodSeconds": 20},
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "render"}, "periodSeconds": 10},
                         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
-                        "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
+                        "securityContext": container["securityContext"],
                         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                     }],
                     "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": format!("{RENDERER_VOLUME_MIB}Mi")}}],
@@ -206,6 +227,14 @@ pub fn with_renderer(mut deployment: Value, identity: Identity) -> (Value, Vec<V
             },
         },
     });
+
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array_mut().expect("operator env");
+    // By the Service's short name: the pod's DNS search list holds its own namespace, wherever
+    // (e.g. OLM) installed it.
+    env.push(json!({"name": RENDERER_URL_ENV, "value": format!("http://{name}:{RENDERER_PORT}")}));
+    env.push(json!({"name": RENDERER_CALLER_SECRET_ENV, "value": secret}));
+    env.push(json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}));
+    let role = format!("{operator}-renderer-caller");
     let objects = vec![
         renderer,
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata, "automountServiceAccountToken": false}),
@@ -225,6 +254,12 @@ pub fn with_renderer(mut deployment: Value, identity: Identity) -> (Value, Vec<V
             },
         }),
         operator_disruption_budget(&name),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": role, "namespace": OPERATOR_NAMESPACE}, "rules": renderer_caller_rules(&operator)}),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": role, "namespace": OPERATOR_NAMESPACE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": operator, "namespace": OPERATOR_NAMESPACE}],
+        }),
     ];
     (deployment, objects)
 }
@@ -338,14 +373,22 @@ pub fn meta_operator_package() -> (String, Vec<(String, String)>) {
 
 /// Files of a package that installs one operator: its CRDs, RBAC, Deployment and its disruption
 /// budget.
-fn operator_package(name: &str, crds: &[Value], rules: &[k8s_openapi::api::rbac::v1::PolicyRule], deployment: Value, services: &[Value]) -> Vec<(String, String)> {
+/// The files of a package with one operator: `others` (its Services, its renderer's objects)
+/// go beside the Deployment, their Roles and RoleBindings into `rbac.yaml`.
+fn operator_package(name: &str, crds: &[Value], rules: &[k8s_openapi::api::rbac::v1::PolicyRule], deployment: Value, others: &[Value]) -> Vec<(String, String)> {
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}});
+    let (rbac, others) = split_rbac(others.to_vec());
     vec![
         ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operator.yaml"])),
         ("crd.yaml".to_string(), yaml_docs(crds)),
-        ("rbac.yaml".to_string(), yaml_docs(&operator_rbac(name, rules))),
-        ("operator.yaml".to_string(), yaml_docs(&[vec![namespace, deployment, operator_disruption_budget(name)], services.to_vec()].concat())),
+        ("rbac.yaml".to_string(), yaml_docs(&[operator_rbac(name, rules), rbac].concat())),
+        ("operator.yaml".to_string(), yaml_docs(&[vec![namespace, deployment, operator_disruption_budget(name)], others].concat())),
     ]
+}
+
+/// `objects` split into Roles and RoleBindings, and the rest.
+fn split_rbac(objects: Vec<Value>) -> (Vec<Value>, Vec<Value>) {
+    objects.into_iter().partition(|o| o["kind"] == "Role" || o["kind"] == "RoleBinding")
 }
 
 /// The namespace of the platform admin's KfDef, where [`installer_objects`] puts its installer.
@@ -405,7 +448,9 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
         crds.push(component.crd);
         let identity = Identity::Component(component.kind);
         let (deployment, services) = with_endpoints(with_nats(deployment, identity), component.endpoints);
-        let (deployment, renderer) = if component.renders_packages { with_renderer(deployment, identity) } else { (deployment, Vec::new()) };
+        let (deployment, renderer) = if component.renders_packages { with_renderer(deployment) } else { (deployment, Vec::new()) };
+        let (renderer_rbac, renderer) = split_rbac(renderer);
+        rbac.extend(renderer_rbac);
         deployments.push(deployment);
         deployments.extend(renderer);
         deployments.push(operator_disruption_budget(&component.operator));
@@ -424,8 +469,10 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
 /// Files of `deploy/<component>/` for `component`.
 pub fn component_package(component: &RegisteredComponent) -> (String, Vec<(String, String)>) {
     let deployment = with_default_installer(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION")));
-    let (deployment, services) = with_endpoints(deployment, component.endpoints);
-    let mut files = operator_package(&component.operator, std::slice::from_ref(&component.crd), &component.rules, deployment, &services);
+    let (deployment, mut others) = with_endpoints(deployment, component.endpoints);
+    let (deployment, renderer) = if component.renders_packages { with_renderer(deployment) } else { (deployment, Vec::new()) };
+    others.extend(renderer);
+    let mut files = operator_package(&component.operator, std::slice::from_ref(&component.crd), &component.rules, deployment, &others);
     files[0].1 = kustomization(&["crd.yaml", "rbac.yaml", "operator.yaml", "installer.yaml"]);
     files.push(("installer.yaml".to_string(), yaml_docs(&installer_objects())));
     (component.kind.name().to_string(), files)
@@ -496,7 +543,7 @@ pub fn powers_table() -> String {
     let meta_local = [operator_runtime::leader::lease_rules(), provision::namespaced_rules()].concat();
     table.push_str(&row("meta-operator", &meta_operator_rules(), &meta_local));
     for component in kubeflow_component_registry::all() {
-        table.push_str(&row(&component.operator, &component.rules, &operator_runtime::leader::lease_rules()));
+        table.push_str(&row(&component.operator, &component.rules, &component_namespaced_rules(&component)));
     }
     table
 }
@@ -613,44 +660,58 @@ mod tests {
         }
     }
 
-    /// In deploy/all the generic operator sends its builds to a renderer pod that holds no
-    /// credential (no token mounted, no Secret but its caller's public key, no rights) and has no
-    /// network route (all egress denied; only the operator's pods may reach it, on its port).
+    /// In deploy/all and in the standalone package the generic operator sends its builds to a
+    /// renderer pod that holds no credential (no token mounted, no Secret but its caller's public
+    /// key, no rights) and has no network route (all egress denied; only the operator's pods may
+    /// reach it, on its port). The operator may make its caller Secret and read only that one.
     #[test]
     fn the_renderer_has_no_credential_no_network_and_answers_only_its_operator() {
-        use kubeflow_manifests::remote::{RENDERER_CALLERS_ENV, RENDERER_URL_ENV};
-        let (_, files) = all_package();
-        let docs = |file: &str| -> Vec<Value> { files.iter().find(|(f, _)| f == file).unwrap().1.split("\n---\n").skip(1).map(|d| serde_yaml_ng::from_str(d).unwrap()).collect() };
-        let (objects, rbac) = (docs("operators.yaml"), docs("rbac.yaml"));
-        let find = |kind: &str, name: &str| objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name).unwrap_or_else(|| panic!("no {kind} {name}"));
+        use kubeflow_manifests::remote::{RENDERER_CALLER_SECRET_ENV, RENDERER_CALLERS_ENV, RENDERER_URL_ENV};
         let renderers: Vec<_> = kubeflow_component_registry::all().into_iter().filter(|c| c.renders_packages).collect();
         assert_eq!(renderers.iter().map(|c| c.operator.as_str()).collect::<Vec<_>>(), ["kustomize-operator"]);
         for component in renderers {
-            let name = renderer_name(&component.operator);
-            let pod = &find("Deployment", &name)["spec"]["template"]["spec"];
-            assert_eq!(pod["automountServiceAccountToken"], false);
-            assert_eq!(pod["serviceAccountName"], name.as_str());
-            assert_eq!(find("ServiceAccount", &name)["automountServiceAccountToken"], false);
-            assert!(!rbac.iter().any(|o| o["subjects"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == name.as_str()))), "{name} is bound to a role");
-            let volumes = pod["volumes"].as_array().unwrap();
-            assert!(volumes.iter().all(|v| v.get("emptyDir").is_some()), "only emptyDirs: {volumes:?}");
-            let container = &pod["containers"][0];
-            assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
-            assert_eq!(container["args"][0], "render-server");
-            let identity = meta_operator::provision::identity_secret(Identity::Component(component.kind));
-            assert_eq!(container["env"], json!([{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": identity, "key": "nkey.pub"}}}]));
-            assert!(container.get("envFrom").is_none());
+            for (package, files) in [all_package(), component_package(&component)] {
+                let docs = |file: &str| -> Vec<Value> { files.iter().filter(|(f, _)| f == file).flat_map(|(_, text)| text.split("\n---\n").skip(1).map(|d| serde_yaml_ng::from_str(d).unwrap()).collect::<Vec<Value>>()).collect() };
+                let (objects, rbac) = ([docs("operators.yaml"), docs("operator.yaml")].concat(), docs("rbac.yaml"));
+                let find = |kind: &str, name: &str| objects.iter().chain(&rbac).find(|o| o["kind"] == kind && o["metadata"]["name"] == name).unwrap_or_else(|| panic!("{package}: no {kind} {name}"));
+                let name = renderer_name(&component.operator);
+                assert_eq!(name, "kustomize-renderer");
+                let pod = &find("Deployment", &name)["spec"]["template"]["spec"];
+                assert_eq!(pod["automountServiceAccountToken"], false, "{package}");
+                assert_eq!(pod["serviceAccountName"], name.as_str());
+                assert_eq!(find("ServiceAccount", &name)["automountServiceAccountToken"], false);
+                assert!(!rbac.iter().any(|o| o["subjects"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == name.as_str()))), "{package}: {name} is bound to a role");
+                assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {"sizeLimit": "1024Mi"}}]), "{package}: only a bounded /tmp");
+                let container = &pod["containers"][0];
+                assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+                assert_eq!(container["args"], json!(["render-server", "--listen=0.0.0.0:8081", "--no-network-route"]));
+                assert_eq!(container["env"], json!([{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": "kustomize-renderer-caller", "key": "nkey.pub"}}}]), "{package}");
+                assert_eq!(container["volumeMounts"], json!([{"name": "tmp", "mountPath": "/tmp"}]), "{package}");
+                assert!(container.get("envFrom").is_none());
 
-            let policy = &find("NetworkPolicy", &name)["spec"];
-            assert_eq!(policy["podSelector"]["matchLabels"], json!({"app.kubernetes.io/name": name}));
-            assert_eq!(policy["policyTypes"], json!(["Ingress", "Egress"]));
-            assert_eq!(policy["egress"], json!([]), "every egress denied");
-            assert_eq!(policy["ingress"], json!([{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": component.operator}}}], "ports": [{"protocol": "TCP", "port": 8081}]}]));
+                let policy = &find("NetworkPolicy", &name)["spec"];
+                assert_eq!(policy["podSelector"]["matchLabels"], json!({"app.kubernetes.io/name": name}));
+                assert_eq!(policy["policyTypes"], json!(["Ingress", "Egress"]));
+                assert_eq!(policy["egress"], json!([]), "every egress denied");
+                assert_eq!(policy["ingress"], json!([{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": component.operator}}}], "ports": [{"protocol": "TCP", "port": 8081}]}]));
+                assert_eq!(find("Service", &name)["spec"]["selector"], json!({"app.kubernetes.io/name": name}));
 
-            let operator = &find("Deployment", &component.operator)["spec"]["template"]["spec"]["containers"][0];
-            let url = operator["env"].as_array().unwrap().iter().find(|e| e["name"] == RENDERER_URL_ENV).map(|e| e["value"].clone());
-            assert_eq!(url, Some(json!(format!("http://{name}.kubeflow-operators.svc:8081"))));
-            assert_eq!(find("Service", &name)["spec"]["selector"], json!({"app.kubernetes.io/name": name}));
+                let operator = &find("Deployment", &component.operator)["spec"]["template"]["spec"]["containers"][0];
+                let env = |key: &str| operator["env"].as_array().unwrap().iter().find(|e| e["name"] == key).cloned();
+                assert_eq!(env(RENDERER_URL_ENV).map(|e| e["value"].clone()), Some(json!("http://kustomize-renderer:8081")), "{package}");
+                assert_eq!(env(RENDERER_CALLER_SECRET_ENV).map(|e| e["value"].clone()), Some(json!("kustomize-renderer-caller")), "{package}");
+                assert_eq!(env("POD_NAMESPACE").map(|e| e["valueFrom"].clone()), Some(json!({"fieldRef": {"fieldPath": "metadata.namespace"}})));
+                // Make the caller Secret, read it back: nothing else of Secrets, only in its namespace.
+                let role = find("Role", "kustomize-operator-renderer-caller");
+                assert_eq!(role["metadata"]["namespace"], OPERATOR_NAMESPACE);
+                assert_eq!(role["rules"], json!([
+                    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+                    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["kustomize-renderer-caller"]},
+                ]));
+                let binding = find("RoleBinding", "kustomize-operator-renderer-caller");
+                assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": "kustomize-operator", "namespace": OPERATOR_NAMESPACE}]));
+                assert_eq!(binding["roleRef"]["name"], "kustomize-operator-renderer-caller");
+            }
         }
     }
 

@@ -341,13 +341,11 @@ impl OperatorProcess {
     }
 
     /// The renderer (`kustomize-operator render-server`) on loopback `port`, answering the caller
-    /// whose NKey seed is in `caller_seed_file`. As in its pod, it gets no credential: an empty
-    /// environment but where the kustomize binaries are.
-    pub fn renderer(caller_seed_file: &std::path::Path, port: u16) -> Self {
-        let seed = std::fs::read_to_string(caller_seed_file).unwrap();
-        let caller = operator_runtime::bus_security::public_key(&seed).unwrap();
+    /// whose public NKey is `caller`. As in its pod, it gets no credential: an empty environment
+    /// but where the kustomize binaries are.
+    pub fn renderer(caller: &str, port: u16) -> Self {
         let mut command = std::process::Command::new(bin_dir().join("kustomize-operator"));
-        command.env_clear().args(["render-server", "--listen", &format!("127.0.0.1:{port}"), "--callers", &caller]);
+        command.env_clear().args(["render-server", "--listen", &format!("127.0.0.1:{port}"), "--callers", caller]);
         command.env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info".into()));
         for name in ["HOME", "KFOP_CACHE_DIR", kubeflow_manifests::KUSTOMIZE_ENV, kubeflow_manifests::KUSTOMIZE_V5_ENV] {
             if let Some(value) = std::env::var_os(name) {
@@ -750,11 +748,21 @@ impl OperatorStack {
         let nats = NatsServer::start().await;
         let meta = Self::spawn("meta-operator", &nats, Identity::MetaOperator, &kubeconfigs["meta-operator"]);
         let binaries = binaries.iter().map(|(c, b)| (*c, b.to_string())).collect();
-        let renderer = OperatorProcess::renderer(&Self::seed_file(&nats, ComponentKind::GENERIC), free_port());
-        renderer.wait_ready().await;
+        // As in a fresh install: the generic operator makes its renderer's caller key, and the
+        // renderer (started once that key exists) answers only it.
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "kubeflow-operators");
+        let caller_secret = kubeflow_manifests::remote::renderer_caller_secret("kustomize-operator");
+        if secrets.delete(&caller_secret, &Default::default()).await.is_ok() {
+            gone(&secrets, &caller_secret).await;
+        }
+        // Until then, a renderer no one can call (it answers a key nobody holds).
+        let renderer = OperatorProcess::renderer(kubeflow_manifests::remote::CallerKey::generate().public_key(), free_port());
         let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries, platform_namespace: platform_namespace.map(str::to_string), renderer, _one_stack: one_stack };
         for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
             stack.start_component(component);
+        }
+        if !without.contains(&ComponentKind::GENERIC) {
+            stack.restart_renderer().await;
         }
         stack.meta.wait_ready().await;
         stack
@@ -778,15 +786,24 @@ impl OperatorStack {
         &self.kubeconfigs[operator]
     }
 
-    /// The NKey seed file `component`'s operator runs with.
-    fn seed_file(nats: &NatsServer, component: ComponentKind) -> std::path::PathBuf {
-        nats.env(Identity::Component(component)).into_iter().find(|(k, _)| k == "NATS_NKEY_FILE").map(|(_, v)| v.into()).expect("an identity has a seed file")
+    /// The public key of the generic operator's renderer caller Secret, once the operator made it.
+    pub async fn renderer_caller(client: &Client) -> String {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "kubeflow-operators");
+        let name = kubeflow_manifests::remote::renderer_caller_secret("kustomize-operator");
+        eventually("the generic operator's renderer caller Secret", || async {
+            let secret = secrets.get_opt(&name).await.map_err(|e| e.to_string())?.ok_or("not there yet")?;
+            let public = secret.data.unwrap_or_default().remove(kubeflow_manifests::remote::CALLER_PUBLIC_KEY).ok_or("no public key")?;
+            String::from_utf8(public.0).map_err(|e| e.to_string())
+        })
+        .await
     }
 
-    /// Starts the renderer again on its port (after `renderer.kill()`).
+    /// Starts the renderer again on its port, answering the caller key the generic operator keeps
+    /// in its Secret (after `renderer.kill()`, or once the operator made the key).
     pub async fn restart_renderer(&mut self) {
         self.renderer.kill();
-        self.renderer = OperatorProcess::renderer(&Self::seed_file(&self.nats, ComponentKind::GENERIC), self.renderer.metrics_port);
+        let caller = Self::renderer_caller(&client().await).await;
+        self.renderer = OperatorProcess::renderer(&caller, self.renderer.metrics_port);
         self.renderer.wait_ready().await;
     }
 
@@ -802,10 +819,12 @@ impl OperatorStack {
         let args: &[&str] = if component == ComponentKind::GENERIC { &["--allow-fetch-from", "127.0.0.1"] } else { &[] };
         let mut env = vec![("KUBECONFIG", self.kubeconfigs[&operator].to_str().unwrap().to_string())];
         env.extend(self.platform_namespace.as_deref().map(|ns| ("PLATFORM_NAMESPACE", ns.to_string())));
-        // As deploy/all runs it: every build in the renderer, signed with the operator's bus identity.
+        // As deploy/ runs it: every build in the renderer, signed with the key it keeps in its
+        // caller Secret in the operators' namespace.
         if component == ComponentKind::GENERIC {
             env.push((kubeflow_manifests::remote::RENDERER_URL_ENV, format!("http://127.0.0.1:{}", self.renderer.metrics_port)));
-            env.push((kubeflow_manifests::remote::RENDERER_NKEY_FILE_ENV, Self::seed_file(&self.nats, component).display().to_string()));
+            env.push((kubeflow_manifests::remote::RENDERER_CALLER_SECRET_ENV, kubeflow_manifests::remote::renderer_caller_secret("kustomize-operator")));
+            env.push(("POD_NAMESPACE", "kubeflow-operators".to_string()));
         }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let process = OperatorProcess::on_bus(&binary, &self.nats, Identity::Component(component), args, &env);

@@ -303,3 +303,64 @@ async fn every_bundles_alm_examples_are_accepted_by_the_api_server() {
     // KfUpgrade example of the meta-operator's newer release.
     assert_eq!(checked, 15);
 }
+
+/// The generic operator's package installs its renderer beside it, as deploy/ does: OLM makes the
+/// renderer's Deployment, its ServiceAccount bound to no rule, its Service and the NetworkPolicy
+/// that denies it every egress (a bundle object OLM supports from operator-registry 1.55). The
+/// operator, with only the CSV's rights, makes its caller Secret in the install namespace and
+/// can read it back, which is all the renderer needs to answer it.
+#[tokio::test]
+async fn the_generic_operators_package_installs_its_renderer_with_olm() {
+    use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    let package = "kubeflow-kustomize-operator";
+    let mut olm = Olm::start(&client).await;
+    let newest = channel_entries(package).last().unwrap().clone();
+    let subscribed = Subscribed::install(&client, &mut olm, package, &newest).await;
+    let csv = subscribed.succeeded(&newest).await;
+    subscribed.deployment_at("kustomize-operator", &csv).await;
+    let ns = subscribed.namespace.name.clone();
+    let renderer = deployment_available(&client, &ns, "kustomize-renderer").await;
+    let pod = renderer.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    assert_eq!(pod.service_account_name.as_deref(), Some("kustomize-renderer"));
+    Api::<ServiceAccount>::namespaced(client.clone(), &ns).get("kustomize-renderer").await.expect("OLM made the renderer's ServiceAccount");
+    let policy = Api::<NetworkPolicy>::namespaced(client.clone(), &ns).get("kustomize-renderer").await.expect("OLM made the renderer's NetworkPolicy");
+    let spec = policy.spec.unwrap();
+    assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string(), "Egress".into()]));
+    // Egress among its types and no egress rule (the API server drops the empty list): every
+    // egress denied.
+    assert!(spec.egress.unwrap_or_default().is_empty(), "every egress denied");
+    // What OLM bound the renderer's account to grants nothing but what OLM gives every CSV
+    // Deployment's account (its own OperatorCondition), which a pod without a token cannot use.
+    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
+    for binding in Api::<RoleBinding>::namespaced(client.clone(), &ns).list(&Default::default()).await.unwrap() {
+        if binding.subjects.iter().flatten().any(|s| s.name == "kustomize-renderer") {
+            assert_eq!(binding.role_ref.kind, "Role", "{binding:?}");
+            let rules = roles.get(&binding.role_ref.name).await.unwrap().rules.unwrap_or_default();
+            let granted: Vec<_> = rules.iter().filter(|r| r.api_groups.as_deref() != Some(&["operators.coreos.com".to_string()]) || r.resources.as_deref() != Some(&["operatorconditions".to_string()])).collect();
+            assert!(granted.is_empty(), "the renderer may {granted:?}");
+        }
+    }
+
+    // The operator with the CSV's RBAC makes its caller key (and would refuse to start without).
+    let kubeconfig = service_account_kubeconfig(&client, &ns, "kustomize-operator").await;
+    let env = [
+        ("KUBECONFIG", kubeconfig.to_str().unwrap()),
+        (kubeflow_manifests::remote::RENDERER_URL_ENV, "http://127.0.0.1:9"),
+        (kubeflow_manifests::remote::RENDERER_CALLER_SECRET_ENV, "kustomize-renderer-caller"),
+        ("POD_NAMESPACE", ns.as_str()),
+    ];
+    let operator = OperatorProcess::start("kustomize-operator", &["--namespace", &ns], &env);
+    operator.wait_ready().await;
+    let secret = Api::<Secret>::namespaced(client.clone(), &ns).get("kustomize-renderer-caller").await.expect("the operator made its caller Secret");
+    let data = secret.data.unwrap();
+    let public = String::from_utf8(data["nkey.pub"].0.clone()).unwrap();
+    let seed = String::from_utf8(data["nkey.seed"].0.clone()).unwrap();
+    assert_eq!(kubeflow_manifests::remote::CallerKey::from_secret_data("caller", Some(seed.as_bytes()), Some(public.as_bytes())).unwrap().public_key(), public);
+    drop(operator);
+    subscribed.uninstall(&newest).await;
+}

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
-use kubeflow_crds::KfDef;
+use kubeflow_crds::{ComponentKind, KfDef};
 use kubeflow_crds::kfdef::{ApplicationStatus, KfDefPhase};
 use kubeflow_e2e::*;
 use kubeflow_manifests::fixtures;
@@ -444,9 +444,23 @@ async fn a_tenant_crd_with_a_wrong_plural_does_not_change_a_platform_install_of_
     let _ = crds.delete(&format!("gadgets.{group}"), &DeleteParams::default()).await;
 }
 
+/// Waits for KfDef `tenant` to become Available.
+async fn available(kfdefs: &Api<KfDef>, what: &str) {
+    eventually(what, || async {
+        let k = kfdefs.get("tenant").await.map_err(|e| e.to_string())?;
+        match k.status.as_ref().and_then(|s| s.phase.clone()) {
+            Some(KfDefPhase::Available) => Ok(()),
+            other => Err(format!("{other:?}: {:?}", k.status.map(|s| s.applications))),
+        }
+    })
+    .await;
+}
+
 /// The generic operator renders only in the renderer (as deploy/all runs it: its own process, no
 /// credential): with the renderer down, a KfDef's applications wait, their status naming the
 /// renderer, and nothing renders in the operator instead; once the renderer is back they install.
+/// The renderer answers only the key the operator made in its caller Secret, which a restarted
+/// operator reads back.
 #[tokio::test]
 async fn renders_happen_in_the_renderer_and_wait_for_it() {
     let client = client().await;
@@ -473,15 +487,19 @@ async fn renders_happen_in_the_renderer_and_wait_for_it() {
     assert!(config_maps.get_opt("tenant-config").await.unwrap().is_none(), "rendered without the renderer");
 
     stack.restart_renderer().await;
-    eventually("the application installed once the renderer is back", || async {
-        let k = kfdefs.get("tenant").await.map_err(|e| e.to_string())?;
-        match k.status.as_ref().and_then(|s| s.phase.clone()) {
-            Some(KfDefPhase::Available) => Ok(()),
-            other => Err(format!("{other:?}: {:?}", k.status.map(|s| s.applications))),
-        }
-    })
-    .await;
+    available(&kfdefs, "the application installed once the renderer is back").await;
     assert!(config_maps.get_opt("tenant-config").await.unwrap().is_some());
+    kfdefs.delete("tenant", &DeleteParams::default()).await.unwrap();
+    gone(&kfdefs, "tenant").await;
+
+    // A restarted operator signs with the key it made before (its Secret is read, not replaced),
+    // so the running renderer still answers it.
+    let caller = OperatorStack::renderer_caller(&client).await;
+    stack.components.get_mut(&ComponentKind::GENERIC).unwrap().kill();
+    stack.start_component(ComponentKind::GENERIC);
+    kfdefs.create(&PostParams::default(), &kfdef).await.unwrap();
+    available(&kfdefs, "the application installed by the restarted operator").await;
+    assert_eq!(OperatorStack::renderer_caller(&client).await, caller, "the caller key was replaced");
     kfdefs.delete("tenant", &DeleteParams::default()).await.unwrap();
     gone(&kfdefs, "tenant").await;
 }

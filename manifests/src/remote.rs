@@ -10,9 +10,14 @@
 //! The wire: `POST /v1/build`, the body a tar of the inputs at their absolute paths less the
 //! leading `/` (absolute links inside them made relative), headers naming the kustomize release,
 //! the directory to build, the caller's NKey, the time and the caller's signature over all of these
-//! and the body's SHA-256. The renderer answers only the callers whose public keys it was given
-//! (deploy/ gives it the kustomize-operator's bus identity), within [`MAX_CLOCK_SKEW_SECS`], and
-//! bounds the body, its entries, the time and the number of builds at once.
+//! and the body's SHA-256. The renderer answers only the callers whose public keys it was given,
+//! within [`MAX_CLOCK_SKEW_SECS`], and bounds the body, its entries, the time and the number of
+//! builds at once.
+//!
+//! The caller's key: in a cluster the operator makes it itself, once, into a Secret of its own
+//! namespace ([`RENDERER_CALLER_SECRET_ENV`], [`CallerKey`]); the renderer's pods take the public
+//! half from that Secret. So every packaging (deploy/all, the standalone deploy/kustomize, the OLM
+//! bundle) pairs the two without a key shipped in any manifest.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +42,68 @@ pub const RENDERER_NKEY_FILE_ENV: &str = "KFOP_RENDERER_NKEY_FILE";
 pub const RENDERER_CALLERS_ENV: &str = "KFOP_RENDERER_CALLERS";
 /// The renderer's port in deploy/.
 pub const RENDERER_PORT: u16 = 8081;
+/// The Secret (in the operator's own namespace, `POD_NAMESPACE`) holding the operator's caller
+/// key: made by the operator when missing, read by the renderer's pods for the public half.
+pub const RENDERER_CALLER_SECRET_ENV: &str = "KFOP_RENDERER_CALLER_SECRET";
+/// The caller Secret's keys: the seed (only the operator reads it) and the public key.
+pub const CALLER_SEED_KEY: &str = "nkey.seed";
+pub const CALLER_PUBLIC_KEY: &str = "nkey.pub";
+
+/// The renderer of operator `operator` (`kustomize-operator` → `kustomize-renderer`): its
+/// Deployment, ServiceAccount and Service in deploy/ and the bundle.
+pub fn renderer_name(operator: &str) -> String {
+    format!("{}-renderer", operator.trim_end_matches("-operator"))
+}
+
+/// The Secret in which operator `operator` keeps its key for calling its renderer
+/// (`kustomize-renderer-caller`): the operator makes it, the renderer reads its public half.
+pub fn renderer_caller_secret(operator: &str) -> String {
+    format!("{}-caller", renderer_name(operator))
+}
+
+/// An operator's key for signing requests to its renderer.
+#[derive(Clone)]
+pub struct CallerKey {
+    seed: String,
+    public: String,
+}
+
+impl std::fmt::Debug for CallerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallerKey").field("public", &self.public).finish_non_exhaustive()
+    }
+}
+
+impl CallerKey {
+    /// A new key (an NKey user key pair).
+    pub fn generate() -> Self {
+        let key = nkeys::KeyPair::new_user();
+        CallerKey { seed: key.seed().expect("a generated key has a seed"), public: key.public_key() }
+    }
+
+    /// The key a caller Secret holds: both halves present, the seed an NKey seed and the public
+    /// key its own. A Secret that fails this is reported, never replaced: someone else wrote it.
+    pub fn from_secret_data(secret: &str, seed: Option<&[u8]>, public: Option<&[u8]>) -> Result<Self, String> {
+        let text = |key: &str, value: Option<&[u8]>| {
+            let value = value.ok_or_else(|| format!("Secret {secret}: key {key} is missing"))?;
+            std::str::from_utf8(value).map(|v| v.trim().to_string()).map_err(|_| format!("Secret {secret}: {key} is not text"))
+        };
+        let (seed, public) = (text(CALLER_SEED_KEY, seed)?, text(CALLER_PUBLIC_KEY, public)?);
+        let key = nkeys::KeyPair::from_seed(&seed).map_err(|e| format!("Secret {secret}: {CALLER_SEED_KEY} is not an NKey seed ({e})"))?;
+        if key.public_key() != public {
+            return Err(format!("Secret {secret}: {CALLER_PUBLIC_KEY} is not the public key of {CALLER_SEED_KEY}; delete the Secret to have the operator make a new key, then restart the renderer"));
+        }
+        Ok(CallerKey { seed, public })
+    }
+
+    pub fn seed(&self) -> &str {
+        &self.seed
+    }
+
+    pub fn public_key(&self) -> &str {
+        &self.public
+    }
+}
 
 const BUILD_PATH: &str = "/v1/build";
 const HEALTH_PATH: &str = "/healthz";
@@ -373,8 +440,8 @@ pub struct ServerArgs {
     /// Address to listen on.
     #[arg(long, default_value_t = std::net::SocketAddr::from(([0, 0, 0, 0], RENDERER_PORT)))]
     pub listen: std::net::SocketAddr,
-    /// Public NKeys (U…) of the callers to answer, comma-separated: deploy/ gives it the
-    /// kustomize-operator's bus identity.
+    /// Public NKeys (U…) of the callers to answer, comma-separated: deploy/ gives it the public
+    /// half of the operator's caller Secret ([`RENDERER_CALLER_SECRET_ENV`]).
     #[arg(long, env = RENDERER_CALLERS_ENV, value_delimiter = ',', required = true)]
     pub callers: Vec<String>,
     /// Builds at once; more wait up to a minute, then get 503.
@@ -409,6 +476,24 @@ pub async fn serve(args: ServerArgs, shutdown: impl std::future::Future<Output =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_caller_secret_is_used_only_when_its_halves_belong_together() {
+        let key = CallerKey::generate();
+        assert!(key.public_key().starts_with('U'), "{key:?}");
+        let read = CallerKey::from_secret_data("ops/caller", Some(format!("{}\n", key.seed()).as_bytes()), Some(key.public_key().as_bytes())).unwrap();
+        assert_eq!((read.seed(), read.public_key()), (key.seed(), key.public_key()));
+        assert!(!format!("{read:?}").contains(key.seed()), "the seed stays out of logs");
+        let other = CallerKey::generate();
+        let refused = |seed: Option<&str>, public: Option<&str>| CallerKey::from_secret_data("ops/caller", seed.map(str::as_bytes), public.map(str::as_bytes)).unwrap_err();
+        let mismatch = refused(Some(key.seed()), Some(other.public_key()));
+        assert!(mismatch.contains("Secret ops/caller: nkey.pub is not the public key of nkey.seed"), "{mismatch}");
+        assert_eq!(refused(None, Some(key.public_key())), "Secret ops/caller: key nkey.seed is missing");
+        assert_eq!(refused(Some(key.seed()), None), "Secret ops/caller: key nkey.pub is missing");
+        assert!(refused(Some(key.public_key()), Some(key.public_key())).starts_with("Secret ops/caller: nkey.seed is not an NKey seed"));
+        let not_text = CallerKey::from_secret_data("ops/caller", Some(&[0xff, 0xfe]), Some(key.public_key().as_bytes())).unwrap_err();
+        assert_eq!(not_text, "Secret ops/caller: nkey.seed is not text");
+    }
 
     #[test]
     fn relative_links_resolve_where_the_absolute_ones_did() {

@@ -451,7 +451,8 @@ fn prepare(
     // A package of kfctl's shape (`base/` and `overlays/`, nothing to build at the path itself)
     // has no upstream build: kfctl's rules build it whatever the era, and a later KfDef is told so.
     let kfctl_package = refs::kustomization_file(&root.join(&rel)).is_none() && refs::kustomization_file(&root.join(&rel).join("base")).is_some();
-    let upstream = upstream_era(ctx, &root) && !kfctl_package;
+    let upstream_layout = upstream_era(ctx, &root);
+    let upstream = upstream_layout && !kfctl_package;
     if upstream || ctx.mode == Mode::Stacks {
         // Each path as it is: kfctl's stacks, or upstream's layout.
         let dir = root.join(&rel);
@@ -483,7 +484,7 @@ fn prepare(
         None => refs::check(&pkg, &roots).map_err(forbidden)?.is_some(),
     };
     let mut warnings = per_application(&pkg, app, ctx, !upstream_package)?;
-    if kfctl_package && upstream_era(ctx, &roots[1]) {
+    if kfctl_package && upstream_layout {
         warnings.push("a kfctl-style package (base/ and overlays/, no kustomization at its path) in a KfDef built as upstream builds it: built with kfctl's rules, as kfctl built it".into());
     }
     let newer = refs::check(&pkg, &roots).map_err(forbidden)?;

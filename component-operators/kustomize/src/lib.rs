@@ -30,11 +30,13 @@ use kube::{Client, ResourceExt};
 use kubeflow_manifests::{AppSpec, Conversion, FetchOptions, Mode, RenderContext, Renderer, RepoCache, RepoErrorReason, RepoSource};
 use serde_json::{Value, json};
 
+pub mod renderer;
+
 pub struct KustomizeComponent;
 
 /// Where fetched repositories and render work directories live (`KFOP_MANIFESTS_CACHE`, default
 /// `$TMPDIR/kubeflow-operator-manifests`).
-fn cache_dir() -> std::path::PathBuf {
+pub fn cache_dir() -> std::path::PathBuf {
     std::env::var_os("KFOP_MANIFESTS_CACHE").map(Into::into).unwrap_or_else(|| std::env::temp_dir().join("kubeflow-operator-manifests"))
 }
 
@@ -266,11 +268,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     }
     let dir = cache_dir();
     let repos = RepoCache::new(dir.join("repos"), fetch).map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot use its repository cache: {e}")).retryable())?;
-    // Without kustomize v5 only the packages that need it fail, each saying so.
-    let (renderer, no_v5) = Renderer::locate(dir.join("work")).await.map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot render (no kustomize?): {e}")).retryable())?;
-    if let Some(e) = no_v5 {
-        tracing::debug!(error = %e, "no kustomize v5");
-    }
+    let renderer = renderer::renderer(dir.join("work")).await.map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot render (no kustomize?): {e}")).retryable())?;
     let mode = match spec.mode {
         RenderMode::PerApplication => Mode::PerApplication,
         RenderMode::Stacks => Mode::Stacks,

@@ -133,7 +133,27 @@ fn main() -> std::process::ExitCode {
     let max_cache_bytes = fetch.cache_quota();
     let options = FetchOptions { allow_fetch_from: fetch.allow_fetch_from, max_cache_bytes, ..FetchOptions::default() };
     kustomize_operator::set_fetch_options(options).expect("fetch options are set once, here");
+    if let Err(e) = remote_renderer_from_secret() {
+        tracing::error!(error = %e, "operator stopped");
+        eprintln!("kustomize-operator: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     component_framework::run_until_stopped::<KustomizeComponent>(operator)
+}
+
+/// In a cluster (`KFOP_RENDERER_CALLER_SECRET`, as deploy/ and the bundle set it): every build
+/// goes to the renderer at `KFOP_RENDERER_URL`, signed with the key of that Secret (made if
+/// missing), before any resource is reconciled.
+fn remote_renderer_from_secret() -> Result<(), String> {
+    use kubeflow_manifests::remote::{RENDERER_CALLER_SECRET_ENV, RENDERER_URL_ENV};
+    let Some(secret) = std::env::var(RENDERER_CALLER_SECRET_ENV).ok().filter(|s| !s.is_empty()) else {
+        return Ok(());
+    };
+    let url = std::env::var(RENDERER_URL_ENV).ok().filter(|u| !u.is_empty()).ok_or_else(|| format!("{RENDERER_CALLER_SECRET_ENV} is set but {RENDERER_URL_ENV} (the renderer) is not"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let renderer = runtime.block_on(kustomize_operator::renderer::remote_from_secret(&url, &secret, kustomize_operator::cache_dir().join("work")))?;
+    tracing::info!(url, "builds run in the renderer");
+    kustomize_operator::renderer::set_renderer(renderer)
 }
 
 #[cfg(test)]
