@@ -698,6 +698,10 @@ pub struct OperatorStack {
     /// The operators' `PLATFORM_NAMESPACE`, as deploy/ sets it: where the platform KfDef (and its
     /// ProfileController, the cluster's Profile settings) lives.
     platform_namespace: Option<String>,
+    /// The generic operator's repository cache and work directories (`KFOP_MANIFESTS_CACHE`), one
+    /// per stack as a pod's `/tmp` is: a cached repository of an earlier stack's test server on a
+    /// port the OS hands out again would otherwise stand in for this stack's.
+    manifests_cache: std::path::PathBuf,
     /// The renderer the generic operator sends its builds to, as deploy/all runs it.
     pub renderer: OperatorProcess,
     /// Held while this stack runs: one stack at a time per test process ([`ONE_STACK`]).
@@ -713,6 +717,7 @@ static ONE_STACK: std::sync::LazyLock<std::sync::Arc<tokio::sync::Mutex<()>>> = 
 impl Drop for OperatorStack {
     fn drop(&mut self) {
         self.kubeconfigs.values().for_each(|path| drop(std::fs::remove_file(path)));
+        drop(std::fs::remove_dir_all(&self.manifests_cache));
     }
 }
 
@@ -757,7 +762,7 @@ impl OperatorStack {
         }
         // Until then, a renderer no one can call (it answers a key nobody holds).
         let renderer = OperatorProcess::renderer(kubeflow_manifests::remote::CallerKey::generate().public_key(), free_port());
-        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries, platform_namespace: platform_namespace.map(str::to_string), renderer, _one_stack: one_stack };
+        let mut stack = Self { nats, meta, components: BTreeMap::new(), kubeconfigs, binaries, platform_namespace: platform_namespace.map(str::to_string), manifests_cache: std::env::temp_dir().join(unique_name("stack-manifests")), renderer, _one_stack: one_stack };
         for component in ComponentKind::ALL.into_iter().filter(|c| !without.contains(c)) {
             stack.start_component(component);
         }
@@ -825,6 +830,7 @@ impl OperatorStack {
             env.push((kubeflow_manifests::remote::RENDERER_URL_ENV, format!("http://127.0.0.1:{}", self.renderer.metrics_port)));
             env.push((kubeflow_manifests::remote::RENDERER_CALLER_SECRET_ENV, kubeflow_manifests::remote::renderer_caller_secret("kustomize-operator")));
             env.push(("POD_NAMESPACE", "kubeflow-operators".to_string()));
+            env.push(("KFOP_MANIFESTS_CACHE", self.manifests_cache.display().to_string()));
         }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let process = OperatorProcess::on_bus(&binary, &self.nats, Identity::Component(component), args, &env);
