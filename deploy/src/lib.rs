@@ -154,14 +154,9 @@ pub use kubeflow_manifests::remote::{renderer_caller_secret, renderer_name};
 /// caller Secret once and read that one Secret back (RBAC cannot limit `create` by name; the
 /// operator creates nothing else, and reads no other Secret).
 pub fn renderer_caller_rules(operator: &str) -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
-    let rule = |verbs: &[&str], names: Option<Vec<String>>| k8s_openapi::api::rbac::v1::PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(vec!["secrets".into()]),
-        verbs: verbs.iter().map(|v| v.to_string()).collect(),
-        resource_names: names,
-        ..Default::default()
-    };
-    vec![rule(&["create"], None), rule(&["get"], Some(vec![renderer_caller_secret(operator)]))]
+    use component_framework::rbac::rule;
+    let read_back = k8s_openapi::api::rbac::v1::PolicyRule { resource_names: Some(vec![renderer_caller_secret(operator)]), ..rule("", &["secrets"], &["get"]) };
+    vec![rule("", &["secrets"], &["create"]), read_back]
 }
 
 /// What `component`'s operator may do in its own namespace: hold its Lease, and (an operator

@@ -640,8 +640,8 @@ pub async fn install_package(client: &Client, package: &str) -> std::path::PathB
 /// Waits for operator `name`'s Deployment (from a deploy/ package) to be Available and returns a
 /// kubeconfig with a token of its ServiceAccount.
 pub async fn operator_kubeconfig(client: &Client, name: &str) -> std::path::PathBuf {
-    deployment_available(client, "kubeflow-operators", name).await;
-    service_account_kubeconfig(client, "kubeflow-operators", name).await
+    deployment_available(client, OPERATORS_NAMESPACE, name).await;
+    service_account_kubeconfig(client, OPERATORS_NAMESPACE, name).await
 }
 
 /// Waits until Deployment `namespace/name` is Available (through kwok, its pods run nothing) and
@@ -685,6 +685,9 @@ pub async fn installed_versions(client: &Client, namespace: &str, name: &str) ->
     }
     versions
 }
+
+/// The namespace deploy/ installs the operators in (their ServiceAccounts, the caller Secret).
+pub const OPERATORS_NAMESPACE: &str = "kubeflow-operators";
 
 /// NATS plus the six operators, run on the host with the ServiceAccount tokens of deploy/all
 /// (so the package's RBAC is what they run with). `without` leaves component operators out.
@@ -755,7 +758,7 @@ impl OperatorStack {
         let binaries = binaries.iter().map(|(c, b)| (*c, b.to_string())).collect();
         // As in a fresh install: the generic operator makes its renderer's caller key, and the
         // renderer (started once that key exists) answers only it.
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "kubeflow-operators");
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), OPERATORS_NAMESPACE);
         let caller_secret = kubeflow_manifests::remote::renderer_caller_secret("kustomize-operator");
         if secrets.delete(&caller_secret, &Default::default()).await.is_ok() {
             gone(&secrets, &caller_secret).await;
@@ -793,7 +796,7 @@ impl OperatorStack {
 
     /// The public key of the generic operator's renderer caller Secret, once the operator made it.
     pub async fn renderer_caller(client: &Client) -> String {
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "kubeflow-operators");
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), OPERATORS_NAMESPACE);
         let name = kubeflow_manifests::remote::renderer_caller_secret("kustomize-operator");
         eventually("the generic operator's renderer caller Secret", || async {
             let secret = secrets.get_opt(&name).await.map_err(|e| e.to_string())?.ok_or("not there yet")?;
@@ -829,7 +832,7 @@ impl OperatorStack {
         if component == ComponentKind::GENERIC {
             env.push((kubeflow_manifests::remote::RENDERER_URL_ENV, format!("http://127.0.0.1:{}", self.renderer.metrics_port)));
             env.push((kubeflow_manifests::remote::RENDERER_CALLER_SECRET_ENV, kubeflow_manifests::remote::renderer_caller_secret("kustomize-operator")));
-            env.push(("POD_NAMESPACE", "kubeflow-operators".to_string()));
+            env.push(("POD_NAMESPACE", OPERATORS_NAMESPACE.to_string()));
             env.push(("KFOP_MANIFESTS_CACHE", self.manifests_cache.display().to_string()));
         }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -949,7 +952,7 @@ pub async fn prepare_manifests_fixture(client: &Client) {
                        "rules": [{"apiGroups": ["demo.kubeflow.org"], "resources": ["tenants", "legacyjobs", "issuers", "gateways", "peerauthentications"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]}]});
     let binding = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kustomize-operator-demo"},
                          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kustomize-operator-demo"},
-                         "subjects": [{"kind": "ServiceAccount", "name": "kustomize-operator", "namespace": "kubeflow-operators"}]});
+                         "subjects": [{"kind": "ServiceAccount", "name": "kustomize-operator", "namespace": OPERATORS_NAMESPACE}]});
     for (object, plural) in [(grant, "clusterroles"), (binding, "clusterrolebindings")] {
         let kind = object["kind"].as_str().unwrap().to_string();
         let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", &kind), plural);

@@ -78,8 +78,8 @@ pub fn app_spec(index: usize, source: &KustomizeSource) -> Result<(RepoSource, A
 
 pub use component_framework::build::identity;
 
-/// One application's rendered objects: `(index in spec.sources, application, objects)`.
-pub type ApplicationObjects = (usize, String, Vec<Value>);
+/// One application's rendered objects: `(application, objects)`, in `spec.sources` order.
+pub type ApplicationObjects = (String, Vec<Value>);
 
 /// Annotation listing every application that renders an object, when more than one renders it
 /// identically (`components.kubeflow.org/application` names the first).
@@ -100,7 +100,7 @@ pub fn merge_applications(rendered: Vec<ApplicationObjects>) -> (Vec<Value>, App
     let mut owners: BTreeMap<(String, String, String, String), usize> = BTreeMap::new();
     let mut out: Vec<Value> = Vec::new();
     let mut notes = ApplicationNotes::new();
-    for (_, application, objects) in rendered {
+    for (application, objects) in rendered {
         for mut object in objects {
             let Some(&at) = owners.get(&identity(&object)) else {
                 owners.insert(identity(&object), out.len());
@@ -282,7 +282,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
                     converted.insert(source.application.clone(), kubeflow_manifests::convert::summarise(&conversions));
                     conversion_details.insert(source.application.clone(), conversions.iter().map(ToString::to_string).collect());
                 }
-                rendered.push((index, source.application.clone(), objects))
+                rendered.push((source.application.clone(), objects))
             }
             Err(error) => failed.push(ApplicationFailure { application: source.application.clone(), error }),
         }
@@ -382,7 +382,7 @@ mod tests {
     #[test]
     fn an_object_two_applications_render_alike_is_applied_once_and_owned_jointly() {
         let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "kubeflow"}});
-        let (merged, notes) = merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![cm("two"), cm("one")]), (2, "c".into(), vec![cm("one")])]);
+        let (merged, notes) = merge_applications(vec![("a".into(), vec![cm("one")]), ("b".into(), vec![cm("two"), cm("one")]), ("c".into(), vec![cm("one")])]);
         assert!(notes.is_empty(), "{notes:?}");
         let names: Vec<&str> = merged.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["one", "two"]);
@@ -390,7 +390,7 @@ mod tests {
         assert_eq!(merged[1]["metadata"]["annotations"], json!({APPLICATION_ANNOTATION: "b"}));
         // Same name, other kind or namespace: two objects.
         let other_ns = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "one", "namespace": "team"}});
-        assert_eq!(merge_applications(vec![(0, "a".into(), vec![cm("one")]), (1, "b".into(), vec![other_ns])]).0.len(), 2);
+        assert_eq!(merge_applications(vec![("a".into(), vec![cm("one")]), ("b".into(), vec![other_ns])]).0.len(), 2);
     }
 
     /// kfctl v1.2's istio_dex KfDef: `namespaces` and `cert-manager` both render Namespace
@@ -399,7 +399,7 @@ mod tests {
     fn a_namespace_two_applications_render_is_one_namespace_with_both_labels() {
         let plain = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cert-manager", "labels": {"control-plane": "kubeflow"}}});
         let labelled = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cert-manager", "labels": {"certmanager.k8s.io/disable-validation": "true", "control-plane": "other"}}});
-        let (merged, notes) = merge_applications(vec![(0, "namespaces".into(), vec![plain]), (1, "cert-manager".into(), vec![labelled])]);
+        let (merged, notes) = merge_applications(vec![("namespaces".into(), vec![plain]), ("cert-manager".into(), vec![labelled])]);
         assert!(notes.is_empty(), "{notes:?}");
         assert_eq!(merged.len(), 1);
         assert_eq!(merged[0]["metadata"]["labels"], json!({"certmanager.k8s.io/disable-validation": "true", "control-plane": "kubeflow"}), "merged, the first application's value kept");
@@ -413,7 +413,7 @@ mod tests {
     fn an_object_rendered_two_ways_is_applied_as_the_later_application_renders_it() {
         let role = |verbs: Value| json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kubeflow-view"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]});
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b-config", "namespace": "kubeflow"}});
-        let (merged, notes) = merge_applications(vec![(0, "a".into(), vec![role(json!(["get"]))]), (1, "b".into(), vec![role(json!(["get", "list"])), cm])]);
+        let (merged, notes) = merge_applications(vec![("a".into(), vec![role(json!(["get"]))]), ("b".into(), vec![role(json!(["get", "list"])), cm])]);
         assert_eq!(merged.len(), 2, "b's other objects go on");
         assert_eq!(merged[0]["rules"][0]["verbs"], json!(["get", "list"]), "b's version is applied, as kfctl's second apply left it");
         assert_eq!(merged[0]["metadata"]["annotations"], json!({APPLICATION_ANNOTATION: "b"}));

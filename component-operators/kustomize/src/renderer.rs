@@ -75,16 +75,18 @@ pub async fn caller_key(client: &kube::Client, namespace: &str, name: &str) -> R
 pub async fn remote_from_secret(url: &str, secret: &str, work_root: std::path::PathBuf) -> Result<Renderer, String> {
     let client = kube::Client::try_default().await.map_err(|e| format!("cannot build a Kubernetes client: {e}"))?;
     let namespace = std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()).unwrap_or_else(|| client.default_namespace().to_string());
-    let mut delay = std::time::Duration::from_millis(500);
+    let mut delays = operator_runtime::retry::exponential(std::time::Duration::from_millis(500), std::time::Duration::from_secs(15));
+    delays.max_elapsed_time = Some(std::time::Duration::from_secs(60));
     let key = loop {
         match caller_key(&client, &namespace, secret).await {
             Ok(key) => break key,
-            Err(e) if delay < std::time::Duration::from_secs(30) => {
-                tracing::warn!(error = %e, "the renderer's caller key; trying again");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-            }
-            Err(e) => return Err(e),
+            Err(e) => match backoff::backoff::Backoff::next_backoff(&mut delays) {
+                Some(delay) => {
+                    tracing::warn!(error = %e, "the renderer's caller key; trying again");
+                    tokio::time::sleep(delay).await;
+                }
+                None => return Err(e),
+            },
         }
     };
     Renderer::remote(RemoteRenderer::new(url, key.seed())?, work_root)
