@@ -348,6 +348,11 @@ pub struct KustomizeSource {
     /// from the package's kustomizations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo_kustomize: Option<crate::kfdef::KustomizeRelease>,
+    /// This source is a `kind: Component` applied to the source of the application named here
+    /// (the KfDef application's `kustomizeConfig.componentOf`); it is built with that one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(min = 1, max = 253))]
+    pub component_of: Option<String>,
 }
 
 /// Lifecycle phase of a component.

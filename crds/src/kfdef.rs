@@ -94,6 +94,13 @@ pub struct KustomizeConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]), length(max = crate::validation::PARAMETERS_MAX))]
     pub parameters: Vec<NameValue>,
+    /// This application's package is a `kind: Component` applied to the application named here
+    /// (of the same repository), as kubeflow/manifests' `example/kustomization.yaml` lists one
+    /// under `components:`: built with it, in KfDef order, its patches and generators changing
+    /// that application's objects. Not built on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::validation::DNS_SUBDOMAIN), length(min = 1, max = 253))]
+    pub component_of: Option<String>,
 }
 
 /// A path inside one of `spec.repos`.

@@ -523,3 +523,76 @@ async fn installs_at_two_releases_converge_on_the_newest_crds_and_then_write_not
         gone(api, "dex").await;
     }
 }
+
+/// KServe's ClusterServingRuntimes are shared by the KFServing installs in the cluster: each
+/// install records itself on them, the first one to go leaves them to the other, and the last one
+/// deletes them. The CRDs stay.
+#[tokio::test]
+async fn a_shared_object_stays_while_an_install_uses_it_and_goes_with_the_last() {
+    use component_framework::api::KFServing;
+    const USERS: &str = component_framework::build::USER_ANNOTATION_PREFIX;
+    let client = client().await;
+    install_crds(&client).await;
+    serve_kind(&client, "cert-manager.io", "Issuer", "issuers", "v1").await;
+    serve_kind(&client, "cert-manager.io", "Certificate", "certificates", "v1").await;
+    let kubeconfig = install_package(&client, "kfserving").await;
+    let version = "v0.15.2";
+    let mut installs = Vec::new();
+    for prefix in ["e2e-kserve-a", "e2e-kserve-b"] {
+        let ns = TestNamespace::create(&client, prefix).await;
+        let operator = OperatorProcess::start("kfserving-operator", &["--namespace", &ns.name], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+        operator.wait_ready().await;
+        let resource: KFServing = serde_json::from_value(json!({
+            "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "KFServing", "metadata": {"name": "kserve"},
+            "spec": {"version": version, "targetNamespace": ns.name},
+        }))
+        .unwrap();
+        let api: Api<KFServing> = Api::namespaced(client.clone(), &ns.name);
+        api.create(&PostParams::default(), &resource).await.unwrap();
+        installs.push((ns, operator, api));
+    }
+    for (_, operator, api) in &installs {
+        eventually(&format!("KFServing {version} Ready"), || async {
+            let k = api.get("kserve").await.map_err(|e| e.to_string())?;
+            if ready_at::<KFServing>(version)(&k) { Ok(()) } else { Err(format!("{:?} (log: {})", k.component_status(), operator.log.display())) }
+        })
+        .await;
+    }
+    let gvk = GroupVersionKind::gvk("serving.kserve.io", "v1alpha1", "ClusterServingRuntime");
+    let runtimes: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "clusterservingruntimes"));
+    let users = |runtime: &DynamicObject| -> Vec<String> {
+        let mut users: Vec<String> = runtime.annotations().iter().filter(|(k, _)| k.starts_with(USERS)).map(|(_, v)| v.clone()).collect();
+        users.sort();
+        users
+    };
+    let user = |index: usize| format!("kfserving/{}/kserve", installs[index].0.name);
+    let runtime = runtimes.get("kserve-sklearnserver").await.unwrap();
+    let mut both = vec![user(0), user(1)];
+    both.sort();
+    assert_eq!(users(&runtime), both, "each install records itself");
+
+    // The first install goes: the runtime stays (the same object), recording only the other.
+    installs[0].2.delete("kserve", &DeleteParams::default()).await.unwrap();
+    gone(&installs[0].2, "kserve").await;
+    let kept = runtimes.get("kserve-sklearnserver").await.unwrap();
+    assert_eq!(kept.uid(), runtime.uid(), "recreated, not kept");
+    assert_eq!(users(&kept), [user(1)]);
+    // The remaining install reconciles without putting the other one back.
+    let (finished, _) = installs[1].1.quiescent().await;
+    installs[1].2.patch("kserve", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}}))).await.unwrap();
+    eventually("a finished reconcile after the touch", || async {
+        let (now, _) = installs[1].1.quiescent().await;
+        if now > finished { Ok(()) } else { Err(now) }
+    })
+    .await;
+    assert_eq!(users(&runtimes.get("kserve-sklearnserver").await.unwrap()), [user(1)]);
+
+    // The last one goes: so does every runtime; the CRDs stay.
+    installs[1].2.delete("kserve", &DeleteParams::default()).await.unwrap();
+    gone(&installs[1].2, "kserve").await;
+    for name in ["kserve-sklearnserver", "kserve-xgbserver", "kserve-mlserver"] {
+        gone(&runtimes, name).await;
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    assert!(crds.get_opt("clusterservingruntimes.serving.kserve.io").await.unwrap().is_some(), "a CRD went with the last install");
+}

@@ -353,7 +353,8 @@ async fn kfctl_era_kfdefs_in_removed_api_versions_install_converted_in_both_mode
 /// kustomize v5 only, cert-manager's and Istio's webhooks, CRDs with their custom resources in
 /// other applications) installs every one with no retry loop and no failed apply: every
 /// application Ready; the Gateway, PeerAuthentication and Issuer written after the webhook
-/// backends that admit them are Available (by etcd revision); the Component's object installed.
+/// backends that admit them are Available (by etcd revision); the Component, applied to the mesh's
+/// install (`componentOf`), installed with it.
 #[tokio::test]
 async fn the_entries_of_current_kubeflow_manifests_example_install_in_dependency_order() {
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -400,6 +401,9 @@ async fn the_entries_of_current_kubeflow_manifests_example_install_in_dependency
     ] {
         assert!(written > backend, "{what} was written at revision {written}, before the backend of the webhook admitting it was Available at {backend}");
     }
+    // The Component was applied to the application it names (componentOf), which made its object.
+    let applied_with = demo("PeerAuthentication", "peerauthentications", "demo-mesh").get("default").await.unwrap();
+    assert_eq!(applied_with.annotations().get(component_framework::build::APPLICATION_ANNOTATION).map(String::as_str), Some(fixtures::MODERN_EXAMPLE_COMPONENT.1));
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.contains("reconcile failed"), "a failed reconcile was logged: {}", log.display());
     // What waited for a backend was created, not "recreated": nobody deleted it.

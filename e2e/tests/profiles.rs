@@ -508,7 +508,8 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
         namespaces.delete(name, &DeleteParams::default()).await.unwrap();
     }
 
-    // Uninstalling the component keeps the CRD and every Profile with its namespace.
+    // Uninstalling the component keeps the CRD and every Profile with its namespace; the
+    // cluster-wide roles it made go with it (its only install).
     let dave = unique_name("dave");
     profiles.create(&PostParams::default(), &profile(&dave, json!({"owner": {"kind": "User", "name": "dave@example.com"}}))).await.unwrap();
     ready_condition(&profiles, &dave, true).await;
@@ -517,6 +518,9 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
     assert!(Api::<CustomResourceDefinition>::all(client.clone()).get_opt("profiles.kubeflow.org").await.unwrap().is_some(), "Profile CRD deleted on uninstall");
     assert!(profiles.get_opt(&dave).await.unwrap().is_some(), "a Profile was deleted on uninstall");
     assert!(namespaces.get_opt(&dave).await.unwrap().is_some(), "a profile namespace was deleted on uninstall");
+    for role in ["kubeflow-admin", "kubeflow-edit", "kubeflow-view", "kubeflow-kubernetes-admin"] {
+        gone(&roles, role).await;
+    }
 
     // Clean up: with no ProfileController nobody handles the finalizer any more.
     profiles.patch(&dave, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();

@@ -179,6 +179,9 @@ pub enum RenderError {
     Kustomize { app: String, source: KustomizeError },
     #[error("application {app:?}: kustomize output is not a list of Kubernetes objects: {reason}")]
     Output { app: String, reason: String },
+    /// A `componentOf` that cannot be applied (see [`crate::render::component_targets`]).
+    #[error("application {app:?}: {reason}")]
+    Component { app: String, reason: String },
     #[error("application {app:?}: {context}: {error}")]
     Io {
         app: String,
@@ -213,6 +216,7 @@ impl RenderError {
             | RenderError::ForbiddenReference { app, .. }
             | RenderError::Kustomize { app, .. }
             | RenderError::Output { app, .. }
+            | RenderError::Component { app, .. }
             | RenderError::Io { app, .. } => Some(app),
         }
     }

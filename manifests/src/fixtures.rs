@@ -602,7 +602,8 @@ const MODERN_FILES: &[(&str, &str)] = &[
 ];
 
 /// The entries of the modern fixture's `example/kustomization.yaml` (`resources`, then
-/// `components`) as KfDef applications: (application name, path in the repository). The mesh's
+/// `components`) as KfDef applications: (application name, path in the repository). The
+/// Component ([`MODERN_EXAMPLE_COMPONENT`]) is applied to the mesh's install (`componentOf`). The mesh's
 /// are not named `istio-crds`/`istio-install`: at a Kubeflow version the built-in Istio ships,
 /// applications named like its own are installed from its release, not from the package.
 pub const MODERN_EXAMPLE_APPLICATIONS: &[(&str, &str)] = &[
@@ -614,6 +615,9 @@ pub const MODERN_EXAMPLE_APPLICATIONS: &[(&str, &str)] = &[
     ("web", "apps/web/upstream/overlays/istio"),
     ("strict-mtls", "common/mesh/components/strict-mtls"),
 ];
+
+/// The modern example's Component and the application the KfDef applies it to (`componentOf`).
+pub const MODERN_EXAMPLE_COMPONENT: (&str, &str) = ("strict-mtls", "mesh-install");
 
 /// Writes the modern fixture repository ([`MODERN_FILES`]) into `dir`.
 pub fn write_modern_repo(dir: &Path) {
@@ -839,7 +843,13 @@ spec:
 pub fn modern_example_kfdef(uri: &str, namespace: &str) -> KfDef {
     let applications: Vec<serde_json::Value> = MODERN_EXAMPLE_APPLICATIONS
         .iter()
-        .map(|(name, path)| serde_json::json!({"name": name, "kustomizeConfig": {"repoRef": {"name": "manifests", "path": path}}}))
+        .map(|(name, path)| {
+            let mut config = serde_json::json!({"repoRef": {"name": "manifests", "path": path}});
+            if *name == MODERN_EXAMPLE_COMPONENT.0 {
+                config["componentOf"] = serde_json::json!(MODERN_EXAMPLE_COMPONENT.1);
+            }
+            serde_json::json!({"name": name, "kustomizeConfig": config})
+        })
         .collect();
     serde_json::from_value(serde_json::json!({
         "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef",

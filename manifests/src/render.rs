@@ -60,6 +60,30 @@ pub struct AppSpec {
     /// The kustomize release its repository asks for; unset: chosen from the package
     /// ([`refs::check`] reports the first field kustomize v3.1.0 does not know).
     pub kustomize: Option<KustomizeRelease>,
+    /// `(application, path)` of the `kind: Component` packages of the same repository applied
+    /// to this one (their `componentOf`), in KfDef order: built with it, as upstream's example
+    /// lists them under `components:`.
+    pub components: Vec<(String, String)>,
+}
+
+/// Which application each application is a Component of: for each `(name, componentOf,
+/// repository)` in KfDef order, `Ok(None)` for an application built on its own, `Ok(Some(i))`
+/// for a Component applied to application `i`, or why it cannot be. The target is the first
+/// application of that name; it must come from the same repository and not be a Component itself.
+pub fn component_targets(apps: &[(&str, Option<&str>, &str)]) -> Vec<Result<Option<usize>, String>> {
+    apps.iter()
+        .map(|(name, component_of, repo)| {
+            let Some(target) = component_of else { return Ok(None) };
+            let found = apps.iter().position(|(other, _, _)| other == target);
+            match found.map(|i| (i, &apps[i])) {
+                None => Err(format!("componentOf names application {target:?}, which this KfDef's generic applications do not include (one a built-in component installs cannot take a Component)")),
+                Some((_, (other, _, _))) if other == name => Err("componentOf names the application itself".to_string()),
+                Some((_, (_, Some(_), _))) => Err(format!("componentOf names application {target:?}, itself a Component: a Component applies to an application built on its own")),
+                Some((_, (_, _, other_repo))) if other_repo != repo => Err(format!("componentOf names application {target:?}, of another repository: a Component applies to an application of its own repository")),
+                Some((i, _)) => Ok(Some(i)),
+            }
+        })
+        .collect()
 }
 
 impl AppSpec {
@@ -77,6 +101,7 @@ impl AppSpec {
             overlays: cfg.map(|c| c.overlays.clone()).unwrap_or_default(),
             parameters: cfg.map(|c| c.parameters.clone()).unwrap_or_default(),
             kustomize: None,
+            components: Vec::new(),
         };
         Ok((spec, repo_ref.name.clone()))
     }
@@ -266,6 +291,7 @@ impl Renderer {
     fn choose(app: &AppSpec, build: &Build) -> (KustomizeRelease, String) {
         match (app.kustomize, build) {
             (Some(release), _) => (release, "the repository's kustomize field".to_string()),
+            (None, _) if !app.components.is_empty() => (KustomizeRelease::V5, "Components are applied to it (componentOf), which kustomize v3.1.0 cannot build".to_string()),
             (None, Build::Upstream) => (KustomizeRelease::V5, "kubeflow/manifests' layout (Kubeflow 1.3 and later), built as upstream builds it".to_string()),
             (None, Build::Kfctl(Some((file, what)))) => (KustomizeRelease::V5, format!("{} uses {what}", file.display())),
             (None, Build::Kfctl(None)) => (KustomizeRelease::V3, "kfctl's release: nothing in the package needs a newer one".to_string()),
@@ -303,11 +329,39 @@ impl Renderer {
         let mut fetched: BTreeMap<String, FetchedRepo> = BTreeMap::new();
         let mut seen = std::collections::BTreeSet::new();
         let mut out = Vec::new();
-        for app in &kfdef.spec.applications {
+        let specs = kfdef.spec.applications.iter().map(AppSpec::from_application).collect::<Result<Vec<_>, _>>()?;
+        let links: Vec<(&str, Option<&str>, &str)> = kfdef
+            .spec
+            .applications
+            .iter()
+            .zip(&specs)
+            .map(|(app, (_, repo))| (app.name.as_str(), app.kustomize_config.as_ref().and_then(|c| c.component_of.as_deref()), repo.as_str()))
+            .collect();
+        let mut components: BTreeMap<usize, Vec<(String, String)>> = BTreeMap::new();
+        for (index, target) in component_targets(&links).into_iter().enumerate() {
+            match target {
+                Ok(None) => {}
+                Ok(Some(target)) => components.entry(target).or_default().push((specs[index].0.name.clone(), specs[index].0.path.clone())),
+                Err(reason) => return Err(RenderError::Component { app: specs[index].0.name.clone(), reason }),
+            }
+        }
+        for (index, app) in kfdef.spec.applications.iter().enumerate() {
             if !seen.insert(app.name.clone()) {
                 continue;
             }
-            let (mut spec, repo_name) = AppSpec::from_application(app)?;
+            let (mut spec, repo_name) = specs[index].clone();
+            if let Some(target) = links[index].1 {
+                // Built with its application: nothing of its own.
+                out.push(RenderedApp {
+                    name: spec.name,
+                    objects: Vec::new(),
+                    warnings: vec![format!("a Component applied to application {target:?} (componentOf): built with it")],
+                    conversions: Vec::new(),
+                    kustomize: (KustomizeRelease::V5, format!("built with application {target:?}")),
+                });
+                continue;
+            }
+            spec.components = components.remove(&index).unwrap_or_default();
             if !fetched.contains_key(&repo_name) {
                 let repo = kfdef
                     .spec
@@ -468,6 +522,7 @@ fn prepare(
         }
         let newer = refs::check(&dir, std::slice::from_ref(&root)).map_err(forbidden)?;
         let dir = wrap_component(work, dir, &mut warnings).map_err(io(&app.name, "wrapping the Component"))?;
+        let dir = with_components(&root, work, dir, app)?;
         return Ok((dir, warnings, if upstream { Build::Upstream } else { Build::Kfctl(newer) }));
     }
 
@@ -489,7 +544,39 @@ fn prepare(
     }
     let newer = refs::check(&pkg, &roots).map_err(forbidden)?;
     let pkg = wrap_component(work, pkg, &mut warnings).map_err(io(&app.name, "wrapping the Component"))?;
+    let pkg = with_components(&roots[1], work, pkg, app)?;
     Ok((pkg, warnings, Build::Kfctl(newer)))
+}
+
+/// The directory to build for package `dir` with the Components applied to it (`app.components`):
+/// `dir` itself when there are none, else a Kustomization in the work directory listing `dir`
+/// under `resources` and each Component under `components`, as upstream's example lists them.
+/// Each Component is checked as a package is: inside the repository at `root`, no reference
+/// leaving it, and a `kind: Component`.
+fn with_components(root: &Path, work: &Path, dir: PathBuf, app: &AppSpec) -> Result<PathBuf, RenderError> {
+    if app.components.is_empty() {
+        return Ok(dir);
+    }
+    let wrapper = work.join("with-components");
+    std::fs::create_dir_all(&wrapper).map_err(io(&app.name, "creating a work directory"))?;
+    let link = |target: &Path, name: &str| std::os::unix::fs::symlink(target, wrapper.join(name)).map_err(io(&app.name, "linking a package into the work directory"));
+    link(&dir, "application")?;
+    let mut listed = Vec::new();
+    for (index, (component, path)) in app.components.iter().enumerate() {
+        let spec = AppSpec { name: component.clone(), path: path.clone(), ..AppSpec::default() };
+        let (_, rel) = package_dir(root, &spec)?;
+        let package = root.join(rel);
+        refs::check(&package, &[root.to_path_buf()]).map_err(|(file, reference, reason)| RenderError::ForbiddenReference { app: component.clone(), file: file.display().to_string(), reference, reason })?;
+        if !refs::is_component(&package) {
+            return Err(RenderError::Component { app: component.clone(), reason: format!("componentOf is set, but {path} is not a kind: Component") });
+        }
+        let name = format!("component-{index}");
+        link(&package, &name)?;
+        listed.push(name);
+    }
+    let kustomization = format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [application]\ncomponents: [{}]\n", listed.join(", "));
+    std::fs::write(wrapper.join("kustomization.yaml"), kustomization).map_err(io(&app.name, "writing the Components' kustomization"))?;
+    Ok(wrapper)
 }
 
 /// The directory to build for package `dir`: itself, or, for a `kind: Component` (an entry of
@@ -727,5 +814,34 @@ mod yaml_tests {
         assert!(text.contains(r#""clusterRbacConfig": "ON""#) && text.contains(r#""enabled": "yes""#), "{text}");
         let back: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
         assert_eq!(back, [config]);
+    }
+}
+
+#[cfg(test)]
+mod component_tests {
+    use super::component_targets;
+
+    #[test]
+    fn a_component_applies_to_an_application_of_its_repository_built_on_its_own() {
+        let apps = [
+            ("profiles-pss", None, "manifests"),
+            ("pss-restricted", Some("profiles-pss"), "manifests"),
+            ("missing", Some("pipeline"), "manifests"),
+            ("itself", Some("itself"), "manifests"),
+            ("chained", Some("pss-restricted"), "manifests"),
+            ("elsewhere", Some("profiles-pss"), "other"),
+            ("later", Some("dashboard"), "manifests"),
+            ("dashboard", None, "manifests"),
+        ];
+        let targets = component_targets(&apps);
+        assert_eq!(targets[0], Ok(None));
+        assert_eq!(targets[1], Ok(Some(0)));
+        assert!(targets[2].as_ref().unwrap_err().contains("\"pipeline\", which this KfDef's generic applications do not include"), "{:?}", targets[2]);
+        assert!(targets[3].as_ref().unwrap_err().contains("itself"), "{:?}", targets[3]);
+        assert!(targets[4].as_ref().unwrap_err().contains("itself a Component"), "{:?}", targets[4]);
+        assert!(targets[5].as_ref().unwrap_err().contains("another repository"), "{:?}", targets[5]);
+        // Upstream's example lists components after every resource: a later application is fine.
+        assert_eq!(targets[6], Ok(Some(7)));
+        assert_eq!(targets[7], Ok(None));
     }
 }

@@ -209,7 +209,7 @@ async fn namespace_parameter_overrides_the_kfdef_namespace() {
             name: "namespace".into(),
             value: "istio-system".into(),
         }],
-        kustomize: None,
+        ..AppSpec::default()
     };
     let rendered = env
         .renderer
@@ -733,7 +733,7 @@ async fn a_package_shaped_like_current_kubeflow_manifests_renders_with_kustomize
 /// A KfDef whose applications are the entries of the modern example's kustomization
 /// (`resources` and `components`) renders, application by application, the objects upstream's
 /// `kustomize build example` renders — none missing, none extra, same namespaces — although the
-/// KfDef lives in another namespace; the Component renders on its own, with a warning saying so.
+/// KfDef lives in another namespace; the Component is built with the application it applies to.
 #[tokio::test]
 async fn the_entries_of_the_modern_example_render_what_kustomize_builds_of_it() {
     let env = env(true).await;
@@ -753,10 +753,22 @@ async fn the_entries_of_the_modern_example_render_what_kustomize_builds_of_it() 
     expected.sort();
     assert_eq!(rendered, expected);
 
+    // The Component is built with the application it applies to (componentOf), as the example
+    // builds it with the rest: its PeerAuthentication is the mesh install's.
+    let component = apps.iter().find(|a| a.name == "strict-mtls").unwrap();
+    assert!(component.objects.is_empty());
+    assert!(component.warnings.iter().any(|w| w.contains("applied to application \"mesh-install\"")), "{:?}", component.warnings);
+    let mesh = apps.iter().find(|a| a.name == "mesh-install").unwrap();
+    assert!(summary(&mesh.objects).contains(&("PeerAuthentication".to_string(), "default".to_string(), "demo-mesh".to_string())), "{:?}", summary(&mesh.objects));
+    assert!(apps.iter().filter(|a| a.name != "strict-mtls").all(|a| a.warnings.is_empty()), "only the Component is told");
+
+    // Without componentOf, a Component is built on its own, with a warning saying so.
+    let mut alone = kfdef.clone();
+    alone.spec.applications.iter_mut().find(|a| a.name == "strict-mtls").unwrap().kustomize_config.as_mut().unwrap().component_of = None;
+    let apps = env.renderer.render_kfdef(&env.cache, &alone).await.unwrap();
     let component = apps.iter().find(|a| a.name == "strict-mtls").unwrap();
     assert_eq!(summary(&component.objects), owned(&[("PeerAuthentication", "default", "demo-mesh")]));
     assert!(component.warnings.iter().any(|w| w.contains("a Component, built on its own")), "{:?}", component.warnings);
-    assert!(apps.iter().filter(|a| a.name != "strict-mtls").all(|a| a.warnings.is_empty()), "only the Component is warned about");
 }
 
 /// kfctl's namespace rewrite is kfctl's alone. A package that kustomize v3.1.0 could build (no

@@ -129,6 +129,47 @@ async fn every_application_of_kubeflow_1_10_2_renders_what_upstream_renders() {
     }
 }
 
+/// A Component of the release applied to an application (`componentOf`), as upstream's
+/// `example/kustomization.yaml` lists one under `components:`: v1.10.2's restricted Pod Security
+/// Standard (`experimental/security/PSS/dynamic/restricted`, a `kind: Component` merging into the
+/// profile controller's `namespace-labels-data`) applied to `profiles-pss`. What we render for
+/// `profiles-pss` is, object for object, what kustomize itself builds from a kustomization listing
+/// that application under `resources` and the Component under `components`.
+#[tokio::test]
+async fn a_component_applied_to_an_application_renders_as_upstreams_example_lists_it() {
+    let mut release = release("kfdef-1.10.2.yaml", "manifests-1.10.2.tar.gz").await;
+    let component = "experimental/security/PSS/dynamic/restricted";
+    let mut pss: kubeflow_crds::kfdef::Application = serde_yaml_ng::from_str(&format!(
+        "{{name: pss-restricted, kustomizeConfig: {{repoRef: {{name: manifests, path: {component}}}, componentOf: profiles-pss}}}}"
+    ))
+    .unwrap();
+    // Listed after every application, as upstream lists components after every resource.
+    release.kfdef.spec.applications.push(pss.clone());
+    let apps = release.renderer.render_kfdef(&release.cache, &release.kfdef).await.unwrap();
+    let profiles = apps.iter().find(|a| a.name == "profiles-pss").unwrap();
+    let restricted = apps.iter().find(|a| a.name == "pss-restricted").unwrap();
+    assert!(restricted.objects.is_empty(), "a Component is not built on its own");
+    // Upstream's way: a kustomization with the application and the Component, built by kustomize.
+    let example = release.root.join("example-with-component");
+    std::fs::create_dir_all(&example).unwrap();
+    std::fs::write(example.join("kustomization.yaml"), format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../applications/profiles/pss\ncomponents:\n- ../{component}\n")).unwrap();
+    let upstream = upstream_build_path(&release, "example-with-component", KustomizeRelease::V5).await;
+    assert_eq!(values(profiles), upstream);
+    // The Component changed something: the application alone renders otherwise.
+    let alone = upstream_build(&release, "profiles-pss", KustomizeRelease::V5).await;
+    assert_ne!(values(profiles), alone, "the Component changed nothing");
+    // Every other application renders as before.
+    for app in apps.iter().filter(|a| a.name != "profiles-pss" && a.name != "pss-restricted").take(3) {
+        assert_eq!(values(app), upstream_build(&release, &app.name, KustomizeRelease::V5).await, "{}", app.name);
+    }
+    // A Component of an application the KfDef does not have is refused, naming both.
+    pss.kustomize_config.as_mut().unwrap().component_of = Some("no-such-application".into());
+    release.kfdef.spec.applications.pop();
+    release.kfdef.spec.applications.push(pss);
+    let error = release.renderer.render_kfdef(&release.cache, &release.kfdef).await.unwrap_err().to_string();
+    assert!(error.contains("pss-restricted") && error.contains("no-such-application"), "{error}");
+}
+
 /// kfctl's own v1.2.0 KfDef (stacks: `kubeflow-apps`) over the v1.2.0 release: every application
 /// renders with kustomize v3.1.0, kfctl's release — `kubeflow-apps` included, whose
 /// `jupyter-web-app` kustomization names `commonLabels` twice (the last one wins, as kustomize

@@ -181,7 +181,10 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
     let mut undecided: Option<(ComponentKind, String)> = None;
     let mut after_undecided: BTreeMap<ComponentKind, (ComponentKind, String)> = BTreeMap::new();
     for app in &kfdef.spec.applications {
-        let component = installer(&app.name, &kubeflow, catalog);
+        // A Component is built with the application it applies to, which only the generic
+        // component renders from its package (it says so when that application is not its own).
+        let is_component = app.kustomize_config.as_ref().is_some_and(|c| c.component_of.is_some());
+        let component = if is_component { ComponentKind::GENERIC } else { installer(&app.name, &kubeflow, catalog) };
         // (A component that has not announced waits for that itself.)
         let not_announced = component != ComponentKind::GENERIC && matches!(catalog.version_for(component, &kubeflow), Err(Unresolved::NotAnnounced { .. }));
         if let Some(first) = &undecided
@@ -204,6 +207,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             parameters: config.parameters,
             repo_sha256: repo.and_then(|r| r.sha256.clone()),
             repo_kustomize: repo.and_then(|r| r.kustomize),
+            component_of: config.component_of,
         });
         applications.push(ApplicationStatus { name: app.name.clone(), component: Some(component.name().into()), state: "Pending".into(), ..Default::default() });
     }

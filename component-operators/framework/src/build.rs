@@ -23,9 +23,14 @@ pub const OWNER_ANNOTATION: &str = "components.kubeflow.org/owner";
 pub const APPLICATION_ANNOTATION: &str = "components.kubeflow.org/application";
 /// Annotation (`"true"`) marking, in a component's manifest, a cluster-wide object every install
 /// of the component shares, as it shares its CRDs (e.g. Kubeflow's aggregated `kubeflow-admin`
-/// roles, which keep their upstream names): it names no owner, any install applies it, and it is
-/// retained when an install goes (removed with the CRDs by `crdRemovalPolicy: Delete`).
+/// roles, which keep their upstream names): it names no owner, any install applies it and records
+/// itself on it ([`USER_ANNOTATION_PREFIX`]), and the last install to go deletes it.
 pub const SHARED_ANNOTATION: &str = "components.kubeflow.org/shared";
+/// Prefix of the annotations by which each install using a shared object (see
+/// [`SHARED_ANNOTATION`]) records itself: key [`user_key`], value [`user_value`]. Each install
+/// applies its own with a field manager of its own ([`user_field_manager`]), so one install's
+/// apply never drops another's; the last user to go deletes the object.
+pub const USER_ANNOTATION_PREFIX: &str = "used-by.components.kubeflow.org/";
 /// Annotation (`<namespace>/<name>` of a component resource) by which whoever manages an existing
 /// object hands it over to that resource: the resource then applies it as its own (and may later
 /// prune or delete it). Without it (or the resource's `spec.adoptExisting`), an object someone
@@ -111,6 +116,49 @@ pub fn shared_by_installs(info: &kinds::KindInfo, object: &Value) -> bool {
     info.is_crd() || object["metadata"]["annotations"][SHARED_ANNOTATION] == "true"
 }
 
+/// Whether `object` is shared by the installs that record themselves on it ([`USER_ANNOTATION_PREFIX`]):
+/// marked [`SHARED_ANNOTATION`] and not a CRD (CRDs stay until `crdRemovalPolicy: Delete`).
+pub fn tracks_users(info: &kinds::KindInfo, object: &Value) -> bool {
+    !info.is_crd() && object["metadata"]["annotations"][SHARED_ANNOTATION] == "true"
+}
+
+/// The key of the annotation by which the resource `owner` of `component` records its use of a
+/// shared object: a SHA-256 of both, as a resource's name does not fit an annotation key (and a
+/// tenant cannot choose a name whose key is another install's).
+pub fn user_key(component: &str, owner: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(user_value(component, owner).as_bytes());
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("{USER_ANNOTATION_PREFIX}{hex}")
+}
+
+/// The value of [`user_key`]: `<component>/<namespace>/<name>`, which names the resource.
+pub fn user_value(component: &str, owner: &str) -> String {
+    format!("{component}/{owner}")
+}
+
+/// The field manager with which the resource `owner` of `component` applies shared objects, so
+/// that its user annotation is its own (see [`USER_ANNOTATION_PREFIX`]).
+pub fn user_field_manager(field_manager: &str, component: &str, owner: &str) -> String {
+    let key = user_key(component, owner);
+    format!("{field_manager}-{}", &key[USER_ANNOTATION_PREFIX.len()..])
+}
+
+/// The installs recorded on a shared object, `(component, "namespace/name")`, but for `except`
+/// (a [`user_key`]); annotations whose key is not the hash of their value are not users (written
+/// by hand, or by someone pretending to be one).
+pub fn users(live: &Value, except: Option<&str>) -> Vec<(String, String)> {
+    let Some(annotations) = live["metadata"]["annotations"].as_object() else { return Vec::new() };
+    annotations
+        .iter()
+        .filter(|(key, _)| key.starts_with(USER_ANNOTATION_PREFIX) && Some(key.as_str()) != except)
+        .filter_map(|(key, value)| {
+            let (component, owner) = value.as_str()?.split_once('/')?;
+            (user_key(component, owner) == *key && owner.contains('/')).then(|| (component.to_string(), owner.to_string()))
+        })
+        .collect()
+}
+
 /// Shared CRDs: the newest release any install in the cluster uses wins, and a CRD is never moved
 /// back. Whether the live CRD was applied by a release of `C` newer than `version` (or by one this
 /// operator does not know, which can only be newer), so an install at `version` leaves it alone.
@@ -178,6 +226,11 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
         manifest::normalize_secret(object);
         let hash = manifest::content_hash(object);
         object["metadata"]["annotations"][HASH_ANNOTATION] = json!(hash);
+        // After the hash: installs at one release apply one hash, and differ only in their own key.
+        let component = C::Resource::COMPONENT.name();
+        if kinds::lookup_for(&owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).is_some_and(|info| tracks_users(info, object)) {
+            object["metadata"]["annotations"][user_key(component, &owner)] = json!(user_value(component, &owner));
+        }
     }
     objects.sort_by_key(|o| kinds::lookup_for(&owner, o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap()).map_or(u8::MAX, |k| k.rank));
     Ok(objects)
@@ -331,6 +384,39 @@ mod tests {
         assert!(made_by(&object(json!({PART_OF_LABEL: "profiles"}), json!({SHARED_ANNOTATION: "true"})), role, "profiles", "team/profiles"));
         assert!(!made_by(&object(json!({PART_OF_LABEL: "profiles"}), json!({SHARED_ANNOTATION: "true"})), role, "katib", "team/katib"), "another component's");
         assert!(!made_by(&object(json!({PART_OF_LABEL: "profiles"}), json!({OWNER_ANNOTATION: "other/profiles"})), role, "profiles", "team/profiles"));
+    }
+
+    #[test]
+    fn a_shared_objects_users_are_the_annotations_whose_key_is_the_hash_of_their_value() {
+        let (alice, bob) = (user_key("kfserving", "alice/kserve"), user_key("kfserving", "bob/kserve"));
+        assert_ne!(alice, bob);
+        assert_ne!(alice, user_key("katib", "alice/kserve"), "the component is part of the key");
+        // An annotation key's name part: at most 63 characters.
+        let name = alice.strip_prefix(USER_ANNOTATION_PREFIX).unwrap();
+        assert!(name.len() <= 63 && name.chars().all(|c| c.is_ascii_hexdigit()), "{name}");
+        assert!(user_field_manager("kubeflow-kfserving-operator", "kfserving", "alice/kserve").len() <= 128);
+        assert_ne!(user_field_manager("m", "kfserving", "alice/kserve"), user_field_manager("m", "kfserving", "bob/kserve"));
+        let live = object(
+            json!({PART_OF_LABEL: "kfserving"}),
+            json!({
+                SHARED_ANNOTATION: "true",
+                alice.clone(): "kfserving/alice/kserve",
+                bob.clone(): "kfserving/bob/kserve",
+                // Forged: a key that is not the hash of its value, a value that names no resource.
+                format!("{USER_ANNOTATION_PREFIX}0123"): "kfserving/mallory/kserve",
+                user_key("kfserving", "nobody"): "kfserving/nobody",
+            }),
+        );
+        let named = |except: Option<&str>| users(&live, except).into_iter().map(|(c, o)| format!("{c}/{o}")).collect::<Vec<_>>();
+        let mut all = named(None);
+        all.sort();
+        assert_eq!(all, ["kfserving/alice/kserve", "kfserving/bob/kserve"]);
+        assert_eq!(named(Some(&alice)), ["kfserving/bob/kserve"]);
+        let role = kinds::lookup("rbac.authorization.k8s.io/v1", "ClusterRole").unwrap();
+        assert!(tracks_users(role, &live));
+        let crd = kinds::lookup("apiextensions.k8s.io/v1", "CustomResourceDefinition").unwrap();
+        assert!(!tracks_users(crd, &live), "CRDs stay until crdRemovalPolicy: Delete");
+        assert!(!tracks_users(role, &object(json!({PART_OF_LABEL: "kfserving"}), json!({}))));
     }
 
     #[test]

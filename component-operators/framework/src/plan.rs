@@ -152,7 +152,13 @@ pub async fn compute(client: &Client, component: ComponentKind, owner: &str, ado
             continue;
         }
         let shared = crate::build::shared_by_installs(info, &live);
-        if info.is_shared() || (shared && !rules.delete_crds) {
+        let others = crate::build::users(&live, Some(&crate::build::user_key(component.name(), owner)));
+        if crate::build::tracks_users(info, &live) && !others.is_empty() {
+            let names: Vec<String> = others.iter().map(|(component, owner)| format!("{component} {owner}")).collect();
+            plan.record(application, PlanList::Keep, format!("{} (also used by {})", describe(&live), names.join(", ")));
+        } else if crate::build::tracks_users(info, &live) {
+            plan.record(application, PlanList::Prune, describe(&live));
+        } else if info.is_shared() || (shared && !rules.delete_crds) {
             plan.record(application, PlanList::Keep, format!("{} (retained: removing it is an explicit opt-in)", describe(&live)));
         } else if info.holds_data() {
             plan.record(application, PlanList::Keep, format!("{} (holds data: never pruned; delete it yourself once migrated)", describe(&live)));

@@ -205,6 +205,9 @@ impl<C: Component> Context<C> {
     /// Whether `live` names, in its labels and owner annotation, a component resource that no
     /// longer exists (deleted while its operator could not clean up): nobody's, so it is adopted.
     async fn orphan(&self, live: &Value) -> Result<bool, kube::Error> {
+        if live["metadata"]["annotations"][build::SHARED_ANNOTATION] == "true" && live["metadata"]["annotations"][OWNER_ANNOTATION].is_null() {
+            return self.abandoned_shared(live).await;
+        }
         let component = live["metadata"]["labels"][PART_OF_LABEL].as_str().and_then(|c| c.parse::<kubeflow_crds::component::ComponentKind>().ok());
         let owner = live["metadata"]["annotations"][OWNER_ANNOTATION].as_str().and_then(|o| o.split_once('/'));
         let (Some(component), Some((namespace, name))) = (component, owner) else { return Ok(false) };
@@ -216,12 +219,119 @@ impl<C: Component> Context<C> {
         }
     }
 
+    /// Whether no install uses the shared object `live` any more: none of the installs recorded on
+    /// it exists, or, for one that records nobody (applied before installs recorded themselves),
+    /// no resource of its component exists anywhere.
+    async fn abandoned_shared(&self, live: &Value) -> Result<bool, kube::Error> {
+        if !build::users(live, None).is_empty() {
+            return Ok(self.existing_users(live, None).await?.is_empty());
+        }
+        let Some(component) = live["metadata"]["labels"][PART_OF_LABEL].as_str().and_then(|c| c.parse::<kubeflow_crds::component::ComponentKind>().ok()) else {
+            return Ok(false);
+        };
+        match Api::<DynamicObject>::all_with(self.client.clone(), &component.api_resource()).list_metadata(&kube::api::ListParams::default().limit(1)).await {
+            Ok(found) => Ok(found.items.is_empty()),
+            Err(kube::Error::Api(status)) if status.code == 403 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The installs recorded on the shared object `live` (but `except`, a [`build::user_key`])
+    /// whose resource still exists; one the operator may not look up counts as existing.
+    async fn existing_users(&self, live: &Value, except: Option<&str>) -> Result<Vec<String>, kube::Error> {
+        let mut existing = Vec::new();
+        for (component, owner) in build::users(live, except) {
+            let (Ok(kind), Some((namespace, name))) = (component.parse::<kubeflow_crds::component::ComponentKind>(), owner.split_once('/')) else { continue };
+            match Api::<DynamicObject>::namespaced_with(self.client.clone(), namespace, &kind.api_resource()).get_opt(name).await {
+                Ok(None) => {}
+                Ok(Some(_)) => existing.push(build::user_value(&component, &owner)),
+                Err(kube::Error::Api(status)) if status.code == 403 => existing.push(build::user_value(&component, &owner)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(existing)
+    }
+
+    /// Takes the aggregation rule off every aggregated ClusterRole among `targets` that `owner` is
+    /// the last user of, before any of them is deleted. Kubernetes' aggregation controller
+    /// re-applies the rules of every aggregated ClusterRole when any ClusterRole changes, from a
+    /// cache that can still hold one just deleted: deleting `kubeflow-admin`, then `kubeflow-edit`,
+    /// then `kubeflow-view` made it create an empty `kubeflow-view` again, which nobody owns and
+    /// which the next install would refuse to write over. A role without the rule is not synced.
+    async fn quiet_aggregations(&self, installer: &Installer, targets: &[(&KindInfo, &InventoryEntry)], owner: &str) -> Result<(), (String, kube::Error)> {
+        let key = build::user_key(C::Resource::COMPONENT.name(), owner);
+        for (info, entry) in targets.iter().filter(|(info, _)| info.kind == "ClusterRole") {
+            let api = info.api(installer.client(), None);
+            let live = match api.get_opt(&entry.name).await {
+                Ok(Some(live)) => serde_json::to_value(live).expect("objects serialise"),
+                Ok(None) => continue,
+                Err(kube::Error::Api(status)) if status.code == 403 => continue,
+                Err(e) => return Err((describe(info, entry), e)),
+            };
+            let ours = build::tracks_users(info, &live) && build::made_by(&live, info, C::Resource::COMPONENT.name(), owner);
+            if !ours || live["aggregationRule"].is_null() || !self.existing_users(&live, Some(&key)).await.map_err(|e| (describe(info, entry), e))?.is_empty() {
+                continue;
+            }
+            let patch = json!({"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]}, "aggregationRule": null});
+            match api.patch(&entry.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                // Changed since (another install recorded itself): the delete decides again.
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if [403, 404, 409].contains(&status.code) => {}
+                Err(e) => return Err((describe(info, entry), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the use `owner` of this component makes of the shared object `live`: deleted when no
+    /// other existing install uses it, else only the owner's user annotation goes. Both writes are
+    /// conditional on the resourceVersion read, so two installs going at once cannot each leave it
+    /// to the other; a conflict reads it again.
+    async fn release_shared(&self, deleter: &Api<DynamicObject>, mut live: Value, owner: &str) -> Result<Released, kube::Error> {
+        let key = build::user_key(C::Resource::COMPONENT.name(), owner);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let name = live["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let resource_version = live["metadata"]["resourceVersion"].as_str().map(String::from);
+            let others = self.existing_users(&live, Some(&key)).await?;
+            let written = if others.is_empty() {
+                let uid = live["metadata"]["uid"].as_str().map(String::from);
+                let delete = DeleteParams { preconditions: Some(Preconditions { uid, resource_version }), ..DeleteParams::background() };
+                deleter.delete(&name, &delete).await.map(|_| Released::Deleted)
+            } else if live["metadata"]["annotations"][&key].is_null() {
+                return Ok(Released::UsedBy(others));
+            } else {
+                let patch = json!({"metadata": {"resourceVersion": resource_version, "annotations": {&key: null}}});
+                deleter.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| Released::UsedBy(others))
+            };
+            match written {
+                Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Released::Gone),
+                Err(kube::Error::Api(status)) if status.code == 409 && attempts < 5 => match deleter.get_opt(&name).await? {
+                    Some(again) => live = serde_json::to_value(again).expect("objects serialise"),
+                    None => return Ok(Released::Gone),
+                },
+                other => return other,
+            }
+        }
+    }
+
     async fn event(&self, resource: &C::Resource, type_: EventType, reason: &str, note: String) {
         let event = operator_runtime::event(type_, reason, note, "Reconcile");
         if let Err(e) = self.recorder.publish(&event, &resource.object_ref(&())).await {
             warn!(error = %e, "cannot publish event");
         }
     }
+}
+
+/// What became of a shared object an install stopped using ([`Context::release_shared`]).
+#[derive(Debug)]
+enum Released {
+    /// Its last user went: deleted.
+    Deleted,
+    /// Other installs still use it (named): only this one's record went.
+    UsedBy(Vec<String>),
+    Gone,
 }
 
 fn backoff_key<K: ResourceExt>(resource: &K) -> String {
@@ -744,7 +854,10 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
                         None => {}
                     }
                 }
-                let (api, params, what, name) = (&api, &params, &what, entry.name.as_str());
+                // A shared object is applied with this install's own field manager, so its user
+                // annotation stays when another install applies the object (build::USER_ANNOTATION_PREFIX).
+                let own_params = build::tracks_users(info, desired).then(|| PatchParams::apply(&build::user_field_manager(&ctx.field_manager, component, &owner)).force());
+                let (api, params, what, name) = (&api, own_params.as_ref().unwrap_or(&params), &what, entry.name.as_str());
                 let apply = move |retiring: Vec<String>| {
                     let object = handover::with_retiring(desired, &retiring);
                     async move { api.patch(name, params, &Patch::Apply(&object)).await.map_err(|source| Error::Apply { object: what.clone(), source }) }
@@ -846,6 +959,7 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
         let note = format!("kept {}: no longer rendered, but it holds data; delete it yourself once its data is migrated", names.join(", "));
         ctx.event(resource, EventType::Normal, "DataKept", note).await;
     }
+    ctx.quiet_aggregations(installer, &targets, &owner).await.map_err(|(object, source)| Error::Prune { object, source })?;
     let mut kept = Vec::new();
     // Objects the installer may not read or delete (e.g. its rights went with a namespace being
     // deleted): left, named in an Event, never retried forever.
@@ -869,6 +983,17 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
             },
         };
         let Some(live) = live else { continue };
+        // Shared by the installs recorded on it: the last one to go deletes it.
+        if build::tracks_users(info, &live) && build::made_by(&live, info, component, &owner) {
+            match ctx.release_shared(&deleter, live, &owner).await {
+                Ok(Released::Deleted) => info!(object = %what, "deleted (its last user)"),
+                Ok(Released::UsedBy(others)) => info!(object = %what, users = ?others, "kept: other installs use it"),
+                Ok(Released::Gone) => {}
+                Err(kube::Error::Api(status)) if status.code == 403 => denied.push(format!("{what} ({})", status.message)),
+                Err(source) => return Err(Error::Prune { object: what, source }),
+            }
+            continue;
+        }
         // Shared by every install, like the CRDs: they stay unless the CRDs go too.
         if build::shared_by_installs(info, &live) && policy != CrdRemovalPolicy::Delete {
             continue;

@@ -776,6 +776,33 @@ mod tests {
         }
     }
 
+    /// Two installs at one release apply a shared runtime with the same content hash (so neither
+    /// re-applies over the other) and each records only itself on it.
+    #[test]
+    fn installs_of_one_release_record_themselves_on_shared_runtimes() {
+        let render = |namespace: &str| desired_objects::<KFServingComponent>(&kfserving_in("kfserving", namespace, json!({"version": "v0.15.2"})), &Inputs::default()).unwrap();
+        let (team, other) = (render("team"), render("other"));
+        let (ours, theirs) = (find(&team, "ClusterServingRuntime", "kserve-sklearnserver"), find(&other, "ClusterServingRuntime", "kserve-sklearnserver"));
+        let hash = "components.kubeflow.org/applied-hash";
+        assert_eq!(ours["metadata"]["annotations"][hash], theirs["metadata"]["annotations"][hash]);
+        let recorded = |runtime: &Value| -> Vec<(String, String)> {
+            runtime["metadata"]["annotations"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| k.starts_with("used-by.components.kubeflow.org/"))
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect()
+        };
+        let (ours, theirs) = (recorded(ours), recorded(theirs));
+        assert_eq!(ours.iter().map(|(_, v)| v.as_str()).collect::<Vec<_>>(), ["kfserving/team/kfserving"]);
+        assert_eq!(theirs.iter().map(|(_, v)| v.as_str()).collect::<Vec<_>>(), ["kfserving/other/kfserving"]);
+        assert_ne!(ours[0].0, theirs[0].0, "one key per install");
+        // Objects of one install carry no user record.
+        let controller = find(&team, "Deployment", "kserve-controller-manager");
+        assert!(!controller["metadata"]["annotations"].as_object().unwrap().keys().any(|k| k.starts_with("used-by.")));
+    }
+
     #[test]
     fn kserve_cluster_serving_runtimes_are_shared_and_follow_the_release() {
         for (v, sklearn, huggingface) in [
@@ -802,9 +829,13 @@ mod tests {
             // KServe's template placeholders reach the runtime untouched.
             assert_eq!(runtime("kserve-sklearnserver")["spec"]["containers"][0]["args"][0], "--model_name={{.Name}}");
             assert_eq!(runtime("kserve-tensorflow-serving")["spec"]["containers"][0]["securityContext"]["runAsUser"], 1000);
-            // The same for every install at a version.
+            // The same for every install at a version, but for the record of who uses it.
             let elsewhere = desired_objects::<KFServingComponent>(&kfserving_in("other", "ml", json!({"version": v, "targetNamespace": "serving"})), &Inputs::default()).unwrap();
-            assert_eq!(find(&elsewhere, "ClusterServingRuntime", "kserve-torchserve"), &runtime("kserve-torchserve"));
+            let unrecorded = |mut runtime: Value| {
+                runtime["metadata"]["annotations"].as_object_mut().unwrap().retain(|k, _| !k.starts_with("used-by.components.kubeflow.org/"));
+                runtime
+            };
+            assert_eq!(unrecorded(find(&elsewhere, "ClusterServingRuntime", "kserve-torchserve").clone()), unrecorded(runtime("kserve-torchserve")));
         }
         // On OpenShift the restricted SCC assigns the user, in runtimes as in workloads.
         let objects = build(json!({"version": "v0.15.2", "platform": "OpenShift"}));

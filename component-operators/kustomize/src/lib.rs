@@ -72,7 +72,7 @@ pub fn app_spec(index: usize, source: &KustomizeSource) -> Result<(RepoSource, A
     let uri = source.repo_uri.clone().filter(|u| !u.is_empty()).ok_or_else(|| InvalidSpec::new(field(index, "repoUri"), "required: the manifests archive (https://…/archive/<ref>.tar.gz)"))?;
     let path = source.path.clone().filter(|p| !p.is_empty()).ok_or_else(|| InvalidSpec::new(field(index, "path"), "required: the package inside the repository"))?;
     let repo = RepoSource { name: uri.clone(), uri, sha256: source.repo_sha256.clone() };
-    let app = AppSpec { name: source.application.clone(), path, overlays: source.overlays.clone(), parameters: source.parameters.iter().map(|p| NameValue { name: p.name.clone(), value: p.value.clone() }).collect(), kustomize: source.repo_kustomize };
+    let app = AppSpec { name: source.application.clone(), path, overlays: source.overlays.clone(), parameters: source.parameters.iter().map(|p| NameValue { name: p.name.clone(), value: p.value.clone() }).collect(), kustomize: source.repo_kustomize, components: Vec::new() };
     Ok((repo, app))
 }
 
@@ -226,8 +226,9 @@ async fn learn_kinds(owner: &str, discovery: Discovery<'_>, objects: &[Value]) -
 
 /// Renders one application: its repository fetched (or taken from the cache), its package built,
 /// objects of removed API versions converted (counted per kind).
-async fn render_source(index: usize, source: &KustomizeSource, repos: &RepoCache, renderer: &Renderer, context: &RenderContext) -> Result<(Vec<Value>, Vec<Conversion>), InvalidSpec> {
-    let (repo, app) = app_spec(index, source)?;
+async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(String, String)>, repos: &RepoCache, renderer: &Renderer, context: &RenderContext) -> Result<(Vec<Value>, Vec<Conversion>), InvalidSpec> {
+    let (repo, mut app) = app_spec(index, source)?;
+    app.components = components;
     // A download may fail for a while (network, server); the spec may be right: retry. A fenced
     // destination stays fenced until the spec (or the operator's flags) change.
     let fetched = repos.fetch(&repo).await.map_err(|e| {
@@ -275,8 +276,35 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     };
     let context = RenderContext { namespace: namespace.clone(), kfdef_name: resource.name_any(), mode, era: spec.era };
     let (mut rendered, mut failed, mut converted, mut conversion_details) = (Vec::new(), Vec::new(), BTreeMap::new(), BTreeMap::new());
+    // Components (`componentOf`) are built with the application they apply to, not on their own.
+    let links: Vec<(&str, Option<&str>, &str)> = spec.core.sources.iter().map(|s| (s.application.as_str(), s.component_of.as_deref(), s.repo_uri.as_deref().unwrap_or_default())).collect();
+    let targets = kubeflow_manifests::component_targets(&links);
+    let mut components: BTreeMap<usize, Vec<(String, String)>> = BTreeMap::new();
+    for (index, target) in targets.iter().enumerate() {
+        match target {
+            Ok(None) => {}
+            Ok(Some(target)) => {
+                let source = &spec.core.sources[index];
+                components.entry(*target).or_default().push((source.application.clone(), source.path.clone().unwrap_or_default()));
+            }
+            Err(reason) => failed.push(ApplicationFailure { application: links[index].0.to_string(), error: InvalidSpec::new(field(index, "componentOf"), reason.clone()) }),
+        }
+    }
     for (index, source) in spec.core.sources.iter().enumerate() {
-        match render_source(index, source, &repos, &renderer, &context).await {
+        if source.component_of.is_some() {
+            continue;
+        }
+        let applied = components.remove(&index).unwrap_or_default();
+        let result = render_source(index, source, applied.clone(), &repos, &renderer, &context).await;
+        // A Component fails with the application it is built with, and is Ready with it.
+        if let Err(error) = &result {
+            for (component, _) in &applied {
+                let message = format!("not applied: application {:?}, which it is a Component of, failed to render", source.application);
+                let position = links.iter().position(|(name, _, _)| name == component).unwrap_or(index);
+                failed.push(ApplicationFailure { application: component.clone(), error: InvalidSpec { retry: error.retry, ..InvalidSpec::new(field(position, "componentOf"), message) } });
+            }
+        }
+        match result {
             Ok((objects, conversions)) => {
                 if !conversions.is_empty() {
                     converted.insert(source.application.clone(), kubeflow_manifests::convert::summarise(&conversions));
