@@ -1083,6 +1083,12 @@ pub struct KustomizeApplicationSpec {
     /// the meta-operator sets it from the KfDef's version.
     #[serde(default)]
     pub era: crate::kfdef::Era,
+    /// Mirrors of the remote bases the packages name, `PREFIX=URI` (the KfDef's
+    /// `remoteBaseMirrors`): a remote base whose URL starts with PREFIX is fetched from URI and
+    /// the rest. Before the operator's own `--remote-base-mirror`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::validation::MIRRORS_MAX), inner(length(max = crate::validation::URI_MAX_LENGTH), regex(pattern = crate::validation::MIRROR)))]
+    pub remote_base_mirrors: Vec<String>,
 }
 
 /// Access to the parts every component resource shares, so the framework can treat them alike.

@@ -60,6 +60,13 @@ pub struct KfDefSpec {
     /// resources' `spec.adoptExisting`). For moving an existing kfctl install under the operators.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adopt_existing: bool,
+    /// Mirrors of the remote bases the packages name (a git reference such as
+    /// `github.com/argoproj/argo-workflows/manifests/base?ref=v3.7.3`, or a release asset),
+    /// `PREFIX=URI`: one whose URL starts with PREFIX is fetched from URI and the rest, e.g.
+    /// `https://github.com/=https://mirror.example.com/github/` on an air-gapped cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::validation::MIRRORS_MAX), inner(length(max = crate::validation::URI_MAX_LENGTH), regex(pattern = crate::validation::MIRROR)))]
+    pub remote_base_mirrors: Vec<String>,
 }
 
 /// The ServiceAccount a KfDef's packages are installed as when it names none: in the KfDef's own

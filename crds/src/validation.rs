@@ -7,6 +7,10 @@ pub const DNS_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
 /// A DNS-1123 subdomain (object names): at most 253 characters. The patterns used in CEL rules
 /// are written without backslashes so they are also valid CEL string literals.
+/// A remote base mirror: `PREFIX=URI`, an http(s) URI.
+pub const MIRROR: &str = r"^[^=\s]+=https?://\S+$";
+/// Most remote base mirrors a spec lists.
+pub const MIRRORS_MAX: usize = 16;
 pub const DNS_SUBDOMAIN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
 /// Accepted shape of a version (`v1.2.0`, `1.2`, `v0.15.0-rc.1`). Whether the operator ships that

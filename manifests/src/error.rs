@@ -179,6 +179,9 @@ pub enum RenderError {
     Kustomize { app: String, source: KustomizeError },
     #[error("application {app:?}: kustomize output is not a list of Kubernetes objects: {reason}")]
     Output { app: String, reason: String },
+    /// A remote base that is not fetched: unpinned, of a form not fetched, or its download failed.
+    #[error("application {app:?}: remote base {reference:?}: {reason}")]
+    RemoteBase { app: String, reference: String, reason: String },
     /// A `componentOf` that cannot be applied (see [`crate::render::component_targets`]).
     #[error("application {app:?}: {reason}")]
     Component { app: String, reason: String },
@@ -217,6 +220,7 @@ impl RenderError {
             | RenderError::Kustomize { app, .. }
             | RenderError::Output { app, .. }
             | RenderError::Component { app, .. }
+            | RenderError::RemoteBase { app, .. }
             | RenderError::Io { app, .. } => Some(app),
         }
     }

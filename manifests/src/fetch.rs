@@ -80,6 +80,8 @@ pub struct FetchOptions {
     pub allow_fetch_from: Vec<AllowEntry>,
     /// Most bytes the cache's unpacked repositories may hold together (default 4 GiB).
     pub max_cache_bytes: u64,
+    /// Mirrors of remote bases (`--remote-base-mirror`), after those a spec names.
+    pub remote_base_mirrors: Vec<crate::remote_bases::Mirror>,
 }
 
 /// Default of [`FetchOptions::max_cache_bytes`]: four repositories of the largest size accepted.
@@ -96,6 +98,7 @@ impl Default for FetchOptions {
             address_fence: true,
             allow_fetch_from: Vec::new(),
             max_cache_bytes: DEFAULT_MAX_CACHE_BYTES,
+            remote_base_mirrors: Vec::new(),
         }
     }
 }
@@ -319,6 +322,39 @@ impl RepoCache {
                 Ok(done(root, Some(key)))
             }
         }
+    }
+
+    /// Downloads one file over HTTP(S) (a remote base's release asset) into the cache, fenced and
+    /// bounded as an archive is, and returns its path. Cached by URL.
+    pub async fn fetch_file(&self, uri: &str) -> Result<PathBuf, RepoError> {
+        let error = |reason| RepoError { repo: uri.to_string(), uri: uri.to_string(), reason };
+        let Location::Http(url) = classify(uri, false).map_err(error)? else {
+            return Err(error(RepoErrorReason::UnsupportedUri("a remote file must be an http(s) URL".into())));
+        };
+        if let Some(fence) = &self.fence {
+            fence.check_url(&url).map_err(|r| error(RepoErrorReason::Fenced(Box::new(r))))?;
+        }
+        let name = url.path_segments().and_then(|mut s| s.next_back()).filter(|n| !n.is_empty() && *n != "." && *n != "..").unwrap_or("manifests.yaml").to_string();
+        let key = format!("file-{}", hex(&Sha256::digest(uri.trim().as_bytes())));
+        if let Some(dir) = self.lookup(&key).map_err(error)? {
+            return Ok(dir.join(&name));
+        }
+        let staging = tempfile::Builder::new().prefix("file-").tempdir_in(self.dir.join("tmp")).map_err(|e| error(RepoErrorReason::Io(format!("creating a download directory: {e}"))))?;
+        std::fs::create_dir_all(staging.path().join("asset")).map_err(|e| error(RepoErrorReason::Io(e.to_string())))?;
+        let secs = self.options.download_timeout.as_secs();
+        tokio::time::timeout(self.options.download_timeout, self.download(url, &staging.path().join("asset").join(&name)))
+            .await
+            .map_err(|_| error(RepoErrorReason::Timeout { secs }))?
+            .map_err(error)?;
+        let final_dir = self.dir.join("repos").join(&key);
+        let staged = staging.keep();
+        if std::fs::rename(&staged, &final_dir).is_err() {
+            // Another fetch of the same file finished first: keep its copy.
+            let _ = std::fs::remove_dir_all(&staged);
+        }
+        record_use(&self.dir, &key, tree_size(&final_dir));
+        evict(&self.dir, self.options.max_cache_bytes, &key);
+        Ok(final_dir.join("asset").join(name))
     }
 
     fn check_pin(&self, source: &RepoSource, actual: &str) -> Result<(), RepoErrorReason> {

@@ -45,6 +45,7 @@ pub mod kustomize;
 pub mod order;
 pub mod refs;
 pub mod remote;
+pub mod remote_bases;
 pub mod render;
 pub mod sandbox;
 pub mod yaml;
@@ -59,7 +60,7 @@ pub use remote::RemoteRenderer;
 pub use kustomize::{KUSTOMIZE_ENV, KUSTOMIZE_V5_ENV, KUSTOMIZE_V5_VERSION, KUSTOMIZE_VERSION, Kustomize};
 pub use order::{INSTALL_ORDER, sort_install_order};
 pub use render::{
-    AppSpec, Mode, RenderContext, RenderedApp, Renderer, component_targets, objects_to_yaml, parse_objects, yaml_stream,
+    AppSpec, Mode, RemoteBases, RenderContext, RenderedApp, Renderer, component_targets, objects_to_yaml, parse_objects, yaml_stream,
 };
 
 /// reqwest is built without a default rustls provider; this installs ring, the provider the rest of

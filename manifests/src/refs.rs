@@ -8,7 +8,9 @@
 //! repository, and the render's work directory) twice over: as kustomize names it — the path
 //! cleaned as text, as Go's `filepath.Clean` does, whether or not it exists — and, when it exists,
 //! resolved (symlinks included). Remote bases (URLs, `github.com/...`) and remote generator files
-//! are refused too: a render must not fetch anything else. Plugin configurations (`generators`,
+//! are refused too: kustomize must not fetch anything. The render fetches pinned remote bases
+//! itself ([`remote_references`] finds them, [`crate::remote_bases`]) and checks a copy whose
+//! kustomizations name the fetched copies instead. Plugin configurations (`generators`,
 //! `transformers`, `validators`) must be builtin plugins that run nothing, and the files they
 //! read are checked the same way.
 
@@ -614,6 +616,19 @@ fn load(file: &Path) -> Result<Value, String> {
 /// shape kustomize reads, is refused: what it refers to cannot be checked. Returns the first
 /// feature kustomize v3.1.0 does not have, if any kustomization uses one.
 pub fn check(start: &Path, roots: &[PathBuf]) -> Result<Option<NewerFeature>, Violation> {
+    walk(start, roots, None)
+}
+
+/// The remote bases (`resources`, `bases`, `components` naming a URL or `github.com/…`) the
+/// kustomizations reachable from `start` name, with the file naming each, every other reference
+/// checked as [`check`] checks it. A remote generator input is refused all the same.
+pub fn remote_references(start: &Path, roots: &[PathBuf]) -> Result<Vec<(PathBuf, String)>, Violation> {
+    let mut remote = Vec::new();
+    walk(start, roots, Some(&mut remote))?;
+    Ok(remote)
+}
+
+fn walk(start: &Path, roots: &[PathBuf], mut remote: Option<&mut Vec<(PathBuf, String)>>) -> Result<Option<NewerFeature>, Violation> {
     let mut newer = None;
     let mut visited = BTreeSet::new();
     let mut queue = vec![start.to_path_buf()];
@@ -636,6 +651,13 @@ pub fn check(start: &Path, roots: &[PathBuf]) -> Result<Option<NewerFeature>, Vi
         for (how, r) in refs {
             if how == Use::Plugin {
                 check_plugin_entry(&file, &dir, roots, &r, &mut queue)?;
+                continue;
+            }
+            if let Some(remote) = remote.as_deref_mut()
+                && how != Use::Input
+                && is_remote(&r)
+            {
+                remote.push((file.clone(), r));
                 continue;
             }
             if let Some(resolved) = confine(&file, &dir, roots, how, &r)?

@@ -18,6 +18,7 @@ use crate::kustomize::Kustomize;
 use crate::remote::RemoteRenderer;
 use crate::order::sort_install_order;
 use crate::refs;
+use crate::remote_bases::{self, Mirror, RemoteRef};
 
 /// The application whose presence makes a KfDef a stacks KfDef (kfctl's `UsingStacks`).
 pub const STACKS_APPLICATION: &str = "kubeflow-apps";
@@ -64,6 +65,22 @@ pub struct AppSpec {
     /// to this one (their `componentOf`), in KfDef order: built with it, as upstream's example
     /// lists them under `components:`.
     pub components: Vec<(String, String)>,
+}
+
+/// What a render may fetch besides its repository: the remote bases its packages name
+/// ([`crate::remote_bases`]), into `cache`, through `mirrors`.
+#[derive(Clone, Copy)]
+pub struct RemoteBases<'a> {
+    pub cache: &'a RepoCache,
+    pub mirrors: &'a [Mirror],
+}
+
+/// The remote bases a package names, fetched: per kustomization file, each reference and the
+/// local copy it stands for; and the directories holding the copies.
+#[derive(Debug, Default)]
+struct RemoteCopies {
+    files: BTreeMap<PathBuf, BTreeMap<String, PathBuf>>,
+    roots: Vec<PathBuf>,
 }
 
 /// Which application each application is a Component of: for each `(name, componentOf,
@@ -330,6 +347,13 @@ impl Renderer {
         let mut seen = std::collections::BTreeSet::new();
         let mut out = Vec::new();
         let specs = kfdef.spec.applications.iter().map(AppSpec::from_application).collect::<Result<Vec<_>, _>>()?;
+        let mirrors = kfdef
+            .spec
+            .remote_base_mirrors
+            .iter()
+            .map(|m| m.parse::<Mirror>().map_err(|reason| RenderError::RemoteBase { app: String::new(), reference: m.clone(), reason: format!("spec.remoteBaseMirrors: {reason}") }))
+            .chain(cache.options().remote_base_mirrors.iter().cloned().map(Ok))
+            .collect::<Result<Vec<_>, _>>()?;
         let links: Vec<(&str, Option<&str>, &str)> = kfdef
             .spec
             .applications
@@ -380,7 +404,7 @@ impl Renderer {
             }
             spec.kustomize = kfdef.spec.repos.iter().find(|r| r.name == repo_name).and_then(|r| r.kustomize);
             out.push(
-                self.render_application(&fetched[&repo_name], &spec, &ctx)
+                self.render_application(&fetched[&repo_name], &spec, &ctx, Some(RemoteBases { cache, mirrors: &mirrors }))
                     .await?,
             );
         }
@@ -388,16 +412,23 @@ impl Renderer {
     }
 
     /// Renders one application from a fetched repository.
+    /// Remote bases the package names are fetched with `remote` (none: refused, as before).
     pub async fn render_application(
         &self,
         repo: &FetchedRepo,
         app: &AppSpec,
         ctx: &RenderContext,
+        remote: Option<RemoteBases<'_>>,
     ) -> Result<RenderedApp, RenderError> {
         let work = tempfile::Builder::new()
             .prefix("render-")
             .tempdir_in(&self.work_root)
             .map_err(io(&app.name, "creating a work directory"))?;
+        let copies = match remote {
+            Some(remote) => fetch_remote_bases(&repo.root, app, remote).await?,
+            None => RemoteCopies::default(),
+        };
+        let remote_roots = copies.roots.clone();
         let (build_dir, warnings, build) = {
             let (repo_root, work_dir, spec, ctx) = (
                 repo.root.clone(),
@@ -405,7 +436,7 @@ impl Renderer {
                 app.clone(),
                 ctx.clone(),
             );
-            tokio::task::spawn_blocking(move || prepare(&repo_root, &work_dir, &spec, &ctx))
+            tokio::task::spawn_blocking(move || prepare(&repo_root, &work_dir, &spec, &ctx, &copies))
                 .await
                 .map_err(|e| RenderError::Io {
                     app: app.name.clone(),
@@ -417,7 +448,9 @@ impl Renderer {
         std::fs::create_dir_all(&home).map_err(io(&app.name, "creating a work directory"))?;
         let (release, why) = Self::choose(app, &build);
         // kustomize may read the repository and this render's work directory, nothing else.
-        let output = self.build(app, release, &why, &build_dir, &home, &[repo.root.clone(), work.path().to_path_buf()]).await?;
+        let mut roots = vec![repo.root.clone(), work.path().to_path_buf()];
+        roots.extend(remote_roots);
+        let output = self.build(app, release, &why, &build_dir, &home, &roots).await?;
         let objects = parse_objects(&output).map_err(|reason| RenderError::Output {
             app: app.name.clone(),
             reason,
@@ -490,6 +523,7 @@ fn prepare(
     work: &Path,
     app: &AppSpec,
     ctx: &RenderContext,
+    remote: &RemoteCopies,
 ) -> Result<(PathBuf, Vec<String>, Build), RenderError> {
     let (root, rel) = package_dir(repo_root, app)?;
     let not_a_package = || RenderError::NotAPackage {
@@ -520,7 +554,8 @@ fn prepare(
             let names: Vec<_> = app.parameters.iter().map(|p| p.name.as_str()).collect();
             warnings.push(format!("parameters {names:?} are not applied to {how}"));
         }
-        let newer = refs::check(&dir, std::slice::from_ref(&root)).map_err(forbidden)?;
+        let (dir, roots) = with_remote_copies(&root, &rel, work, dir, remote, app)?;
+        let newer = refs::check(&dir, &roots).map_err(forbidden)?;
         let dir = wrap_component(work, dir, &mut warnings).map_err(io(&app.name, "wrapping the Component"))?;
         let dir = with_components(&root, work, dir, app)?;
         return Ok((dir, warnings, if upstream { Build::Upstream } else { Build::Kfctl(newer) }));
@@ -546,6 +581,89 @@ fn prepare(
     let pkg = wrap_component(work, pkg, &mut warnings).map_err(io(&app.name, "wrapping the Component"))?;
     let pkg = with_components(&roots[1], work, pkg, app)?;
     Ok((pkg, warnings, Build::Kfctl(newer)))
+}
+
+/// Finds the remote bases the package of `app` names and fetches each through `remote`: pinned
+/// ones only, after the mirrors, cached by URL. A fetched copy that names remote bases itself is
+/// refused (one level is fetched).
+async fn fetch_remote_bases(repo_root: &Path, app: &AppSpec, remote: RemoteBases<'_>) -> Result<RemoteCopies, RenderError> {
+    let (root, spec) = (repo_root.to_path_buf(), app.clone());
+    let found = tokio::task::spawn_blocking(move || -> Result<Vec<(PathBuf, String)>, RenderError> {
+        let (root, rel) = package_dir(&root, &spec)?;
+        refs::remote_references(&root.join(rel), std::slice::from_ref(&root))
+            .map_err(|(file, reference, reason)| RenderError::ForbiddenReference { app: spec.name.clone(), file: file.display().to_string(), reference, reason })
+    })
+    .await
+    .map_err(|e| RenderError::Io { app: app.name.clone(), context: "finding remote bases".into(), error: e.to_string() })??;
+    let mut copies = RemoteCopies::default();
+    let mut fetched: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for (file, reference) in found {
+        let refused = |reason: String| RenderError::RemoteBase { app: app.name.clone(), reference: reference.clone(), reason };
+        if let Some(local) = fetched.get(&reference) {
+            copies.files.entry(file).or_default().insert(reference.clone(), local.clone());
+            continue;
+        }
+        let parsed = remote_bases::parse(&reference).map_err(&refused)?;
+        remote_bases::check_pinned(&parsed).map_err(&refused)?;
+        let url = parsed.download_url(remote.mirrors);
+        let (local, root) = match &parsed {
+            RemoteRef::Git { path, .. } => {
+                let repo = remote.cache.fetch(&RepoSource { name: reference.clone(), uri: url.clone(), sha256: None }).await.map_err(|e| refused(format!("fetching {url}: {e}")))?;
+                let root = std::fs::canonicalize(&repo.root).map_err(|e| refused(e.to_string()))?;
+                let local = std::fs::canonicalize(root.join(path)).map_err(|_| refused(format!("{url} has no {path:?}")))?;
+                if !local.starts_with(&root) || !local.is_dir() {
+                    return Err(refused(format!("{path:?} is not a directory inside {url}")));
+                }
+                (local, root)
+            }
+            RemoteRef::File { .. } => {
+                let file = remote.cache.fetch_file(&url).await.map_err(|e| refused(format!("fetching {url}: {e}")))?;
+                let file = std::fs::canonicalize(file).map_err(|e| refused(e.to_string()))?;
+                let root = file.parent().expect("a file in the cache").to_path_buf();
+                (file, root)
+            }
+        };
+        if local.is_dir() {
+            let nested = refs::remote_references(&local, std::slice::from_ref(&root)).map_err(|(_, r, why)| refused(format!("{r}: {why}")))?;
+            if let Some((_, other)) = nested.first() {
+                return Err(refused(format!("it names another remote base ({other}); vendor that one, or mirror a copy that does not")));
+            }
+        }
+        copies.roots.push(root);
+        fetched.insert(reference.clone(), local.clone());
+        copies.files.entry(file).or_default().insert(reference, local);
+    }
+    copies.roots.sort();
+    copies.roots.dedup();
+    Ok(copies)
+}
+
+/// The directory to build for package `dir` (at `rel` in the repository at `root`) and the roots
+/// its references may reach: as it is, or, when it names remote bases, a copy of the repository
+/// (symlinks, [`remote_bases::overlay_tree`]) whose kustomizations name the fetched copies instead.
+fn with_remote_copies(root: &Path, rel: &Path, work: &Path, dir: PathBuf, remote: &RemoteCopies, app: &AppSpec) -> Result<(PathBuf, Vec<PathBuf>), RenderError> {
+    if remote.files.is_empty() {
+        return Ok((dir, vec![root.to_path_buf()]));
+    }
+    let tree = work.join("tree");
+    std::fs::create_dir_all(&tree).map_err(io(&app.name, "creating a work directory"))?;
+    let tree = std::fs::canonicalize(&tree).map_err(io(&app.name, "resolving the work directory"))?;
+    let mut rewrites = BTreeMap::new();
+    for (file, copies) in &remote.files {
+        let text = std::fs::read_to_string(file).map_err(io(&app.name, format!("reading {}", file.display())))?;
+        let relative = file.strip_prefix(root).map_err(|_| RenderError::Io { app: app.name.clone(), context: format!("{}", file.display()), error: "outside the repository".into() })?;
+        // kustomize takes no absolute directory: each copy named relative to the rewritten file.
+        let at = tree.join(relative).parent().expect("a file has a folder").to_path_buf();
+        let local: BTreeMap<String, PathBuf> = copies.iter().map(|(reference, copy)| (reference.clone(), remote_bases::relative_path(&at, copy))).collect();
+        let rewritten = remote_bases::rewrite(&text, &local).map_err(|e| RenderError::Io { app: app.name.clone(), context: format!("parsing {}", file.display()), error: e })?;
+        if let Some(rewritten) = rewritten {
+            rewrites.insert(relative.to_path_buf(), rewritten);
+        }
+    }
+    remote_bases::overlay_tree(root, &tree, &rewrites).map_err(io(&app.name, "copying the repository's kustomizations"))?;
+    let mut roots = vec![tree.clone(), root.to_path_buf()];
+    roots.extend(remote.roots.iter().cloned());
+    Ok((tree.join(rel), roots))
 }
 
 /// The directory to build for package `dir` with the Components applied to it (`app.components`):

@@ -213,7 +213,7 @@ async fn namespace_parameter_overrides_the_kfdef_namespace() {
     };
     let rendered = env
         .renderer
-        .render_application(&repo, &app, &ctx)
+        .render_application(&repo, &app, &ctx, None)
         .await
         .unwrap();
     let namespaces: std::collections::BTreeSet<_> = rendered
@@ -846,4 +846,81 @@ async fn namespaces_are_rewritten_only_for_kfctl_era_kfdefs() {
     unversioned.spec.version = None;
     let apps = env.renderer.render_kfdef(&env.cache, &unversioned).await.unwrap();
     assert_eq!(placed(&apps), kfctl);
+}
+
+/// Remote bases, as Kubeflow 1.11's Pipelines and Trainer name them — a git reference
+/// (`github.com/argoproj/argo-workflows/manifests/base/crds/minimal?ref=v3.7.3`) and a release
+/// asset — are fetched by the render itself, through the KfDef's mirror (here a loopback server
+/// with GitHub's archive and release-asset layout), and built in: kustomize never fetches. An
+/// unpinned one (`?ref=main`) is refused, and so is a fetched copy naming another remote base.
+#[tokio::test]
+async fn pinned_remote_bases_are_fetched_through_the_mirror_and_unpinned_ones_refused() {
+    let env = env(true).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let argo = tmp.path().join("argo");
+    let crds = argo.join("manifests/base/crds/minimal");
+    std::fs::create_dir_all(&crds).unwrap();
+    std::fs::write(crds.join("kustomization.yaml"), "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [workflows.yaml]\n").unwrap();
+    std::fs::write(
+        crds.join("workflows.yaml"),
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: workflows.argoproj.io}\nspec:\n  group: argoproj.io\n  scope: Namespaced\n  names: {kind: Workflow, plural: workflows}\n  versions: [{name: v1alpha1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}]\n",
+    )
+    .unwrap();
+    let jobset = "apiVersion: v1\nkind: Namespace\nmetadata: {name: jobset-system}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: jobset-controller-manager, namespace: jobset-system}\n";
+    let server = Server::start(BTreeMap::from([
+        ("argoproj/argo-workflows/archive/v3.7.3.tar.gz".to_string(), fixtures::pack_github_tarball(&argo, "argo-workflows-3.7.3")),
+        ("kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml".to_string(), jobset.as_bytes().to_vec()),
+    ]))
+    .await;
+    let write_repo = |argo_ref: &str| {
+        let repo = tmp.path().join(format!("repo-{argo_ref}"));
+        fixtures::write_modern_repo(&repo);
+        let package = repo.join("apps/pipeline/upstream/base");
+        std::fs::create_dir_all(&package).unwrap();
+        std::fs::write(
+            package.join("kustomization.yaml"),
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n\
+                 - github.com/argoproj/argo-workflows/manifests/base/crds/minimal?ref={argo_ref}\n\
+                 - https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml\n- config.yaml\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(package.join("config.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: pipeline-install-config}\n").unwrap();
+        repo
+    };
+    let kfdef = |repo: &Path| {
+        let mut kfdef = fixtures::modern_example_kfdef(&format!("file://{}", repo.display()), "team-a");
+        kfdef.spec.applications = serde_json::from_value(serde_json::json!([{"name": "pipeline", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "apps/pipeline/upstream/base"}}}])).unwrap();
+        kfdef.spec.remote_base_mirrors = vec![format!("https://github.com/={}/", server.url("").trim_end_matches('/'))];
+        kfdef
+    };
+
+    let repo = write_repo("v3.7.3");
+    let apps = env.renderer.render_kfdef(&env.cache, &kfdef(&repo)).await.unwrap();
+    let mut objects = summary(&apps[0].objects);
+    objects.sort();
+    assert_eq!(
+        objects,
+        owned(&[
+            ("ConfigMap", "pipeline-install-config", ""),
+            ("CustomResourceDefinition", "workflows.argoproj.io", ""),
+            ("Namespace", "jobset-system", ""),
+            ("ServiceAccount", "jobset-controller-manager", "jobset-system"),
+        ])
+    );
+    // The repository is left as it is: its kustomization still names the remote bases.
+    let cached = std::fs::read_to_string(repo.join("apps/pipeline/upstream/base/kustomization.yaml")).unwrap();
+    assert!(cached.contains("?ref=v3.7.3"), "{cached}");
+
+    // Unpinned: refused before anything is fetched, saying how to pin it.
+    let error = env.renderer.render_kfdef(&env.cache, &kfdef(&write_repo("main"))).await.unwrap_err().to_string();
+    assert!(error.contains("not pinned") && error.contains("\"main\""), "{error}");
+
+    // Without the mirror, github.com itself would be asked: the fence and the machine say no, and
+    // the error names the URL.
+    let mut unmirrored = kfdef(&repo);
+    unmirrored.spec.remote_base_mirrors.clear();
+    let error = env.renderer.render_kfdef(&env.cache, &unmirrored).await.unwrap_err().to_string();
+    assert!(error.contains("https://github.com/argoproj/argo-workflows/archive/v3.7.3.tar.gz"), "{error}");
 }

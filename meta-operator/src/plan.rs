@@ -234,6 +234,9 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             if kfdef.spec.adopt_existing {
                 spec["adoptExisting"] = json!(true);
             }
+            if !kfdef.spec.remote_base_mirrors.is_empty() {
+                spec["remoteBaseMirrors"] = json!(kfdef.spec.remote_base_mirrors);
+            }
             let spec_hash = operator_runtime::content_hash(&spec);
             components.insert(component, ComponentPlan { spec, spec_hash, release_version: Some(release_version), version, pinned: pins.contains_key(&component) });
             continue;
@@ -288,6 +291,21 @@ mod tests {
         assert_eq!(plan.components[&ComponentKind::GENERIC].spec["adoptExisting"], true);
         assert_eq!(plan.components[&ComponentKind::Katib].spec["adoptExisting"], true);
         assert_eq!(plan.components[&ComponentKind::Katib].spec["serviceAccountName"], "team-installer", "built-in releases install as the account too");
+    }
+
+    /// A Component goes to the generic component with its `componentOf`, and the KfDef's remote
+    /// base mirrors go with the generic spec.
+    #[test]
+    fn components_and_remote_base_mirrors_travel_to_the_generic_component() {
+        let mut kfdef = example();
+        kfdef.spec.remote_base_mirrors = vec!["https://github.com/=https://mirror.example.com/gh/".into()];
+        kfdef.spec.applications.push(serde_yaml_ng::from_str("{name: katib-controller-pss, kustomizeConfig: {repoRef: {name: manifests, path: pss/restricted}, componentOf: jupyter-web-app}}").unwrap());
+        let plan = plan(&kfdef, Platform::Kubernetes, &catalog()).unwrap();
+        let generic = &plan.components[&ComponentKind::GENERIC].spec;
+        assert_eq!(generic["remoteBaseMirrors"], json!(["https://github.com/=https://mirror.example.com/gh/"]));
+        let components: Vec<(&str, &str)> = generic["sources"].as_array().unwrap().iter().filter_map(|s| Some((s["application"].as_str()?, s["componentOf"].as_str()?))).collect();
+        assert_eq!(components, [("katib-controller-pss", "jupyter-web-app")]);
+        assert!(plan.components[&ComponentKind::Katib].spec.get("remoteBaseMirrors").is_none(), "built-in releases fetch nothing");
     }
 
     #[test]

@@ -27,6 +27,7 @@ use component_framework::kinds;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
+use kubeflow_manifests::remote_bases::Mirror;
 use kubeflow_manifests::{AppSpec, Conversion, FetchOptions, Mode, RenderContext, Renderer, RepoCache, RepoErrorReason, RepoSource};
 use serde_json::{Value, json};
 
@@ -226,7 +227,7 @@ async fn learn_kinds(owner: &str, discovery: Discovery<'_>, objects: &[Value]) -
 
 /// Renders one application: its repository fetched (or taken from the cache), its package built,
 /// objects of removed API versions converted (counted per kind).
-async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(String, String)>, repos: &RepoCache, renderer: &Renderer, context: &RenderContext) -> Result<(Vec<Value>, Vec<Conversion>), InvalidSpec> {
+async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(String, String)>, repos: &RepoCache, mirrors: &[Mirror], renderer: &Renderer, context: &RenderContext) -> Result<(Vec<Value>, Vec<Conversion>), InvalidSpec> {
     let (repo, mut app) = app_spec(index, source)?;
     app.components = components;
     // A download may fail for a while (network, server); the spec may be right: retry. A fenced
@@ -236,7 +237,8 @@ async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(
         let invalid = InvalidSpec::new(field(index, "repoUri"), e.to_string());
         if fenced { invalid } else { invalid.retryable() }
     })?;
-    let rendered = renderer.render_application(&fetched, &app, context).await.map_err(|e| {
+    let remote = kubeflow_manifests::RemoteBases { cache: repos, mirrors };
+    let rendered = renderer.render_application(&fetched, &app, context, Some(remote)).await.map_err(|e| {
         let invalid = InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string());
         if e.is_transient() { invalid.retryable() } else { invalid }
     })?;
@@ -259,7 +261,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
         return Err(InvalidSpec::new("spec.sources", "at least one application is required"));
     }
     let namespace = target_namespace::<KustomizeComponent>(resource);
-    let key = serde_json::to_string(&json!({"sources": spec.core.sources, "mode": spec.mode, "era": spec.era, "namespace": namespace, "name": resource.name_any()})).expect("specs serialise");
+    let key = serde_json::to_string(&json!({"sources": spec.core.sources, "mode": spec.mode, "era": spec.era, "mirrors": spec.remote_base_mirrors, "namespace": namespace, "name": resource.name_any()})).expect("specs serialise");
     let owner = component_framework::build::owner_id(resource);
     let memoized = memo().lock().expect("render memo").get(&key).cloned();
     if let Some(rendered) = memoized {
@@ -276,6 +278,12 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     };
     let context = RenderContext { namespace: namespace.clone(), kfdef_name: resource.name_any(), mode, era: spec.era };
     let (mut rendered, mut failed, mut converted, mut conversion_details) = (Vec::new(), Vec::new(), BTreeMap::new(), BTreeMap::new());
+    // The spec's mirrors of remote bases, then the operator's.
+    let mut mirrors = Vec::new();
+    for (index, mirror) in spec.remote_base_mirrors.iter().enumerate() {
+        mirrors.push(mirror.parse::<Mirror>().map_err(|reason| InvalidSpec::new(format!("spec.remoteBaseMirrors[{index}]"), reason))?);
+    }
+    mirrors.extend(repos.options().remote_base_mirrors.iter().cloned());
     // Components (`componentOf`) are built with the application they apply to, not on their own.
     let links: Vec<(&str, Option<&str>, &str)> = spec.core.sources.iter().map(|s| (s.application.as_str(), s.component_of.as_deref(), s.repo_uri.as_deref().unwrap_or_default())).collect();
     let targets = kubeflow_manifests::component_targets(&links);
@@ -295,7 +303,7 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
             continue;
         }
         let applied = components.remove(&index).unwrap_or_default();
-        let result = render_source(index, source, applied.clone(), &repos, &renderer, &context).await;
+        let result = render_source(index, source, applied.clone(), &repos, &mirrors, &renderer, &context).await;
         // A Component fails with the application it is built with, and is Ready with it.
         if let Err(error) = &result {
             for (component, _) in &applied {

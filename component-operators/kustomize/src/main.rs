@@ -25,6 +25,16 @@ struct FetchArgs {
     /// the pod's `/tmp` emptyDir size limit, which the kubelet evicts the pod beyond).
     #[arg(long, env = "KFOP_WORK_VOLUME_BYTES", value_name = "BYTES", value_parser = parse_bytes)]
     work_volume_bytes: Option<u64>,
+    /// Mirrors of the remote bases packages name (git references, release assets), PREFIX=URI,
+    /// comma-separated: a remote base whose URL starts with PREFIX is fetched from URI and the
+    /// rest (e.g. https://github.com/=https://mirror.example.com/github/). After a resource's own
+    /// `spec.remoteBaseMirrors`.
+    #[arg(long, env = "KFOP_REMOTE_BASE_MIRROR", value_name = "PREFIX=URI", value_delimiter = ',', value_parser = parse_mirror)]
+    remote_base_mirror: Vec<kubeflow_manifests::remote_bases::Mirror>,
+}
+
+fn parse_mirror(text: &str) -> Result<kubeflow_manifests::remote_bases::Mirror, String> {
+    text.parse()
 }
 
 impl FetchArgs {
@@ -131,7 +141,7 @@ fn main() -> std::process::ExitCode {
         tracing::warn!(allowed = ?allowed, "repository fetches may reach these destinations despite the fence");
     }
     let max_cache_bytes = fetch.cache_quota();
-    let options = FetchOptions { allow_fetch_from: fetch.allow_fetch_from, max_cache_bytes, ..FetchOptions::default() };
+    let options = FetchOptions { allow_fetch_from: fetch.allow_fetch_from, max_cache_bytes, remote_base_mirrors: fetch.remote_base_mirror, ..FetchOptions::default() };
     kustomize_operator::set_fetch_options(options).expect("fetch options are set once, here");
     if let Err(e) = remote_renderer_from_secret() {
         tracing::error!(error = %e, "operator stopped");
@@ -179,5 +189,12 @@ mod tests {
         let bad = command().try_get_matches_from(["kustomize-operator", "--allow-fetch-from", "10.0.0.0/40"]).unwrap_err().to_string();
         assert!(bad.contains("expected a host name"), "{bad}");
         assert!(parse_bytes("4GB").is_err());
+        // Remote base mirrors, in the order given.
+        let mirrored = FetchArgs::from_arg_matches(&command().try_get_matches_from(["kustomize-operator", "--remote-base-mirror", "https://github.com/argoproj/=https://m.example/argo/,https://github.com/=https://m.example/gh/"]).unwrap()).unwrap();
+        let prefixes: Vec<&str> = mirrored.remote_base_mirror.iter().map(|m| m.prefix.as_str()).collect();
+        assert_eq!(prefixes, ["https://github.com/argoproj/", "https://github.com/"]);
+        assert!(defaults.remote_base_mirror.is_empty());
+        let bad = command().try_get_matches_from(["kustomize-operator", "--remote-base-mirror", "github.com"]).unwrap_err().to_string();
+        assert!(bad.contains("PREFIX=URI"), "{bad}");
     }
 }
