@@ -418,3 +418,46 @@ async fn the_entries_of_current_kubeflow_manifests_example_install_in_dependency
         namespaces.delete(name, &DeleteParams::default()).await.unwrap();
     }
 }
+
+/// A package naming remote bases — a git reference and a release asset, as Kubeflow 1.11's
+/// Pipelines and Trainer do — installs through the generic operator: the operator fetches them,
+/// pinned, through the KfDef's `remoteBaseMirrors` (a loopback server in GitHub's archive and
+/// release-asset layout), and what they bring is installed as the application's.
+#[tokio::test]
+async fn remote_bases_are_fetched_by_the_operator_through_the_kfdefs_mirror() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    let argo = std::env::temp_dir().join(unique_name("e2e-argo"));
+    let minimal = argo.join("manifests/base/minimal");
+    std::fs::create_dir_all(&minimal).unwrap();
+    std::fs::write(minimal.join("kustomization.yaml"), "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [config.yaml]\n").unwrap();
+    std::fs::write(minimal.join("config.yaml"), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: workflow-controller-configmap}\ndata: {executor: emissary}\n").unwrap();
+    let package = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n\
+                   - github.com/argoproj/argo-workflows/manifests/base/minimal?ref=v3.7.3\n\
+                   - https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml\n";
+    let server = fixtures::Server::start(BTreeMap::from([
+        ("archive/v1.11.0.tar.gz".to_string(), fixtures::edited_modern_repo_tarball(&[("apps/remote/base/kustomization.yaml", "", package)])),
+        ("argoproj/argo-workflows/archive/v3.7.3.tar.gz".to_string(), fixtures::pack_github_tarball(&argo, "argo-workflows-3.7.3")),
+        ("kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml".to_string(), b"apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: jobset-controller-manager}\n".to_vec()),
+    ]))
+    .await;
+    std::fs::remove_dir_all(&argo).unwrap();
+    let stack = OperatorStack::start(&client, &[]).await;
+    let log = stack.components[&kubeflow_crds::ComponentKind::GENERIC].log.clone();
+    let ns = TestNamespace::create(&client, "e2e-remote-bases").await;
+    let mut kfdef = fixtures::modern_example_kfdef(&server.url("archive/v1.11.0.tar.gz"), &ns.name);
+    kfdef.spec.applications = serde_json::from_value(json!([{"name": "remote-pipeline", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "apps/remote/base"}}}])).unwrap();
+    kfdef.spec.remote_base_mirrors = vec![format!("https://github.com/={}", server.url(""))];
+    let api = api_in(&client, &ns.name);
+    api.create(&PostParams::default(), &kfdef).await.unwrap();
+    let done = wait_kfdef(&api, "kubeflow", &format!("the KfDef with remote bases Available (log: {})", log.display()), |k| phase(k) == Some(KfDefPhase::Available)).await;
+    every_application_ready_from(&done, "kustomize");
+    let config = Api::<ConfigMap>::namespaced(client.clone(), &ns.name).get("workflow-controller-configmap").await.unwrap();
+    assert_eq!(config.data.unwrap()["executor"], "emissary");
+    assert_eq!(config.metadata.annotations.unwrap_or_default().get(component_framework::build::APPLICATION_ANNOTATION).map(String::as_str), Some("remote-pipeline"));
+    Api::<ServiceAccount>::namespaced(client.clone(), &ns.name).get("jobset-controller-manager").await.unwrap();
+    api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
+    gone(&api, "kubeflow").await;
+    gone(&Api::<ConfigMap>::namespaced(client.clone(), &ns.name), "workflow-controller-configmap").await;
+}
