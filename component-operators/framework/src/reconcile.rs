@@ -273,7 +273,8 @@ impl<C: Component> Context<C> {
                 continue;
             }
             let patch = json!({"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]}, "aggregationRule": null});
-            match api.patch(&entry.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            let params = PatchParams { field_manager: Some(build::user_field_manager(&self.field_manager, C::Resource::COMPONENT.name(), owner)), ..Default::default() };
+            match api.patch(&entry.name, &params, &Patch::Merge(&patch)).await {
                 // Changed since (another install recorded itself): the delete decides again.
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) if [403, 404, 409].contains(&status.code) => {}
@@ -303,7 +304,8 @@ impl<C: Component> Context<C> {
                 return Ok(Released::UsedBy(others));
             } else {
                 let patch = json!({"metadata": {"resourceVersion": resource_version, "annotations": {&key: null}}});
-                deleter.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(|_| Released::UsedBy(others))
+                let params = PatchParams { field_manager: Some(build::user_field_manager(&self.field_manager, C::Resource::COMPONENT.name(), owner)), ..Default::default() };
+                deleter.patch(&name, &params, &Patch::Merge(&patch)).await.map(|_| Released::UsedBy(others))
             };
             match written {
                 Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Released::Gone),
