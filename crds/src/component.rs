@@ -100,8 +100,10 @@ component_kinds! {
         resource: KFServing,
         kind: "KFServing",
         upgrade_position: 3,
-        // `kserve` and its models web app: Kubeflow 1.10/1.11's names (KServe releases).
-        applications: ["kfserving-crds", "kfserving-install", "kfserving", "kserve", "kserve-models-web-app"],
+        // `kserve` and its models web app: Kubeflow 1.10/1.11's names (KServe releases; upstream's
+        // example lists the web app as `models-web-app`). The built-in renders the web app, so it
+        // covers that application too: no object of it is owned twice.
+        applications: ["kfserving-crds", "kfserving-install", "kfserving", "kserve", "kserve-models-web-app", "models-web-app"],
     },
     Katib {
         name: "katib",

@@ -105,6 +105,21 @@ start nats-server "$NATS_BIN/nats-server" -c "$STATE_DIR/bus/nats.conf"
 wait_for nats-server 30 curl -sf "http://127.0.0.1:$NATS_MONITOR_PORT/healthz?js-enabled-only=true"
 
 # --- kube-apiserver --------------------------------------------------------------------------
+# What the API server sends into the cluster (Service-backed admission and conversion webhooks,
+# aggregated APIs) goes through the pods' network stand-in (below), since kwok's pods answer
+# nothing.
+POD_NETWORK_SOCKET=$STATE_DIR/pod-network.sock
+cat >"$STATE_DIR/egress-selector.yaml" <<EGRESS
+apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: $POD_NETWORK_SOCKET
+EGRESS
 start kube-apiserver "$KUBE_BIN/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
@@ -119,8 +134,16 @@ start kube-apiserver "$KUBE_BIN/kube-apiserver" \
   --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
   --requestheader-extra-headers-prefix X-Remote-Extra- \
   --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
-  --enable-aggregator-routing=true --profiling=false
+  --enable-aggregator-routing=true --egress-selector-config-file "$STATE_DIR/egress-selector.yaml" \
+  --profiling=false
 wait_for kube-apiserver 90 healthz "https://127.0.0.1:$APISERVER_PORT/readyz"
+
+# --- the pods' network -----------------------------------------------------------------------
+# Answers for the webhook backends at pod and Service addresses (kwok's CIDR below, the Service
+# range above) and injects its CA into their webhook configurations: e2e/src/bin/pod-network.rs.
+start pod-network env KUBECONFIG="$KUBECONFIG_FILE" "$("$ROOT_DIR/hack/cargo.sh" bin-dir)/pod-network" \
+  "$POD_NETWORK_SOCKET" 10.244.0.0/16 10.96.0.0/16
+wait_for pod-network 30 test -S "$POD_NETWORK_SOCKET"
 
 # --- kube-controller-manager and kube-scheduler ----------------------------------------------
 start kube-controller-manager "$KUBE_BIN/kube-controller-manager" \

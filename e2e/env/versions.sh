@@ -10,7 +10,10 @@ OPERATOR_SDK_VERSION=v1.34.2  # operator-sdk (bundle validate); pinned in operat
 KUSTOMIZE_VERSION=v3.1.0
 # sigs.k8s.io/kustomize/kustomize/v5, for kubeflow/manifests since Kubeflow 1.7 (`components`,
 # `labels`, `replacements`, `sortOptions`). Must equal KUSTOMIZE_V5_VERSION in manifests/src/kustomize.rs.
-KUSTOMIZE_V5_VERSION=v5.8.1
+# v5.7.1 is the release kubeflow/manifests' CI installs with; v5.8 no longer applies a replacement
+# whose target is selected by a name holding `$(...)`, so user-namespace's Profile is rendered as
+# `$(profile-name)` and refused (kubeflow/manifests#3315).
+KUSTOMIZE_V5_VERSION=v5.7.1
 
 ENV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE_DIR=${KFOP_CACHE_DIR:-$HOME/.cache/kubeflow-operator}

@@ -624,6 +624,20 @@ pub fn write_modern_repo(dir: &Path) {
     write_files(dir, MODERN_FILES);
 }
 
+/// Where the real kubeflow/manifests releases and their KfDefs are (`manifests-1.10.2.tar.gz`,
+/// `kfdef-1.10.2.yaml`, …): `$KFOP_UPSTREAM_MANIFESTS`, else `shared/manifests` beside the
+/// checkout, else the machine's `/work/shared/manifests`.
+pub fn upstream_releases() -> std::path::PathBuf {
+    let candidates = [
+        std::env::var_os("KFOP_UPSTREAM_MANIFESTS").map(std::path::PathBuf::from),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/manifests")),
+        Some(std::path::PathBuf::from("/work/shared/manifests")),
+    ];
+    candidates.into_iter().flatten().find(|d| d.join("manifests-1.10.2.tar.gz").is_file()).unwrap_or_else(|| {
+        panic!("these tests use the real kubeflow/manifests releases: set KFOP_UPSTREAM_MANIFESTS to the folder holding manifests-1.10.2.tar.gz")
+    })
+}
+
 /// The modern fixture repository as a GitHub-style tarball.
 pub fn modern_repo_tarball() -> Vec<u8> {
     edited_modern_repo_tarball(&[])

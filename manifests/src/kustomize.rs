@@ -17,8 +17,9 @@ pub const KUSTOMIZE_VERSION: &str = "v3.1.0";
 /// Environment variable naming the kustomize binary.
 pub const KUSTOMIZE_ENV: &str = "KFOP_KUSTOMIZE";
 
-/// The v5 release the project builds (`e2e/env/versions.sh`), for kubeflow/manifests since 1.7.
-pub const KUSTOMIZE_V5_VERSION: &str = "v5.8.1";
+/// The v5 release the project builds (`e2e/env/versions.sh`), for kubeflow/manifests since 1.7:
+/// the one upstream's CI installs with (v5.8 breaks `common/user-namespace`'s replacements).
+pub const KUSTOMIZE_V5_VERSION: &str = "v5.7.1";
 
 /// Environment variable naming the kustomize v5 binary.
 pub const KUSTOMIZE_V5_ENV: &str = "KFOP_KUSTOMIZE_V5";
@@ -227,7 +228,7 @@ mod tests {
             ["--load_restrictor", "LoadRestrictionsNone"]
         );
         assert_eq!(
-            load_restrictor_flag("v5.8.1\n"),
+            load_restrictor_flag("v5.7.1\n"),
             ["--load-restrictor", "LoadRestrictionsNone"]
         );
         assert_eq!(

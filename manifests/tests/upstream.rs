@@ -3,23 +3,14 @@
 //! and compared with upstream's own `kustomize build <path>` of the same path.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use kubeflow_crds::KfDef;
 use kubeflow_crds::kfdef::KustomizeRelease;
 use kubeflow_manifests::{FetchOptions, Kustomize, RenderedApp, Renderer, RepoCache, RepoSource};
 
-/// Where the releases are: `$KFOP_UPSTREAM_MANIFESTS`, else `shared/manifests` beside the
-/// checkout, else the machine's `/work/shared/manifests`.
 fn releases() -> PathBuf {
-    let candidates = [
-        std::env::var_os("KFOP_UPSTREAM_MANIFESTS").map(PathBuf::from),
-        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/manifests")),
-        Some(PathBuf::from("/work/shared/manifests")),
-    ];
-    candidates.into_iter().flatten().find(|d| d.join("manifests-1.10.2.tar.gz").is_file()).unwrap_or_else(|| {
-        panic!("these tests render the real kubeflow/manifests releases: set KFOP_UPSTREAM_MANIFESTS to the folder holding manifests-1.10.2.tar.gz")
-    })
+    kubeflow_manifests::fixtures::upstream_releases()
 }
 
 struct Release {

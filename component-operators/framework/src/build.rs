@@ -206,6 +206,7 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
         if !info.cluster_scoped && object["metadata"]["namespace"].is_null() {
             object["metadata"]["namespace"] = json!(namespace);
         }
+        drop_unwritten(object);
         if !info.is_shared() {
             object["metadata"]["labels"][PART_OF_LABEL] = json!(C::Resource::COMPONENT.name());
             object["metadata"]["labels"][VERSION_LABEL] = json!(version);
@@ -234,6 +235,19 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
     }
     objects.sort_by_key(|o| kinds::lookup_for(&owner, o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap()).map_or(u8::MAX, |k| k.rank));
     Ok(objects)
+}
+
+/// Takes out what an apply does not write or must not own: `status` (upstream's CRDs carry one;
+/// the API server ignores it), and an aggregated ClusterRole's `rules`, which the aggregation
+/// controller writes: applied as rendered (`rules: []`) they would be taken back from it on every
+/// apply, and it would write them again.
+fn drop_unwritten(object: &mut Value) {
+    if let Some(fields) = object.as_object_mut() {
+        fields.remove("status");
+        if fields.get("kind").and_then(Value::as_str) == Some("ClusterRole") && fields.get("aggregationRule").is_some_and(|r| !r.is_null()) {
+            fields.remove("rules");
+        }
+    }
 }
 
 /// Built-in and component parameters, then KfDef application parameters, then `spec.overrides.parameters`.

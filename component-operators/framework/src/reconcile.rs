@@ -95,6 +95,9 @@ pub struct Context<C> {
     /// Clients acting as the accounts resources install as (see [`crate::installer`]). `None`
     /// only in `kfop`, which runs as the user asking: writes then use [`Context::client`].
     pub impersonation: Option<Impersonation>,
+    /// Objects whose apply would change nothing although they read otherwise than rendered (the
+    /// API server stores `1000m` as `1`, leaves a default out): (uid, resourceVersion, hash).
+    settled: Arc<std::sync::Mutex<BTreeSet<(String, String, String)>>>,
     _component: PhantomData<fn() -> C>,
 }
 
@@ -108,7 +111,31 @@ impl<C: Component> Context<C> {
         live: LiveObjects,
         impersonation: Option<Impersonation>,
     ) -> Self {
-        Self { client, field_manager, recorder, metrics, status_sender, live, desired: Default::default(), backoffs: Backoffs::default(), impersonation, _component: PhantomData }
+        Self { client, field_manager, recorder, metrics, status_sender, live, desired: Default::default(), backoffs: Backoffs::default(), impersonation, settled: Default::default(), _component: PhantomData }
+    }
+
+    /// Whether applying `desired` over `live` (same content hash, yet not a subset of it) would
+    /// change nothing: a server-side dry run, asked once per version of the object. Without it
+    /// every reconcile would "revert drift" that is only how the API server stores a field.
+    async fn applies_nothing(&self, api: &Api<DynamicObject>, name: &str, params: &PatchParams, desired: &Value, live: &Value) -> bool {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let key = (text(&live["metadata"]["uid"]), text(&live["metadata"]["resourceVersion"]), text(&desired["metadata"]["annotations"][HASH_ANNOTATION]));
+        if self.settled.lock().expect("settled objects").contains(&key) {
+            return true;
+        }
+        let dry_run = PatchParams { dry_run: true, ..params.clone() };
+        let Ok(result) = api.patch(name, &dry_run, &Patch::Apply(desired)).await else { return false };
+        // What the apply sets, as the API server would store it, against what is stored: fields
+        // others write meanwhile (status, a controller's annotations) do not count.
+        let same = manifest::is_subset(&as_stored(desired, &serde_json::to_value(result).expect("objects serialise")), live);
+        if same {
+            let mut settled = self.settled.lock().expect("settled objects");
+            if settled.len() >= 16_384 {
+                settled.clear();
+            }
+            settled.insert(key);
+        }
+        same
     }
 
     /// Who `resource`'s applies, prunes and deletes are made as (see [`crate::installer`]).
@@ -786,6 +813,16 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
     // Custom resources need their CRDs Established first (a CRD applied this round is not yet).
     let crds: Vec<String> = targets.iter().filter(|(_, info, _)| info.is_crd()).map(|(_, _, e)| e.name.clone()).collect();
     let mut crds_established = crds.is_empty();
+    // A custom resource whose CRD another install brings (KServe's cert-manager Issuer) waits,
+    // held like a webhook's objects, until the cluster serves its kind: written first, it fails.
+    let mut unserved: BTreeMap<String, bool> = BTreeMap::new();
+    for (_, info, _) in &targets {
+        let crd = crd_name(info);
+        if info.rank == kinds::CUSTOM_RESOURCE_RANK && !crds.contains(&crd) && !unserved.contains_key(&crd) {
+            let serves = serves_kind(&ctx.client, &crd, info.version).await.map_err(|source| Error::Apply { object: format!("CustomResourceDefinition {crd}"), source })?;
+            unserved.insert(crd, !serves);
+        }
+    }
     for (index, ((desired, info, entry), live)) in targets.into_iter().zip(lives).enumerate() {
         if foreign.contains(&index) {
             continue;
@@ -795,7 +832,8 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
             crds_established = true;
         }
         let what = describe(info, &entry);
-        if let Some(why) = webhook_gate::held(&gates, index, info, &unready_backends) {
+        let kind_unserved = unserved.get(&crd_name(info)).copied().unwrap_or(false).then(|| format!("waits for CustomResourceDefinition {}, which another install brings, to serve {}", crd_name(info), info.version));
+        if let Some(why) = kind_unserved.or_else(|| webhook_gate::held(&gates, index, info, &unready_backends)) {
             // Not written this round. One that exists is still the resource's, so prune leaves it
             // alone; one that does not is not listed, or its first write would count as
             // recreating a deleted object.
@@ -806,8 +844,15 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
             continue;
         }
         let api = info.api(writer, entry.namespace.as_deref());
+        let settled = match &live {
+            Some(current) if up_to_date(desired, current, info) => true,
+            Some(current) if current["metadata"]["deletionTimestamp"].is_null() && current["metadata"]["annotations"][HASH_ANNOTATION] == desired["metadata"]["annotations"][HASH_ANNOTATION] => {
+                ctx.applies_nothing(&api, &entry.name, &params, desired, current).await
+            }
+            _ => false,
+        };
         let live = match live {
-            Some(live) if up_to_date(desired, &live, info) => live,
+            Some(live) if settled => live,
             // A shared CRD another install keeps at a newer release stays as it is.
             Some(live) if info.is_crd() && build::crd_belongs_to_newer_release::<C>(&live, version) => live,
             // Shared objects (namespaces) are only ever created, so the operator needs no right
@@ -920,6 +965,36 @@ async fn wait_established(client: &Client, names: &[String]) -> Result<(), Error
         }
     }
     Ok(())
+}
+
+/// The fields of `desired`, with the values `stored` (a dry run's result) has for them; a field
+/// the server does not keep (a cluster-scoped object's namespace) is left out.
+fn as_stored(desired: &Value, stored: &Value) -> Value {
+    match (desired, stored) {
+        (Value::Object(wanted), Value::Object(kept)) => Value::Object(wanted.iter().filter_map(|(k, v)| kept.get(k).map(|s| (k.clone(), as_stored(v, s)))).collect()),
+        (Value::Array(wanted), Value::Array(kept)) if wanted.len() == kept.len() => Value::Array(wanted.iter().zip(kept).map(|(w, k)| as_stored(w, k)).collect()),
+        _ => stored.clone(),
+    }
+}
+
+/// The name of the CRD that defines `info`'s kind.
+fn crd_name(info: &KindInfo) -> String {
+    format!("{}.{}", info.plural, info.group)
+}
+
+/// Whether CRD `name` exists, is Established and serves `version`. One the operator may not read
+/// counts as serving (the write then says what is wrong).
+async fn serves_kind(client: &Client, name: &str, version: &str) -> Result<bool, kube::Error> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd = match Api::<CustomResourceDefinition>::all(client.clone()).get_opt(name).await {
+        Ok(crd) => crd,
+        Err(kube::Error::Api(status)) if status.code == 403 => return Ok(true),
+        Err(e) => return Err(e),
+    };
+    let Some(crd) = crd else { return Ok(false) };
+    use kube::runtime::wait::Condition;
+    let established = kube::runtime::conditions::is_crd_established().matches_object(Some(&crd));
+    Ok(established && crd.spec.versions.iter().any(|v| v.name == version && v.served))
 }
 
 fn up_to_date(desired: &Value, live: &Value, info: &KindInfo) -> bool {
@@ -1127,6 +1202,24 @@ async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, ou
 
 fn jiff_now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
+}
+
+#[cfg(test)]
+mod stored_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// What a dry run shows for the rendered fields is what drift is judged on.
+    #[test]
+    fn rendered_fields_are_compared_as_the_server_stores_them() {
+        let desired = json!({"metadata": {"name": "r", "namespace": "kubeflow"}, "spec": {"containers": [{"resources": {"limits": {"cpu": "1000m"}}}]}});
+        let stored = json!({"metadata": {"name": "r", "uid": "u"}, "spec": {"containers": [{"resources": {"limits": {"cpu": "1"}}, "imagePullPolicy": "Always"}]}, "status": {}});
+        assert_eq!(as_stored(&desired, &stored), json!({"metadata": {"name": "r"}, "spec": {"containers": [{"resources": {"limits": {"cpu": "1"}}}]}}));
+        let live = json!({"metadata": {"name": "r", "uid": "u", "annotations": {"deployment.kubernetes.io/revision": "2"}}, "spec": {"containers": [{"resources": {"limits": {"cpu": "1"}}, "imagePullPolicy": "Always"}]}});
+        assert!(manifest::is_subset(&as_stored(&desired, &stored), &live));
+        let changed = json!({"metadata": {"name": "r"}, "spec": {"containers": [{"resources": {"limits": {"cpu": "2"}}}]}});
+        assert!(!manifest::is_subset(&as_stored(&desired, &stored), &changed), "a value someone changed is drift");
+    }
 }
 
 #[cfg(test)]

@@ -108,6 +108,21 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
             info.api_resource(),
         );
     }
+    // The CRDs of custom kinds another install brings (KServe's cert-manager Issuer): their
+    // objects wait for them (reconcile), and a change of one (created, Established) brings every
+    // resource back. Only names; operators that may list CRDs (those that ship some).
+    let foreign_crds: BTreeSet<String> = C::CUSTOM_KINDS.iter().map(|(group, _, _, plural, _)| format!("{plural}.{group}")).collect();
+    if !foreign_crds.is_empty() && watched_kinds::<C>().iter().any(|k| k.is_crd()) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        use kube::core::PartialObjectMeta;
+        use kube::runtime::WatchStreamExt;
+        let crds = watcher(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default()).default_backoff().touched_objects();
+        let store = store.clone();
+        controller = controller.watches_stream(crds, move |crd| {
+            let concerned = foreign_crds.contains(&crd.name_any());
+            concerned.then(|| store.state().iter().map(|r| ObjectRef::from_obj(r.as_ref())).collect::<Vec<_>>()).unwrap_or_default()
+        });
+    }
     let recorder = Recorder::new(client.clone(), Reporter::from(field_manager.as_str()));
     let status_sender = args.nats_url.clone().map(|url| crate::nats_mode::start::<C>(client.clone(), url, args.nats_credentials.clone(), args.namespace.clone()));
     // Ready once every cache holds its first full list: before that a reconcile would take
