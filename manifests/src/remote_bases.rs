@@ -44,6 +44,17 @@ impl std::str::FromStr for Mirror {
     }
 }
 
+/// The mirrors a render uses: a resource's own (`spec.remoteBaseMirrors`, parsed), then the
+/// operator's. `Err` names the index of the first that does not parse, and why.
+pub fn merged(spec: &[String], operator: &[Mirror]) -> Result<Vec<Mirror>, (usize, String)> {
+    let mut mirrors = Vec::with_capacity(spec.len() + operator.len());
+    for (index, text) in spec.iter().enumerate() {
+        mirrors.push(text.parse::<Mirror>().map_err(|reason| (index, reason))?);
+    }
+    mirrors.extend(operator.iter().cloned());
+    Ok(mirrors)
+}
+
 /// `url` rewritten by the first mirror whose prefix it starts with.
 pub fn mirrored(url: &str, mirrors: &[Mirror]) -> String {
     match mirrors.iter().find(|m| url.starts_with(&m.prefix)) {
@@ -227,6 +238,14 @@ mod tests {
         assert_eq!(jobset.download_url(&[]), "https://github.com/kubernetes-sigs/jobset/releases/download/v0.8.0/manifests.yaml");
         assert!("no-separator".parse::<Mirror>().is_err());
         assert!("github.com/=ftp://x".parse::<Mirror>().is_err());
+        // A resource's mirrors come before the operator's; a bad one is named by its index.
+        let operator: Vec<Mirror> = vec!["https://github.com/=https://op.example/gh/".parse().unwrap()];
+        let spec = ["https://github.com/=https://spec.example/gh/".to_string()];
+        let merged = merged(&spec, &operator).unwrap();
+        assert_eq!(merged.iter().map(|m| m.uri.as_str()).collect::<Vec<_>>(), ["https://spec.example/gh/", "https://op.example/gh/"]);
+        let (index, reason) = super::merged(&[spec[0].clone(), "bad".into()], &operator).unwrap_err();
+        assert_eq!(index, 1);
+        assert!(reason.contains("PREFIX=URI"), "{reason}");
     }
 
     #[test]

@@ -347,13 +347,11 @@ impl Renderer {
         let mut seen = std::collections::BTreeSet::new();
         let mut out = Vec::new();
         let specs = kfdef.spec.applications.iter().map(AppSpec::from_application).collect::<Result<Vec<_>, _>>()?;
-        let mirrors = kfdef
-            .spec
-            .remote_base_mirrors
-            .iter()
-            .map(|m| m.parse::<Mirror>().map_err(|reason| RenderError::RemoteBase { app: String::new(), reference: m.clone(), reason: format!("spec.remoteBaseMirrors: {reason}") }))
-            .chain(cache.options().remote_base_mirrors.iter().cloned().map(Ok))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mirrors = crate::remote_bases::merged(&kfdef.spec.remote_base_mirrors, &cache.options().remote_base_mirrors).map_err(|(index, reason)| RenderError::RemoteBase {
+            app: String::new(),
+            reference: kfdef.spec.remote_base_mirrors[index].clone(),
+            reason: format!("spec.remoteBaseMirrors[{index}]: {reason}"),
+        })?;
         let links: Vec<(&str, Option<&str>, &str)> = kfdef
             .spec
             .applications

@@ -107,6 +107,11 @@ async fn every_application_of_kubeflow_1_10_2_renders_what_upstream_renders() {
     assert_eq!(all.len(), 611);
     assert_eq!(all, identities(example));
     // Where the issue found them moved into `kubeflow`: each in upstream's namespace.
+    // The user's Profile, named by user-namespace's replacements (kustomize v5.8 leaves it
+    // `$(profile-name)`, which the API server refuses: kubeflow/manifests#3315).
+    let user_namespace = apps.iter().find(|a| a.name == "user-namespace").unwrap();
+    let profile = values(user_namespace).into_iter().find(|o| o["kind"] == "Profile").unwrap();
+    assert_eq!((profile["metadata"]["name"].as_str(), profile["spec"]["owner"]["name"].as_str()), (Some("kubeflow-user-example-com"), Some("user@example.com")));
     for (kind, namespace, name) in [
         ("Deployment", "cert-manager", "cert-manager-webhook"),
         ("Role", "kube-system", "cert-manager:leaderelection"),

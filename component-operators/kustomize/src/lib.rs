@@ -279,11 +279,8 @@ pub async fn render(resource: &KustomizeApplication, discovery: Discovery<'_>, f
     let context = RenderContext { namespace: namespace.clone(), kfdef_name: resource.name_any(), mode, era: spec.era };
     let (mut rendered, mut failed, mut converted, mut conversion_details) = (Vec::new(), Vec::new(), BTreeMap::new(), BTreeMap::new());
     // The spec's mirrors of remote bases, then the operator's.
-    let mut mirrors = Vec::new();
-    for (index, mirror) in spec.remote_base_mirrors.iter().enumerate() {
-        mirrors.push(mirror.parse::<Mirror>().map_err(|reason| InvalidSpec::new(format!("spec.remoteBaseMirrors[{index}]"), reason))?);
-    }
-    mirrors.extend(repos.options().remote_base_mirrors.iter().cloned());
+    let mirrors = kubeflow_manifests::remote_bases::merged(&spec.remote_base_mirrors, &repos.options().remote_base_mirrors)
+        .map_err(|(index, reason)| InvalidSpec::new(format!("spec.remoteBaseMirrors[{index}]"), reason))?;
     // Components (`componentOf`) are built with the application they apply to, not on their own.
     let links: Vec<(&str, Option<&str>, &str)> = spec.core.sources.iter().map(|s| (s.application.as_str(), s.component_of.as_deref(), s.repo_uri.as_deref().unwrap_or_default())).collect();
     let targets = kubeflow_manifests::component_targets(&links);
