@@ -46,7 +46,8 @@ async fn upstream_objects(root: &std::path::Path, path: &str, home: &std::path::
 
 /// Upstream's `kustomize build <path>` (the real kustomize v5).
 async fn upstream_build(root: &std::path::Path, path: &str, home: &std::path::Path) -> Vec<Value> {
-    let kustomize = Kustomize::locate_release(KustomizeRelease::V5).await.unwrap_or_else(|e| panic!("this test runs the real kustomize: {e}"));
+    static KUSTOMIZE: tokio::sync::OnceCell<Kustomize> = tokio::sync::OnceCell::const_new();
+    let kustomize = KUSTOMIZE.get_or_init(|| async { Kustomize::locate_release(KustomizeRelease::V5).await.unwrap_or_else(|e| panic!("this test runs the real kustomize: {e}")) }).await;
     let output = kustomize.build(&root.join(path), home, &[root.to_path_buf()]).await.unwrap_or_else(|e| panic!("upstream's build of {path}: {e}"));
     kubeflow_manifests::parse_objects(&output).unwrap().into_iter().map(|o| serde_json::to_value(o).unwrap()).collect()
 }

@@ -99,6 +99,11 @@ pub const KINDS: &[KindInfo] = &[
     of::<APIService>(7),
 ];
 
+/// The name of the CRD that defines the kind of `group` served as `plural`.
+pub fn crd_name(group: &str, plural: &str) -> String {
+    format!("{plural}.{group}")
+}
+
 /// Rank of custom resources: after the workloads that serve them, before webhooks.
 pub const CUSTOM_RESOURCE_RANK: u8 = 6;
 

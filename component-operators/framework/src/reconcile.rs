@@ -979,7 +979,7 @@ fn as_stored(desired: &Value, stored: &Value) -> Value {
 
 /// The name of the CRD that defines `info`'s kind.
 fn crd_name(info: &KindInfo) -> String {
-    format!("{}.{}", info.plural, info.group)
+    kinds::crd_name(info.group, info.plural)
 }
 
 /// Whether CRD `name` exists, is Established and serves `version`. One the operator may not read

@@ -111,7 +111,7 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     // The CRDs of custom kinds another install brings (KServe's cert-manager Issuer): their
     // objects wait for them (reconcile), and a change of one (created, Established) brings every
     // resource back. Only names; operators that may list CRDs (those that ship some).
-    let foreign_crds: BTreeSet<String> = C::CUSTOM_KINDS.iter().map(|(group, _, _, plural, _)| format!("{plural}.{group}")).collect();
+    let foreign_crds: BTreeSet<String> = C::CUSTOM_KINDS.iter().map(|(group, _, _, plural, _)| kinds::crd_name(group, plural)).collect();
     if !foreign_crds.is_empty() && watched_kinds::<C>().iter().any(|k| k.is_crd()) {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         use kube::core::PartialObjectMeta;
