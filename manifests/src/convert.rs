@@ -139,6 +139,7 @@ pub fn convert(mut object: Value) -> Result<(Value, Option<Conversion>), Unconve
         Rule::Refuse(reason) => return Err(refuse(reason.into())),
         Rule::Crd => {
             crd(&mut object["spec"], &mut notes);
+            approval(&mut object, &mut notes);
             "apiextensions.k8s.io/v1"
         }
         Rule::Webhooks => {
@@ -251,6 +252,26 @@ fn crd(spec: &mut Value, notes: &mut Vec<String>) {
     }
 }
 
+/// The annotation `apiextensions.k8s.io/v1` requires of a CRD in a group Kubernetes protects
+/// (`k8s.io`, `kubernetes.io` and their subdomains, e.g. kfctl's `applications.app.k8s.io` and
+/// metacontroller's), which v1beta1 did not: the API server refuses such a CRD without it. A value
+/// starting `unapproved` is what the API server takes for a CRD no Kubernetes review approved
+/// (it then reports condition KubernetesAPIApprovalPolicyConformant false), and is the truth here.
+const API_APPROVAL_ANNOTATION: &str = "api-approved.kubernetes.io";
+
+fn approval(crd: &mut Value, notes: &mut Vec<String>) {
+    let group = crd["spec"]["group"].as_str().unwrap_or_default().to_string();
+    let protected = ["k8s.io", "kubernetes.io"].iter().any(|root| group == *root || group.ends_with(&format!(".{root}")));
+    if !protected || crd["metadata"]["annotations"][API_APPROVAL_ANNOTATION].is_string() {
+        return;
+    }
+    if !crd["metadata"]["annotations"].is_object() {
+        crd["metadata"]["annotations"] = json!({});
+    }
+    crd["metadata"]["annotations"][API_APPROVAL_ANNOTATION] = json!("unapproved, defined with apiextensions.k8s.io/v1beta1, which asked for no approval");
+    notes.push(format!("annotation {API_APPROVAL_ANNOTATION} set to unapproved (group {group} is protected)"));
+}
+
 /// Makes `schema` structural (what `apiextensions.k8s.io/v1` requires) without refusing anything
 /// a v1beta1 schema allowed: a node without `type` takes the one its `properties`/`items` imply, or
 /// keeps any value (`x-kubernetes-preserve-unknown-fields`); an int-or-string `anyOf` is marked as
@@ -277,10 +298,17 @@ fn structural(node: &mut Value, root: bool, preserve: bool) -> usize {
     }
     let is_int_or_string = map.get("x-kubernetes-int-or-string") == Some(&json!(true));
     for junctor in ["allOf", "anyOf", "oneOf", "not"] {
-        let keep = is_int_or_string && map.get(junctor).is_some_and(int_or_string);
+        let keep = junctor == "anyOf" && is_int_or_string && map.get(junctor).is_some_and(int_or_string);
         if !keep && map.remove(junctor).is_some() {
             changed += 1;
         }
+    }
+    // The one junctor a structural schema allows beside int-or-string is this `anyOf`, in this
+    // order (the API server refuses `[string, integer]`, spark-operator's order).
+    let canonical = json!([{"type": "integer"}, {"type": "string"}]);
+    if map.get("anyOf").is_some_and(|list| *list != canonical) {
+        map.insert("anyOf".into(), canonical);
+        changed += 1;
     }
     if !map.contains_key("type") && !is_int_or_string {
         changed += 1;
@@ -521,6 +549,25 @@ mod tests {
     }
 
     #[test]
+    fn a_crd_of_a_protected_group_is_marked_unapproved_as_v1_requires() {
+        let crd = |name: &str, group: &str| json!({"apiVersion": "apiextensions.k8s.io/v1beta1", "kind": "CustomResourceDefinition", "metadata": {"name": name}, "spec": {"group": group, "version": "v1beta1", "names": {"kind": "X", "plural": "x"}}});
+        for (name, group) in [("applications.app.k8s.io", "app.k8s.io"), ("compositecontrollers.metacontroller.k8s.io", "metacontroller.k8s.io"), ("x.kubernetes.io", "kubernetes.io")] {
+            let (object, conversion) = converted(crd(name, group));
+            assert_eq!(object["metadata"]["annotations"]["api-approved.kubernetes.io"], "unapproved, defined with apiextensions.k8s.io/v1beta1, which asked for no approval", "{name}");
+            assert!(conversion.notes.iter().any(|n| n.contains("api-approved.kubernetes.io")), "{:?}", conversion.notes);
+        }
+        // Other groups (a name only ending like one) get nothing; an approval given stays.
+        for group in ["kubeflow.org", "notk8s.io", "k8s.io.example.com"] {
+            let (object, _) = converted(crd("x.y", group));
+            assert!(object["metadata"]["annotations"].is_null(), "{group}: {object}");
+        }
+        let mut approved = crd("x.k8s.io", "k8s.io");
+        approved["metadata"]["annotations"] = json!({"api-approved.kubernetes.io": "https://github.com/kubernetes/enhancements/pull/1111"});
+        let (object, _) = converted(approved);
+        assert_eq!(object["metadata"]["annotations"]["api-approved.kubernetes.io"], "https://github.com/kubernetes/enhancements/pull/1111");
+    }
+
+    #[test]
     fn a_crd_that_pruned_keeps_pruning_and_its_versions_keep_their_own_parts() {
         let crd = json!({
             "apiVersion": "apiextensions.k8s.io/v1beta1", "kind": "CustomResourceDefinition", "metadata": {"name": "tfjobs.kubeflow.org"},
@@ -530,7 +577,12 @@ mod tests {
                     {"name": "v1", "served": true, "storage": true},
                     {"name": "v1beta2", "served": true, "storage": false, "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object"}}}}, "subresources": {"scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}}},
                 ],
-                "validation": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"x": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}}}}},
+                // `y` in spark-operator's order, `z` as a oneOf: the API server takes only `x`'s shape.
+                "validation": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+                    "x": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+                    "y": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+                    "z": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+                }}}}},
                 "subresources": {"status": {}},
             },
         });
@@ -540,7 +592,11 @@ mod tests {
             crd["spec"]["versions"],
             json!([
                 {"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
-                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"x": {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true}}}}}}},
+                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+                     "x": {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true},
+                     "y": {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true},
+                     "z": {"x-kubernetes-int-or-string": true},
+                 }}}}}},
                 {"name": "v1beta2", "served": true, "storage": false, "subresources": {"scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}},
                  "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object"}}}}},
             ])

@@ -237,15 +237,34 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
     Ok(objects)
 }
 
+/// Annotations by which an object asks cert-manager's cainjector to write its `caBundle`s.
+const CA_INJECTION_ANNOTATIONS: [&str; 3] = ["cert-manager.io/inject-ca-from", "cert-manager.io/inject-ca-from-secret", "cert-manager.io/inject-apiserver-ca"];
+
 /// Takes out what an apply does not write or must not own: `status` (upstream's CRDs carry one;
-/// the API server ignores it), and an aggregated ClusterRole's `rules`, which the aggregation
-/// controller writes: applied as rendered (`rules: []`) they would be taken back from it on every
-/// apply, and it would write them again.
+/// the API server ignores it), an aggregated ClusterRole's `rules`, which the aggregation
+/// controller writes (applied as rendered, `rules: []`, they would be taken back from it on every
+/// apply, and it would write them again), and, likewise, the `caBundle`s of a webhook
+/// configuration, CRD or APIService that asks cainjector for them (seldon's placeholder CA would
+/// otherwise be re-applied over the injected one on every reconcile).
 fn drop_unwritten(object: &mut Value) {
-    if let Some(fields) = object.as_object_mut() {
-        fields.remove("status");
-        if fields.get("kind").and_then(Value::as_str) == Some("ClusterRole") && fields.get("aggregationRule").is_some_and(|r| !r.is_null()) {
-            fields.remove("rules");
+    let injected = CA_INJECTION_ANNOTATIONS.iter().any(|a| !object["metadata"]["annotations"][a].is_null());
+    let Some(fields) = object.as_object_mut() else { return };
+    fields.remove("status");
+    let kind = fields.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+    if kind == "ClusterRole" && fields.get("aggregationRule").is_some_and(|r| !r.is_null()) {
+        fields.remove("rules");
+    }
+    if injected {
+        let configs: Vec<&mut Value> = match kind.as_str() {
+            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => fields.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten().filter_map(|w| w.get_mut("clientConfig")).collect(),
+            "CustomResourceDefinition" => fields.get_mut("spec").and_then(|s| s.pointer_mut("/conversion/webhook/clientConfig")).into_iter().collect(),
+            "APIService" => fields.get_mut("spec").into_iter().collect(),
+            _ => Vec::new(),
+        };
+        for config in configs {
+            if let Some(config) = config.as_object_mut() {
+                config.remove("caBundle");
+            }
         }
     }
 }
@@ -373,6 +392,30 @@ mod tests {
             json!({"apiVersion": "example.com/v1", "kind": "Namespace", "metadata": {"name": "not-a-namespace"}}),
         ];
         assert_eq!(target_namespaces(&objects).into_iter().collect::<Vec<_>>(), ["auth", "oauth2-proxy"]);
+    }
+
+    #[test]
+    fn what_others_write_is_not_applied() {
+        let mut role = json!({"kind": "ClusterRole", "metadata": {"name": "kubeflow-edit"}, "aggregationRule": {"clusterRoleSelectors": []}, "rules": []});
+        drop_unwritten(&mut role);
+        assert!(role.get("rules").is_none());
+        let mut plain = json!({"kind": "ClusterRole", "metadata": {"name": "r"}, "rules": [], "status": {}});
+        drop_unwritten(&mut plain);
+        assert_eq!(plain, json!({"kind": "ClusterRole", "metadata": {"name": "r"}, "rules": []}));
+        // cainjector's caBundles (seldon's webhooks carry a placeholder), not others'.
+        let webhooks = |annotations: Value| json!({"kind": "MutatingWebhookConfiguration", "metadata": {"name": "w", "annotations": annotations}, "webhooks": [{"name": "a", "clientConfig": {"caBundle": "UExBQ0VIT0xERVI=", "service": {"name": "s", "namespace": "n"}}}]});
+        let mut asked = webhooks(json!({"cert-manager.io/inject-ca-from": "kubeflow/seldon-serving-cert"}));
+        drop_unwritten(&mut asked);
+        assert_eq!(asked["webhooks"][0]["clientConfig"], json!({"service": {"name": "s", "namespace": "n"}}));
+        let mut own = webhooks(json!({}));
+        drop_unwritten(&mut own);
+        assert_eq!(own["webhooks"][0]["clientConfig"]["caBundle"], "UExBQ0VIT0xERVI=");
+        let mut crd = json!({"kind": "CustomResourceDefinition", "metadata": {"name": "c", "annotations": {"cert-manager.io/inject-ca-from-secret": "ns/s"}}, "spec": {"conversion": {"strategy": "Webhook", "webhook": {"clientConfig": {"caBundle": "Cg=="}}}}});
+        drop_unwritten(&mut crd);
+        assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"], json!({}));
+        let mut api_service = json!({"kind": "APIService", "metadata": {"name": "v1beta1.webhook.cert-manager.io", "annotations": {"cert-manager.io/inject-apiserver-ca": "true"}}, "spec": {"caBundle": "Cg==", "group": "g"}});
+        drop_unwritten(&mut api_service);
+        assert_eq!(api_service["spec"], json!({"group": "g"}));
     }
 
     fn object(labels: Value, annotations: Value) -> Value {

@@ -279,8 +279,8 @@ impl<C: Component> Context<C> {
         Ok(existing)
     }
 
-    /// Takes the aggregation rule off every aggregated ClusterRole among `targets` that `owner` is
-    /// the last user of, before any of them is deleted. Kubernetes' aggregation controller
+    /// Takes the aggregation rule off every aggregated ClusterRole among `targets` that `owner`
+    /// made and is the last user of, before any of them is deleted. Kubernetes' aggregation controller
     /// re-applies the rules of every aggregated ClusterRole when any ClusterRole changes, from a
     /// cache that can still hold one just deleted: deleting `kubeflow-admin`, then `kubeflow-edit`,
     /// then `kubeflow-view` made it create an empty `kubeflow-view` again, which nobody owns and
@@ -295,12 +295,18 @@ impl<C: Component> Context<C> {
                 Err(kube::Error::Api(status)) if status.code == 403 => continue,
                 Err(e) => return Err((describe(info, entry), e)),
             };
-            let ours = build::tracks_users(info, &live) && build::made_by(&live, info, C::Resource::COMPONENT.name(), owner);
-            if !ours || live["aggregationRule"].is_null() || !self.existing_users(&live, Some(&key)).await.map_err(|e| (describe(info, entry), e))?.is_empty() {
+            // A role one install made (kfctl-era `kubeflow-apps` renders `kubeflow-view`), or a
+            // shared one whose last user this install is.
+            let shared = build::tracks_users(info, &live);
+            if !build::made_by(&live, info, C::Resource::COMPONENT.name(), owner) || live["aggregationRule"].is_null() {
+                continue;
+            }
+            if shared && !self.existing_users(&live, Some(&key)).await.map_err(|e| (describe(info, entry), e))?.is_empty() {
                 continue;
             }
             let patch = json!({"metadata": {"resourceVersion": live["metadata"]["resourceVersion"]}, "aggregationRule": null});
-            let params = PatchParams { field_manager: Some(build::user_field_manager(&self.field_manager, C::Resource::COMPONENT.name(), owner)), ..Default::default() };
+            let manager = if shared { build::user_field_manager(&self.field_manager, C::Resource::COMPONENT.name(), owner) } else { self.field_manager.clone() };
+            let params = PatchParams { field_manager: Some(manager), ..Default::default() };
             match api.patch(&entry.name, &params, &Patch::Merge(&patch)).await {
                 // Changed since (another install recorded itself): the delete decides again.
                 Ok(_) => {}
@@ -810,29 +816,38 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
             Some((index, why))
         })
         .collect();
-    // Custom resources need their CRDs Established first (a CRD applied this round is not yet).
-    let crds: Vec<String> = targets.iter().filter(|(_, info, _)| info.is_crd()).map(|(_, _, e)| e.name.clone()).collect();
-    let mut crds_established = crds.is_empty();
-    // A custom resource whose CRD another install brings (KServe's cert-manager Issuer) waits,
-    // held like a webhook's objects, until the cluster serves its kind: written first, it fails.
+    // Custom resources need their CRDs Established first (a CRD applied this round is not yet):
+    // the install waits for the CRDs it wrote. A custom resource whose CRD it did not write (one
+    // another install brings, like KServe's cert-manager Issuer, or one of its own that was held
+    // or refused this round) waits, held like a webhook's objects, until the cluster serves its
+    // kind: written first, it fails.
+    let rendered_crds: BTreeSet<String> = targets.iter().filter(|(_, info, _)| info.is_crd()).map(|(_, _, e)| e.name.clone()).collect();
+    let mut written_crds: Vec<String> = Vec::new();
+    let mut crds_established = false;
     let mut unserved: BTreeMap<String, bool> = BTreeMap::new();
-    for (_, info, _) in &targets {
-        let crd = crd_name(info);
-        if info.rank == kinds::CUSTOM_RESOURCE_RANK && !crds.contains(&crd) && !unserved.contains_key(&crd) {
-            let serves = serves_kind(&ctx.client, &crd, info.version).await.map_err(|source| Error::Apply { object: format!("CustomResourceDefinition {crd}"), source })?;
-            unserved.insert(crd, !serves);
-        }
-    }
     for (index, ((desired, info, entry), live)) in targets.into_iter().zip(lives).enumerate() {
         if foreign.contains(&index) {
             continue;
         }
         if !crds_established && info.rank >= kinds::CUSTOM_RESOURCE_RANK {
-            wait_established(&ctx.client, &crds).await?;
+            wait_established(&ctx.client, &written_crds).await?;
             crds_established = true;
         }
         let what = describe(info, &entry);
-        let kind_unserved = unserved.get(&crd_name(info)).copied().unwrap_or(false).then(|| format!("waits for CustomResourceDefinition {}, which another install brings, to serve {}", crd_name(info), info.version));
+        let crd = crd_name(info);
+        let kind_unserved = if info.rank == kinds::CUSTOM_RESOURCE_RANK && !written_crds.contains(&crd) {
+            let unserved = match unserved.get(&crd) {
+                Some(unserved) => *unserved,
+                None => {
+                    let serves = serves_kind(&ctx.client, &crd, info.version).await.map_err(|source| Error::Apply { object: format!("CustomResourceDefinition {crd}"), source })?;
+                    *unserved.entry(crd.clone()).or_insert(!serves)
+                }
+            };
+            let whose = if rendered_crds.contains(&crd) { "which this install did not write this round" } else { "which another install brings" };
+            unserved.then(|| format!("waits for CustomResourceDefinition {crd}, {whose}, to serve {}", info.version))
+        } else {
+            None
+        };
         if let Some(why) = kind_unserved.or_else(|| webhook_gate::held(&gates, index, info, &unready_backends)) {
             // Not written this round. One that exists is still the resource's, so prune leaves it
             // alone; one that does not is not listed, or its first write would count as
@@ -941,6 +956,9 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
                 handover::finish(writer, &live, &owner, &ctx.field_manager).await.map_err(|source| Error::Apply { object: describe(info, &entry), source })?;
             }
             None => {}
+        }
+        if info.is_crd() {
+            written_crds.push(entry.name.clone());
         }
         if !info.is_shared() {
             inventory.push(entry);

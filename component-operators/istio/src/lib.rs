@@ -293,7 +293,7 @@ mod tests {
                 let ns = namespace.unwrap_or("istio-system");
                 let objects = build(spec);
                 let (deployments, crds): (&[&str], usize) = match v {
-                    "1.3.1" => (&["istio-pilot", "istio-citadel", "istio-galley", "istio-sidecar-injector", "istio-ingressgateway", "cluster-local-gateway"], 7),
+                    "1.3.1" => (&["istio-pilot", "istio-citadel", "istio-galley", "istio-sidecar-injector", "istio-ingressgateway", "cluster-local-gateway"], 11),
                     "1.9.6" => (&["istiod", "istio-ingressgateway", "cluster-local-gateway"], 9),
                     _ => (&["istiod", "istio-ingressgateway", "cluster-local-gateway"], 14),
                 };
@@ -308,6 +308,10 @@ mod tests {
                 }
                 let security_crds = names(&objects, "CustomResourceDefinition").into_iter().filter(|n| n.ends_with(".security.istio.io")).count();
                 assert_eq!(security_crds, if v == "1.3.1" { 1 } else { 3 }, "{v}");
+                // kfctl-era applications grant access with rbac.istio.io's kinds, which 1.3.1 serves.
+                let rbac: Vec<String> = names(&objects, "CustomResourceDefinition").into_iter().filter(|n| n.ends_with(".rbac.istio.io")).collect();
+                let expected: &[&str] = if v == "1.3.1" { &["clusterrbacconfigs.rbac.istio.io", "rbacconfigs.rbac.istio.io", "serviceroles.rbac.istio.io", "servicerolebindings.rbac.istio.io"] } else { &[] };
+                assert_eq!(rbac, expected, "{v}");
 
                 for o in &objects {
                     let (kind, name) = (o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap());

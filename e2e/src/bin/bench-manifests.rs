@@ -14,7 +14,10 @@
 //!   kubectl apply --server-side --force-conflicts -f -` re-run after 20 s until it succeeds,
 //!   then its Deployments Available; attempts and the objects refused on the way. Everything it
 //!   made is deleted (CRDs and namespaces too), then a KfDef whose applications are the example's
-//!   entries: created → Available, and the generic operator's failed reconciles.
+//!   entries: created → Available, and the operators' failed reconciles.
+//! * Kubeflow v1.10.2 as released (`../shared/manifests`): the same comparison with its own
+//!   `example` and its KfDef, every operator taking part (the built-ins cover seven of its
+//!   applications). Its webhooks are answered by the environment's pods' network stand-in.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -81,20 +84,94 @@ async fn main() {
     kubectl(&["delete", "--ignore-not-found", "--wait=false", "-f", file.to_str().unwrap()]);
     let _ = std::fs::remove_dir_all(&work);
 
-    modern_example(&client, &stack).await;
+    let work = tempfile_dir();
+    example_against_upstream_loop(&client, &stack, &work.join("modern"), modern_fixture(&work)).await;
+    example_against_upstream_loop(&client, &stack, &work.join("v1.10.2"), release_1_10_2(&work)).await;
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// What an example install is compared on: a repository of kubeflow/manifests' layout, and a
+/// KfDef whose applications are its `example/kustomization.yaml` entries.
+struct Example {
+    title: &'static str,
+    /// The repository, unpacked (upstream's loop builds `example` in it).
+    repo: std::path::PathBuf,
+    /// The same as the archive the KfDef names, and that archive's path on the loopback server.
+    tarball: Vec<u8>,
+    archive: &'static str,
+    /// The KfDef for the archive's URL, in the namespace given (None: the KfDef's own).
+    kfdef: Box<dyn Fn(&str, &str) -> KfDef>,
+    /// Whether the KfDef lives in a namespace of its own (the fixture's) or in its own `kubeflow`.
+    own_namespace: bool,
+}
+
+/// A bound on one install or removal; a guard against hanging, not a measurement.
+const INSTALL_BOUND: std::time::Duration = std::time::Duration::from_secs(900);
+/// Upstream's loop gives up after this many runs (a refusal that never goes away).
+const MAX_ATTEMPTS: usize = 30;
+
+async fn bounded<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + INSTALL_BOUND;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {INSTALL_BOUND:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}
+
+/// The modern fixture repository (kustomize v5 only; cert-manager's and Istio's shapes).
+fn modern_fixture(work: &std::path::Path) -> Example {
+    let repo = work.join("repo");
+    fixtures::write_modern_repo(&repo);
+    Example {
+        title: "Current kubeflow/manifests: the example's entries on the modern fixture repository",
+        repo,
+        tarball: fixtures::modern_repo_tarball(),
+        archive: "archive/v1.11.0.tar.gz",
+        kfdef: Box::new(|url, ns| fixtures::modern_example_kfdef(url, ns)),
+        own_namespace: true,
+    }
+}
+
+/// Kubeflow v1.10.2 as released (`../shared/manifests`), with its KfDef.
+fn release_1_10_2(work: &std::path::Path) -> Example {
+    let releases = fixtures::upstream_releases();
+    let tarball = std::fs::read(releases.join("manifests-1.10.2.tar.gz")).unwrap();
+    let unpacked = work.join("release");
+    std::fs::create_dir_all(&unpacked).unwrap();
+    let status = std::process::Command::new("tar").args(["xzf"]).arg(releases.join("manifests-1.10.2.tar.gz")).arg("-C").arg(&unpacked).status().unwrap();
+    assert!(status.success());
+    let repo = std::fs::read_dir(&unpacked).unwrap().map(|e| e.unwrap().path()).find(|p| p.is_dir()).unwrap();
+    let yaml = std::fs::read_to_string(releases.join("kfdef-1.10.2.yaml")).unwrap();
+    Example {
+        title: "Kubeflow v1.10.2 as released: its KfDef (29 applications)",
+        repo,
+        tarball,
+        archive: "archive/v1.10.2.tar.gz",
+        kfdef: Box::new(move |url, _| {
+            let mut kfdef: KfDef = serde_yaml_ng::from_str(&yaml).unwrap();
+            kfdef.spec.repos[0].uri = url.to_string();
+            kfdef
+        }),
+        own_namespace: false,
+    }
 }
 
 /// Current kubeflow/manifests' way (`kustomize build example | kubectl apply --server-side` in a
-/// retry loop) against a KfDef of the example's entries, on the modern fixture repository.
-async fn modern_example(client: &kube::Client, stack: &OperatorStack) {
-    let work = tempfile_dir();
-    let repo = work.join("repo");
-    fixtures::write_modern_repo(&repo);
+/// retry loop) against a KfDef of the example's entries.
+async fn example_against_upstream_loop(client: &kube::Client, stack: &OperatorStack, work: &std::path::Path, example: Example) {
+    std::fs::create_dir_all(work).unwrap();
+    let repo = &example.repo;
     let kustomize = kubeflow_manifests::Kustomize::locate_release(kubeflow_crds::kfdef::KustomizeRelease::V5).await.unwrap();
     let rendered = work.join("example.yaml");
-    let built = std::process::Command::new(&kustomize.bin).args(["build", "example"]).current_dir(&repo).output().unwrap();
+    let built = std::process::Command::new(&kustomize.bin).args(["build", "example"]).current_dir(repo).output().unwrap();
     assert!(built.status.success(), "kustomize build example: {}", String::from_utf8_lossy(&built.stderr));
-    std::fs::write(&rendered, &built.stdout).unwrap();
     let objects: Vec<serde_json::Value> = kubeflow_manifests::parse_objects(&String::from_utf8_lossy(&built.stdout)).unwrap().into_iter().map(|o| serde_json::to_value(o).unwrap()).collect();
     // Everything either install made, but namespace `kubeflow`, which deploy/all makes for the
     // operators' installer account. kubectl reports the custom resources it cannot map once
@@ -109,8 +186,8 @@ async fn modern_example(client: &kube::Client, stack: &OperatorStack) {
         for o in &own {
             let name = o["metadata"]["name"].as_str().unwrap();
             match o["kind"].as_str().unwrap() {
-                "Namespace" => gone(&namespaces, name).await,
-                "CustomResourceDefinition" => gone(&crds, name).await,
+                "Namespace" => bounded(&format!("Namespace {name} gone"), || async { namespaces.get_opt(name).await.unwrap().is_none().then_some(()) }).await,
+                "CustomResourceDefinition" => bounded(&format!("CRD {name} gone"), || async { crds.get_opt(name).await.unwrap().is_none().then_some(()) }).await,
                 _ => {}
             }
         }
@@ -119,7 +196,7 @@ async fn modern_example(client: &kube::Client, stack: &OperatorStack) {
 
     // Upstream: the loop of kubeflow/manifests' README.
     let script = format!(
-        "while ! {} build example | {kubectl_bin} apply --cache-dir {cache} --server-side --force-conflicts -f - 2>>{errors}; do echo retry; sleep 20; done",
+        "n=0; while ! {} build example | {kubectl_bin} apply --cache-dir {cache} --server-side --force-conflicts -f - >/dev/null 2>>{errors}; do n=$((n+1)); [ $n -ge {MAX_ATTEMPTS} ] && exit 1; echo retry; sleep 20; done",
         kustomize.bin.display(),
         errors = work.join("upstream-errors.txt").display(),
         // kubectl's discovery cache as on a machine that has not seen these CRDs (the default one
@@ -127,33 +204,36 @@ async fn modern_example(client: &kube::Client, stack: &OperatorStack) {
         cache = work.join("kube-cache").display(),
     );
     let t0 = Instant::now();
-    let out = std::process::Command::new("bash").args(["-c", &script]).current_dir(&repo).output().unwrap();
-    assert!(out.status.success());
-    eventually("upstream's workloads ready", || async { if all_workloads_ready(client, &objects).await { Ok(()) } else { Err("not yet") } }).await;
+    let out = std::process::Command::new("bash").args(["-c", &script]).current_dir(repo).output().unwrap();
+    let errors = std::fs::read_to_string(work.join("upstream-errors.txt")).unwrap_or_default();
+    assert!(out.status.success(), "upstream's loop did not get through in {MAX_ATTEMPTS} runs; last errors:\n{}", log_excerpt(&errors, 20));
+    bounded("upstream's workloads ready", || async { all_workloads_ready(client, &objects).await.then_some(()) }).await;
     let upstream = t0.elapsed();
     let attempts = 1 + String::from_utf8_lossy(&out.stdout).lines().filter(|l| *l == "retry").count();
-    let errors = std::fs::read_to_string(work.join("upstream-errors.txt")).unwrap_or_default();
     let refused = errors.lines().filter(|l| l.starts_with("Error from server") || l.starts_with("error:") || l.contains("resource mapping not found")).count();
     remove_all().await;
 
-    // The operators: a KfDef of the example's entries.
-    let server = fixtures::Server::start(BTreeMap::from([("archive/v1.11.0.tar.gz".to_string(), fixtures::modern_repo_tarball())])).await;
-    let ns = TestNamespace::create(client, "bench-modern").await;
-    let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
-    let log = &stack.components[&kubeflow_crds::ComponentKind::GENERIC].log;
-    let failed_before = std::fs::read_to_string(log).unwrap_or_default().matches("reconcile failed").count();
+    // The operators: the KfDef.
+    let server = fixtures::Server::start(BTreeMap::from([(example.archive.to_string(), example.tarball.clone())])).await;
+    let ns = TestNamespace::create(client, "bench-example").await;
+    let kfdef = (example.kfdef)(&server.url(example.archive), &ns.name);
+    let namespace = if example.own_namespace { ns.name.clone() } else { kfdef.metadata.namespace.clone().unwrap() };
+    let api: Api<KfDef> = Api::namespaced(client.clone(), &namespace);
+    let logs: Vec<&std::path::Path> = std::iter::once(&stack.meta).chain(stack.components.values()).map(|p| p.log.as_path()).collect();
+    let failures = || logs.iter().map(|log| std::fs::read_to_string(log).unwrap_or_default().matches("reconcile failed").count()).sum::<usize>();
+    let failed_before = failures();
     let t0 = Instant::now();
-    api.create(&PostParams::default(), &fixtures::modern_example_kfdef(&server.url("archive/v1.11.0.tar.gz"), &ns.name)).await.unwrap();
-    eventually("the example's KfDef Available", || async {
-        let k = api.get("kubeflow").await.map_err(|e| e.to_string())?;
-        if k.status.as_ref().and_then(|s| s.phase) == Some(KfDefPhase::Available) { Ok(()) } else { Err(serde_json::to_string(&k.status).unwrap()) }
+    api.create(&PostParams::default(), &kfdef).await.unwrap();
+    bounded("the example's KfDef Available", || async {
+        let k = api.get("kubeflow").await.ok()?;
+        (k.status.as_ref().and_then(|s| s.phase) == Some(KfDefPhase::Available)).then_some(())
     })
     .await;
     let operators = t0.elapsed();
-    let failed = std::fs::read_to_string(log).unwrap_or_default().matches("reconcile failed").count() - failed_before;
+    let failed = failures() - failed_before;
 
-    println!("\n## Current kubeflow/manifests: the example's entries (bench-manifests)\n");
-    println!("| figure | operators (KfDef of the example's {} entries) | upstream (`kustomize build example \\| kubectl apply --server-side`, retried after 20 s) |", fixtures::MODERN_EXAMPLE_APPLICATIONS.len());
+    println!("\n## {} (bench-manifests)\n", example.title);
+    println!("| figure | operators (KfDef of the example's {} entries) | upstream (`kustomize build example \\| kubectl apply --server-side`, retried after 20 s) |", kfdef.spec.applications.len());
     println!("| --- | --- | --- |");
     println!("| {} objects: start → every Deployment Available | {:.1} s | {:.1} s |", objects.len(), operators.as_secs_f64(), upstream.as_secs_f64());
     let slept = 20.0 * (attempts - 1) as f64;
@@ -161,10 +241,10 @@ async fn modern_example(client: &kube::Client, stack: &OperatorStack) {
     println!("| attempts (runs of the whole apply) | 1 | {attempts} |");
     println!("| objects refused on the way (upstream: kubectl's errors; operators: failed reconciles logged) | {failed} | {refused} |");
 
+    let uid = api.get("kubeflow").await.unwrap().metadata.uid;
     api.delete("kubeflow", &Default::default()).await.unwrap();
-    gone(&api, "kubeflow").await;
+    bounded("the KfDef deleted", || async { (api.get_opt("kubeflow").await.unwrap().and_then(|k| k.metadata.uid) != uid).then_some(()) }).await;
     remove_all().await;
-    let _ = std::fs::remove_dir_all(&work);
 }
 
 fn tempfile_dir() -> std::path::PathBuf {

@@ -12,9 +12,14 @@
 //!   server asks for (`<service>.<namespace>.svc`), signed by this process's CA;
 //! - any other destination is dialled as asked, so what worked before still does.
 //!
+//! An aggregated API's server (an `APIService` backed by a Service, e.g. cert-manager v0.11's
+//! webhook, which the API server reaches through `kubernetes.default`) answers its discovery
+//! (`GET /apis/<group>/<version>`: no resources) and the reviews proxied to it, as above.
+//!
 //! As cert-manager's cainjector and istiod do on a real cluster, it writes that CA into the
-//! `caBundle` of every Service-backed webhook (and CRD conversion webhook) that lacks it, with a
-//! JSON patch that touches that field alone. It judges nothing: what upstream's webhooks would
+//! `caBundle` of every Service-backed webhook, CRD conversion webhook and APIService that lacks
+//! one or asks cainjector for it (`cert-manager.io/inject-ca-from…`), with a JSON patch that
+//! touches that field alone. It judges nothing: what upstream's webhooks would
 //! refuse is admitted here.
 //!
 //! `pod-network SOCKET CIDR...` (with `KUBECONFIG` for the cluster).
@@ -27,6 +32,7 @@ use base64::Engine;
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
@@ -118,6 +124,16 @@ fn answer(review: &Value) -> Option<Value> {
     }
 }
 
+/// An aggregated API server's discovery of `/apis/<group>/<version>` (serving no resource of its
+/// own: the reviews proxied to it are answered by [`answer`]); `None` for any other path.
+fn discovery(path: &str) -> Option<Value> {
+    let (group, version) = path.strip_prefix("/apis/")?.trim_end_matches('/').split_once('/')?;
+    if group.is_empty() || version.is_empty() || version.contains('/') {
+        return None;
+    }
+    Some(json!({"apiVersion": "v1", "kind": "APIResourceList", "groupVersion": format!("{group}/{version}"), "resources": []}))
+}
+
 /// Reads a CONNECT request's head (bounded), returning its `host:port`.
 async fn read_connect(stream: &mut tokio::net::UnixStream) -> Result<String, String> {
     let mut head = Vec::new();
@@ -142,11 +158,15 @@ async fn serve_webhook(stream: tokio::net::UnixStream, acceptor: tokio_rustls::T
     use http_body_util::{BodyExt, Full};
     let Ok(stream) = acceptor.accept(stream).await else { return };
     let service = hyper::service::service_fn(|request: hyper::Request<hyper::body::Incoming>| async move {
-        let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-        let reply = serde_json::from_slice::<Value>(&body).ok().as_ref().and_then(answer);
+        let reply = if request.method() == hyper::Method::GET {
+            discovery(request.uri().path()).ok_or((404, "no such path"))
+        } else {
+            let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            serde_json::from_slice::<Value>(&body).ok().as_ref().and_then(answer).ok_or((400, "expected an AdmissionReview or a ConversionReview"))
+        };
         let response = match reply {
-            Some(reply) => hyper::Response::builder().header("content-type", "application/json").body(Full::new(hyper::body::Bytes::from(serde_json::to_vec(&reply).expect("json")))),
-            None => hyper::Response::builder().status(400).body(Full::new(hyper::body::Bytes::from_static(b"expected an AdmissionReview or a ConversionReview"))),
+            Ok(reply) => hyper::Response::builder().header("content-type", "application/json").body(Full::new(hyper::body::Bytes::from(serde_json::to_vec(&reply).expect("json")))),
+            Err((status, why)) => hyper::Response::builder().status(status).body(Full::new(hyper::body::Bytes::from_static(why.as_bytes()))),
         };
         Ok::<_, std::convert::Infallible>(response.expect("response"))
     });
@@ -184,7 +204,7 @@ async fn connection(mut stream: tokio::net::UnixStream, ranges: Arc<Vec<Range>>,
 
 /// Where a webhook's client configuration is, and what it says.
 struct ClientConfig<'a> {
-    /// JSON pointer of the object holding `clientConfig`.
+    /// JSON pointer of the object holding `caBundle`.
     pointer: String,
     /// The webhook's name, in a list of webhooks.
     name: Option<String>,
@@ -194,23 +214,34 @@ struct ClientConfig<'a> {
 
 impl<'a> ClientConfig<'a> {
     fn admission(index: usize, name: &str, config: &'a WebhookClientConfig) -> Self {
-        ClientConfig { pointer: format!("/webhooks/{index}"), name: Some(name.to_string()), by_service: config.service.is_some(), ca_bundle: config.ca_bundle.as_ref().map(|b| b.0.as_slice()) }
+        ClientConfig { pointer: format!("/webhooks/{index}/clientConfig"), name: Some(name.to_string()), by_service: config.service.is_some(), ca_bundle: config.ca_bundle.as_ref().map(|b| b.0.as_slice()) }
     }
 }
 
-/// JSON patch operations that set `ca` on each Service-backed client config lacking it, at the
-/// given JSON pointers (a `test` of each webhook's name first, so a list changed meanwhile fails).
-fn ca_operations<'a>(configs: impl Iterator<Item = ClientConfig<'a>>, ca: &[u8]) -> Vec<Value> {
+/// Annotations by which an object asks cert-manager's cainjector for its `caBundle`s.
+const ASKS_FOR_CA: [&str; 3] = ["cert-manager.io/inject-ca-from", "cert-manager.io/inject-ca-from-secret", "cert-manager.io/inject-apiserver-ca"];
+
+fn asks_for_ca(object: &impl Resource) -> bool {
+    ASKS_FOR_CA.iter().any(|a| object.annotations().contains_key(*a))
+}
+
+/// JSON patch operations that set `ca` on each Service-backed client config lacking a CA (empty
+/// or blank), or of an object that asks cainjector for it (`asks`: its CA is a placeholder), at
+/// the given JSON pointers (a `test` of each webhook's name first, so a list changed meanwhile
+/// fails). A CA the object brings itself stays.
+fn ca_operations<'a>(configs: impl Iterator<Item = ClientConfig<'a>>, asks: bool, ca: &[u8]) -> Vec<Value> {
     let encoded = base64::engine::general_purpose::STANDARD.encode(ca);
     let mut operations = Vec::new();
     for ClientConfig { pointer, name, by_service, ca_bundle } in configs {
-        if !by_service || ca_bundle == Some(ca) {
+        let lacking = ca_bundle.is_none_or(|b| b.iter().all(u8::is_ascii_whitespace));
+        if !by_service || ca_bundle == Some(ca) || !(lacking || asks) {
             continue;
         }
         if let Some(name) = name {
-            operations.push(json!({"op": "test", "path": format!("{pointer}/name"), "value": name}));
+            let webhook = pointer.trim_end_matches("/clientConfig");
+            operations.push(json!({"op": "test", "path": format!("{webhook}/name"), "value": name}));
         }
-        operations.push(json!({"op": "add", "path": format!("{pointer}/clientConfig/caBundle"), "value": encoded}));
+        operations.push(json!({"op": "add", "path": format!("{pointer}/caBundle"), "value": encoded}));
     }
     operations
 }
@@ -238,19 +269,27 @@ where
 
 fn mutating(object: &MutatingWebhookConfiguration, ca: &[u8]) -> Vec<Value> {
     let hooks = object.webhooks.iter().flatten().enumerate();
-    ca_operations(hooks.map(|(i, w)| ClientConfig::admission(i, &w.name, &w.client_config)), ca)
+    ca_operations(hooks.map(|(i, w)| ClientConfig::admission(i, &w.name, &w.client_config)), asks_for_ca(object), ca)
 }
 
 fn validating(object: &ValidatingWebhookConfiguration, ca: &[u8]) -> Vec<Value> {
     let hooks = object.webhooks.iter().flatten().enumerate();
-    ca_operations(hooks.map(|(i, w)| ClientConfig::admission(i, &w.name, &w.client_config)), ca)
+    ca_operations(hooks.map(|(i, w)| ClientConfig::admission(i, &w.name, &w.client_config)), asks_for_ca(object), ca)
 }
 
 fn conversion(object: &CustomResourceDefinition, ca: &[u8]) -> Vec<Value> {
     let webhook = object.spec.conversion.as_ref().filter(|c| c.strategy == "Webhook").and_then(|c| c.webhook.as_ref());
     let config = webhook.and_then(|w| w.client_config.as_ref());
-    let config = config.map(|c| ClientConfig { pointer: "/spec/conversion/webhook".into(), name: None, by_service: c.service.is_some(), ca_bundle: c.ca_bundle.as_ref().map(|b| b.0.as_slice()) });
-    ca_operations(config.into_iter(), ca)
+    let config = config.map(|c| ClientConfig { pointer: "/spec/conversion/webhook/clientConfig".into(), name: None, by_service: c.service.is_some(), ca_bundle: c.ca_bundle.as_ref().map(|b| b.0.as_slice()) });
+    ca_operations(config.into_iter(), asks_for_ca(object), ca)
+}
+
+/// An APIService backed by a Service takes the CA in `spec.caBundle` (unless it skips verifying).
+fn aggregated(object: &APIService, ca: &[u8]) -> Vec<Value> {
+    let spec = object.spec.as_ref();
+    let by_service = spec.is_some_and(|s| s.service.is_some() && s.insecure_skip_tls_verify != Some(true));
+    let config = ClientConfig { pointer: "/spec".into(), name: None, by_service, ca_bundle: spec.and_then(|s| s.ca_bundle.as_ref()).map(|b| b.0.as_slice()) };
+    ca_operations(std::iter::once(config), asks_for_ca(object), ca)
 }
 
 #[tokio::main]
@@ -284,7 +323,8 @@ async fn main() -> std::process::ExitCode {
     };
     tokio::spawn(inject::<MutatingWebhookConfiguration>(client.clone(), ca.clone(), mutating));
     tokio::spawn(inject::<ValidatingWebhookConfiguration>(client.clone(), ca.clone(), validating));
-    tokio::spawn(inject::<CustomResourceDefinition>(client, ca, conversion));
+    tokio::spawn(inject::<CustomResourceDefinition>(client.clone(), ca.clone(), conversion));
+    tokio::spawn(inject::<APIService>(client, ca, aggregated));
     let _ = std::fs::remove_file(socket);
     let listener = match tokio::net::UnixListener::bind(socket) {
         Ok(listener) => listener,
@@ -339,6 +379,34 @@ mod tests {
             mutating(&webhooks, b"CA"),
             [json!({"op": "test", "path": "/webhooks/0/name", "value": "by-service"}), json!({"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Q0E="})]
         );
-        assert!(mutating(&webhooks, b"CA").len() == 2 && !mutating(&webhooks, b"OTHER").is_empty());
+        // Another CA stays, unless the object asks cainjector for one; a blank one is none.
+        assert!(mutating(&webhooks, b"CA").len() == 2 && mutating(&webhooks, b"OTHER").len() == 2);
+        let mut asking = webhooks.clone();
+        asking.metadata.annotations = Some([("cert-manager.io/inject-ca-from".to_string(), "kubeflow/seldon-serving-cert".to_string())].into());
+        assert_eq!(mutating(&asking, b"OTHER").len(), 4);
+        let blank: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": "w"},
+            "webhooks": [{"name": "blank", "clientConfig": {"service": {"name": "s", "namespace": "n"}, "caBundle": "Cg=="}, "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
+        }))
+        .unwrap();
+        assert_eq!(validating(&blank, b"CA").len(), 2);
+    }
+
+    #[test]
+    fn a_service_backed_api_service_takes_the_ca_and_answers_its_discovery() {
+        let service = |extra: Value| {
+            let mut spec = json!({"group": "webhook.cert-manager.io", "version": "v1beta1", "groupPriorityMinimum": 1000, "versionPriority": 15, "service": {"name": "cert-manager-webhook", "namespace": "cert-manager"}});
+            spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            serde_json::from_value::<APIService>(json!({"metadata": {"name": "v1beta1.webhook.cert-manager.io"}, "spec": spec})).unwrap()
+        };
+        assert_eq!(aggregated(&service(json!({})), b"CA"), [json!({"op": "add", "path": "/spec/caBundle", "value": "Q0E="})]);
+        assert!(aggregated(&service(json!({"caBundle": "Q0E="})), b"CA").is_empty());
+        assert!(aggregated(&service(json!({"insecureSkipTLSVerify": true})), b"CA").is_empty());
+        let local: APIService = serde_json::from_value(json!({"metadata": {"name": "v1.apps"}, "spec": {"group": "apps", "version": "v1", "groupPriorityMinimum": 17800, "versionPriority": 15}})).unwrap();
+        assert!(aggregated(&local, b"CA").is_empty());
+        assert_eq!(discovery("/apis/webhook.cert-manager.io/v1beta1"), Some(json!({"apiVersion": "v1", "kind": "APIResourceList", "groupVersion": "webhook.cert-manager.io/v1beta1", "resources": []})));
+        for other in ["/apis", "/apis/webhook.cert-manager.io", "/apis/g/v/validations", "/healthz"] {
+            assert_eq!(discovery(other), None, "{other}");
+        }
     }
 }
