@@ -180,6 +180,14 @@ async fn example_against_upstream_loop(client: &kube::Client, stack: &OperatorSt
     std::fs::write(&rendered, kubeflow_manifests::yaml_stream(own.iter().cloned())).unwrap();
     let kubectl_bin = kubectl_bin();
     let remove_all = || async {
+        // Aggregated ClusterRoles lose their rule first, as in the operators' cleanup: deleted with
+        // it, Kubernetes' aggregation controller can create them again from its cache (bare
+        // roles the next install would rightly refuse to take over).
+        let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+        for role in own.iter().filter(|o| o["kind"] == "ClusterRole" && !o["aggregationRule"].is_null()) {
+            let patch = kube::api::Patch::Merge(serde_json::json!({"aggregationRule": null}));
+            let _ = roles.patch(role["metadata"]["name"].as_str().unwrap(), &Default::default(), &patch).await;
+        }
         let _ = std::process::Command::new(&kubectl_bin).args(["delete", "--ignore-not-found", "--wait=true", "-f", rendered.to_str().unwrap()]).output();
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
         let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
@@ -188,6 +196,7 @@ async fn example_against_upstream_loop(client: &kube::Client, stack: &OperatorSt
             match o["kind"].as_str().unwrap() {
                 "Namespace" => bounded(&format!("Namespace {name} gone"), || async { namespaces.get_opt(name).await.unwrap().is_none().then_some(()) }).await,
                 "CustomResourceDefinition" => bounded(&format!("CRD {name} gone"), || async { crds.get_opt(name).await.unwrap().is_none().then_some(()) }).await,
+                "ClusterRole" => bounded(&format!("ClusterRole {name} gone"), || async { roles.get_opt(name).await.unwrap().is_none().then_some(()) }).await,
                 _ => {}
             }
         }
