@@ -72,6 +72,8 @@ struct Installed {
     unpacked: std::path::PathBuf,
     root: std::path::PathBuf,
     namespace: String,
+    /// The ClusterRoles operators had made before this install (the environment is shared).
+    roles_before: BTreeSet<String>,
     _stack: OperatorStack,
     server: fixtures::Server,
 }
@@ -108,6 +110,7 @@ async fn install(kfdef_file: &str, archive: &str, crds: &[String], served: BTree
             gone(&definitions, name).await;
         }
     }
+    let roles_before = roles_made(&client).await;
     let stack = OperatorStack::start(&client, &[]).await;
     let api: Api<KfDef> = Api::namespaced(client.clone(), &namespace);
     api.create(&PostParams::default(), &kfdef).await.unwrap();
@@ -134,7 +137,7 @@ async fn install(kfdef_file: &str, archive: &str, crds: &[String], served: BTree
         let drift: Vec<&str> = text.lines().filter(|l| l.contains("reverting drift")).take(5).collect();
         assert!(drift.is_empty(), "drift reverted where nobody changed anything: {}\n{drift:#?}", process.log.display());
     }
-    Installed { client, api, done, unpacked, root, namespace, _stack: stack, server }
+    Installed { client, api, done, unpacked, root, namespace, roles_before, _stack: stack, server }
 }
 
 /// Deletes the KfDef and waits, the operators still running, until it is gone with what it
@@ -145,7 +148,7 @@ async fn uninstall(installed: Installed) {
     // The ClusterRoles the install made: deleted with it, and not made again by Kubernetes'
     // aggregation controller (`kubeflow-view` was, as a bare role the next install refused).
     let roles: Api<ClusterRole> = Api::all(installed.client.clone());
-    let made: Vec<String> = roles.list(&ListParams::default().labels("components.kubeflow.org/part-of")).await.unwrap().items.into_iter().map(|r| r.metadata.name.unwrap()).collect();
+    let made: Vec<String> = roles_made(&installed.client).await.difference(&installed.roles_before).cloned().collect();
     assert!(!made.is_empty());
     installed.api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
     let deleted = await_condition(installed.api.clone(), "kubeflow", kube::runtime::conditions::is_deleted(&uid));
@@ -230,6 +233,12 @@ async fn kubeflow_1_10_2_installs_from_its_kfdef_with_every_object_where_upstrea
     upgrades.delete("to-1-10-3", &DeleteParams::default()).await.unwrap();
 
     uninstall(installed).await;
+}
+
+/// The names of the ClusterRoles an operator made (labelled with the component they are part of).
+async fn roles_made(client: &Client) -> BTreeSet<String> {
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    roles.list(&ListParams::default().labels("components.kubeflow.org/part-of")).await.unwrap().items.into_iter().map(|r| r.metadata.name.unwrap()).collect()
 }
 
 /// A KfUpgrade's status once its phase is one of `phases`.

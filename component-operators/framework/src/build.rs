@@ -3,6 +3,8 @@
 
 use std::collections::BTreeSet;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use kube::ResourceExt;
 use kubeflow_crds::component::{ComponentResource, Platform};
 use serde_json::{Value, json};
@@ -237,24 +239,35 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
     Ok(objects)
 }
 
-/// Annotations by which an object asks cert-manager's cainjector to write its `caBundle`s.
-const CA_INJECTION_ANNOTATIONS: [&str; 3] = ["cert-manager.io/inject-ca-from", "cert-manager.io/inject-ca-from-secret", "cert-manager.io/inject-apiserver-ca"];
+/// Whether `annotations` (an object's) ask cert-manager's cainjector to write its `caBundle`s:
+/// `inject-ca-from` or `inject-ca-from-secret` name where from, `inject-apiserver-ca` must be
+/// `"true"`.
+pub fn asks_cainjector<'a>(mut annotations: impl Iterator<Item = (&'a str, &'a str)>) -> bool {
+    annotations.any(|(key, value)| matches!(key, "cert-manager.io/inject-ca-from" | "cert-manager.io/inject-ca-from-secret") || (key == "cert-manager.io/inject-apiserver-ca" && value == "true"))
+}
+
+/// A `caBundle` that holds no certificate (empty or blank, e.g. `Cg==`): a slot another
+/// controller fills (istiod, KServe's and Katib's controllers patch their own webhooks').
+fn blank_ca(ca: &Value) -> bool {
+    ca.as_str().is_some_and(|encoded| STANDARD.decode(encoded).is_ok_and(|bytes| bytes.iter().all(u8::is_ascii_whitespace)))
+}
 
 /// Takes out what an apply does not write or must not own: `status` (upstream's CRDs carry one;
 /// the API server ignores it), an aggregated ClusterRole's `rules`, which the aggregation
 /// controller writes (applied as rendered, `rules: []`, they would be taken back from it on every
 /// apply, and it would write them again), and, likewise, the `caBundle`s of a webhook
-/// configuration, CRD or APIService that asks cainjector for them (seldon's placeholder CA would
-/// otherwise be re-applied over the injected one on every reconcile).
+/// configuration, CRD or APIService that asks cainjector for them (seldon's stale CA would
+/// otherwise be re-applied over the injected one on every reconcile), and blank ones.
 fn drop_unwritten(object: &mut Value) {
-    let injected = CA_INJECTION_ANNOTATIONS.iter().any(|a| !object["metadata"]["annotations"][a].is_null());
+    let annotations = object["metadata"]["annotations"].as_object().into_iter().flatten().filter_map(|(k, v)| Some((k.as_str(), v.as_str()?)));
+    let injected = asks_cainjector(annotations);
     let Some(fields) = object.as_object_mut() else { return };
     fields.remove("status");
     let kind = fields.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
     if kind == "ClusterRole" && fields.get("aggregationRule").is_some_and(|r| !r.is_null()) {
         fields.remove("rules");
     }
-    if injected {
+    {
         let configs: Vec<&mut Value> = match kind.as_str() {
             "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => fields.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten().filter_map(|w| w.get_mut("clientConfig")).collect(),
             "CustomResourceDefinition" => fields.get_mut("spec").and_then(|s| s.pointer_mut("/conversion/webhook/clientConfig")).into_iter().collect(),
@@ -262,7 +275,9 @@ fn drop_unwritten(object: &mut Value) {
             _ => Vec::new(),
         };
         for config in configs {
-            if let Some(config) = config.as_object_mut() {
+            if let Some(config) = config.as_object_mut()
+                && (injected || config.get("caBundle").is_some_and(blank_ca))
+            {
                 config.remove("caBundle");
             }
         }
@@ -407,9 +422,14 @@ mod tests {
         let mut asked = webhooks(json!({"cert-manager.io/inject-ca-from": "kubeflow/seldon-serving-cert"}));
         drop_unwritten(&mut asked);
         assert_eq!(asked["webhooks"][0]["clientConfig"], json!({"service": {"name": "s", "namespace": "n"}}));
-        let mut own = webhooks(json!({}));
+        let mut own = webhooks(json!({"cert-manager.io/inject-apiserver-ca": "false"}));
         drop_unwritten(&mut own);
         assert_eq!(own["webhooks"][0]["clientConfig"]["caBundle"], "UExBQ0VIT0xERVI=");
+        // A blank one (KFServing's `Cg==`) is a slot its controller fills.
+        let mut blank = webhooks(json!({}));
+        blank["webhooks"][0]["clientConfig"]["caBundle"] = json!("Cg==");
+        drop_unwritten(&mut blank);
+        assert!(blank["webhooks"][0]["clientConfig"].get("caBundle").is_none());
         let mut crd = json!({"kind": "CustomResourceDefinition", "metadata": {"name": "c", "annotations": {"cert-manager.io/inject-ca-from-secret": "ns/s"}}, "spec": {"conversion": {"strategy": "Webhook", "webhook": {"clientConfig": {"caBundle": "Cg=="}}}}});
         drop_unwritten(&mut crd);
         assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"], json!({}));

@@ -817,33 +817,34 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
         })
         .collect();
     // Custom resources need their CRDs Established first (a CRD applied this round is not yet):
-    // the install waits for the CRDs it wrote. A custom resource whose CRD it did not write (one
-    // another install brings, like KServe's cert-manager Issuer, or one of its own that was held
-    // or refused this round) waits, held like a webhook's objects, until the cluster serves its
-    // kind: written first, it fails.
+    // the install waits for the CRDs it applied or found as rendered (all rank before custom
+    // resources). A custom resource whose CRD it did not apply (one another install brings, like
+    // KServe's cert-manager Issuer; one of its own that was refused or is another's; one a newer
+    // release keeps) waits, held like a webhook's objects, until the cluster serves its kind and
+    // version: written first, it fails.
     let rendered_crds: BTreeSet<String> = targets.iter().filter(|(_, info, _)| info.is_crd()).map(|(_, _, e)| e.name.clone()).collect();
-    let mut written_crds: Vec<String> = Vec::new();
+    let mut current_crds: Vec<String> = Vec::new();
     let mut crds_established = false;
-    let mut unserved: BTreeMap<String, bool> = BTreeMap::new();
+    let mut unserved: BTreeMap<(String, &str), bool> = BTreeMap::new();
     for (index, ((desired, info, entry), live)) in targets.into_iter().zip(lives).enumerate() {
         if foreign.contains(&index) {
             continue;
         }
         if !crds_established && info.rank >= kinds::CUSTOM_RESOURCE_RANK {
-            wait_established(&ctx.client, &written_crds).await?;
+            wait_established(&ctx.client, &current_crds).await?;
             crds_established = true;
         }
         let what = describe(info, &entry);
         let crd = crd_name(info);
-        let kind_unserved = if info.rank == kinds::CUSTOM_RESOURCE_RANK && !written_crds.contains(&crd) {
-            let unserved = match unserved.get(&crd) {
+        let kind_unserved = if info.rank == kinds::CUSTOM_RESOURCE_RANK && !current_crds.contains(&crd) {
+            let unserved = match unserved.get(&(crd.clone(), info.version)) {
                 Some(unserved) => *unserved,
                 None => {
                     let serves = serves_kind(&ctx.client, &crd, info.version).await.map_err(|source| Error::Apply { object: format!("CustomResourceDefinition {crd}"), source })?;
-                    *unserved.entry(crd.clone()).or_insert(!serves)
+                    *unserved.entry((crd.clone(), info.version)).or_insert(!serves)
                 }
             };
-            let whose = if rendered_crds.contains(&crd) { "which this install did not write this round" } else { "which another install brings" };
+            let whose = if rendered_crds.contains(&crd) { "which this install did not apply this round" } else { "which another install brings" };
             unserved.then(|| format!("waits for CustomResourceDefinition {crd}, {whose}, to serve {}", info.version))
         } else {
             None
@@ -859,6 +860,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
             continue;
         }
         let api = info.api(writer, entry.namespace.as_deref());
+        let mut kept_newer = false;
         let settled = match &live {
             Some(current) if up_to_date(desired, current, info) => true,
             Some(current) if current["metadata"]["deletionTimestamp"].is_null() && current["metadata"]["annotations"][HASH_ANNOTATION] == desired["metadata"]["annotations"][HASH_ANNOTATION] => {
@@ -868,8 +870,12 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
         };
         let live = match live {
             Some(live) if settled => live,
-            // A shared CRD another install keeps at a newer release stays as it is.
-            Some(live) if info.is_crd() && build::crd_belongs_to_newer_release::<C>(&live, version) => live,
+            // A shared CRD another install keeps at a newer release stays as it is (its custom
+            // resources ask the cluster whether it serves their version).
+            Some(live) if info.is_crd() && build::crd_belongs_to_newer_release::<C>(&live, version) => {
+                kept_newer = true;
+                live
+            }
             // Shared objects (namespaces) are only ever created, so the operator needs no right
             // to change existing ones.
             None if info.is_shared() => {
@@ -957,8 +963,8 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
             }
             None => {}
         }
-        if info.is_crd() {
-            written_crds.push(entry.name.clone());
+        if info.is_crd() && !kept_newer {
+            current_crds.push(entry.name.clone());
         }
         if !info.is_shared() {
             inventory.push(entry);

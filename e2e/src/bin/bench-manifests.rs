@@ -16,7 +16,7 @@
 //!   made is deleted (CRDs and namespaces too), then a KfDef whose applications are the example's
 //!   entries: created → Available, and the operators' failed reconciles.
 //! * Kubeflow v1.10.2 as released (`../shared/manifests`): the same comparison with its own
-//!   `example` and its KfDef, every operator taking part (the built-ins cover seven of its
+//!   `example` and its KfDef, every operator taking part (the built-ins cover eight of its
 //!   applications). Its webhooks are answered by the environment's pods' network stand-in.
 
 use std::collections::BTreeMap;

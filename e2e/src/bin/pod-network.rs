@@ -218,11 +218,8 @@ impl<'a> ClientConfig<'a> {
     }
 }
 
-/// Annotations by which an object asks cert-manager's cainjector for its `caBundle`s.
-const ASKS_FOR_CA: [&str; 3] = ["cert-manager.io/inject-ca-from", "cert-manager.io/inject-ca-from-secret", "cert-manager.io/inject-apiserver-ca"];
-
 fn asks_for_ca(object: &impl Resource) -> bool {
-    ASKS_FOR_CA.iter().any(|a| object.annotations().contains_key(*a))
+    component_framework::build::asks_cainjector(object.annotations().iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
 /// JSON patch operations that set `ca` on each Service-backed client config lacking a CA (empty
