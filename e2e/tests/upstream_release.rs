@@ -79,12 +79,13 @@ struct Installed {
 }
 
 /// Installs `kfdef_file` of the releases folder over `archive` (served on loopback), on a cluster
-/// cleared of the CRDs `crds` names (the environment is shared with tests that serve some of the
-/// release's kinds by hand, and their CRDs stay: a cluster new to Kubeflow has none of them).
+/// cleared of the CRDs and namespaces `cleared` names, `(kind, name)` (the environment is shared:
+/// other tests serve some of the release's kinds by hand, and an uninstall keeps CRDs and
+/// namespaces, v1.10.2's with restricted pod security; a cluster new to Kubeflow has none).
 /// Checks every application Ready, and no failed reconcile or reverted drift in any log.
 /// `served` are served beside the archive, and with `mirrored` the KfDef fetches remote bases
 /// on github.com from that server (`spec.remoteBaseMirrors`).
-async fn install(kfdef_file: &str, archive: &str, crds: &[String], served: BTreeMap<String, Vec<u8>>, mirrored: bool) -> Installed {
+async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], served: BTreeMap<String, Vec<u8>>, mirrored: bool) -> Installed {
     let client = client().await;
     let releases = fixtures::upstream_releases();
     let tarball = std::fs::read(releases.join(archive)).unwrap();
@@ -104,10 +105,17 @@ async fn install(kfdef_file: &str, archive: &str, crds: &[String], served: BTree
     let unpacked = tempfile_dir(archive);
     let root = unpack(&tarball, &unpacked);
     let definitions: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for name in crds {
-        if definitions.get_opt(name).await.unwrap().is_some() {
-            definitions.delete(name, &DeleteParams::default()).await.unwrap();
-            gone(&definitions, name).await;
+    for (kind, name) in cleared {
+        match kind.as_str() {
+            "CustomResourceDefinition" if definitions.get_opt(name).await.unwrap().is_some() => {
+                definitions.delete(name, &DeleteParams::default()).await.unwrap();
+                gone(&definitions, name).await;
+            }
+            "Namespace" if *name != namespace && namespaces.get_opt(name).await.unwrap().is_some() => {
+                namespaces.delete(name, &DeleteParams::default()).await.unwrap();
+                gone(&namespaces, name).await;
+            }
+            _ => {}
         }
     }
     let roles_before = roles_made(&client).await;
@@ -176,13 +184,13 @@ async fn kubeflow_1_10_2_installs_from_its_kfdef_with_every_object_where_upstrea
     let _serial = SERIAL.lock().await;
     let scratch = tempfile_dir("example-1.10.2");
     let root = unpack(&std::fs::read(fixtures::upstream_releases().join("manifests-1.10.2.tar.gz")).unwrap(), &scratch);
-    let crds: Vec<String> = upstream_build(&root, "example", &scratch).await.into_iter().filter(|o| o["kind"] == "CustomResourceDefinition").map(|o| o["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    let cleared = cluster_objects(upstream_build(&root, "example", &scratch).await);
     let _ = std::fs::remove_dir_all(&scratch);
     // A later release for the upgrade below, built on v1.10.2's archive: the dashboard's image
     // moves on, and its overlay adds a pinned remote base (fetched through the KfDef's mirror).
     let later = later_release(&std::fs::read(fixtures::upstream_releases().join("manifests-1.10.2.tar.gz")).unwrap());
     let served = BTreeMap::from([("archive/manifests-1.10.3.tar.gz".to_string(), later), ("example/dashboard-extras/archive/v1.0.0.tar.gz".to_string(), dashboard_extras())]);
-    let installed = install("kfdef-1.10.2.yaml", "manifests-1.10.2.tar.gz", &crds, served, true).await;
+    let installed = install("kfdef-1.10.2.yaml", "manifests-1.10.2.tar.gz", &cleared, served, true).await;
     let (client, done) = (&installed.client, &installed.done);
     let status = done.status.as_ref().unwrap();
 
@@ -285,15 +293,21 @@ fn dashboard_extras() -> Vec<u8> {
 #[tokio::test]
 async fn kfctls_v1_2_0_kfdef_installs_with_every_application_ready() {
     let _serial = SERIAL.lock().await;
-    let crds = kubeflow_crds_of_v1_2_0().await;
-    let installed = install("kfdef-1.2.0-istio-dex.yaml", "manifests-1.2.0.tar.gz", &crds, BTreeMap::new(), false).await;
+    let cleared = cluster_objects_of_v1_2_0().await;
+    let installed = install("kfdef-1.2.0-istio-dex.yaml", "manifests-1.2.0.tar.gz", &cleared, BTreeMap::new(), false).await;
     assert!(installed.done.spec.applications.iter().any(|a| a.name == "kubeflow-apps"));
     uninstall(installed).await;
 }
 
-/// The CRDs kfctl's v1.2.0 KfDef installs, as the render of `kfop build` lists them (to clear a
-/// shared environment; not what the test checks).
-async fn kubeflow_crds_of_v1_2_0() -> Vec<String> {
+/// The CRDs and namespaces among `objects`, `(kind, name)`.
+fn cluster_objects(objects: Vec<Value>) -> Vec<(String, String)> {
+    let kept = |o: &Value| o["kind"] == "CustomResourceDefinition" || o["kind"] == "Namespace";
+    objects.into_iter().filter(kept).map(|o| (o["kind"].as_str().unwrap().to_string(), o["metadata"]["name"].as_str().unwrap().to_string())).collect()
+}
+
+/// The CRDs and namespaces kfctl's v1.2.0 KfDef installs, as the render of `kfop build` lists
+/// them (to clear a shared environment; not what the test checks).
+async fn cluster_objects_of_v1_2_0() -> Vec<(String, String)> {
     let releases = fixtures::upstream_releases();
     let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(releases.join("kfdef-1.2.0-istio-dex.yaml")).unwrap()).unwrap();
     kfdef.spec.repos[0].uri = releases.join("manifests-1.2.0.tar.gz").display().to_string();
@@ -301,9 +315,9 @@ async fn kubeflow_crds_of_v1_2_0() -> Vec<String> {
     let cache = kubeflow_manifests::RepoCache::new(scratch.join("cache"), kubeflow_manifests::FetchOptions { allow_local: true, ..Default::default() }).unwrap();
     let (renderer, _) = kubeflow_manifests::Renderer::locate(scratch.join("work")).await.unwrap();
     let apps = renderer.render_kfdef(&cache, &kfdef).await.unwrap();
-    let names = apps.iter().flat_map(|a| a.objects.iter()).map(|o| serde_json::to_value(o).unwrap()).filter(|o| o["kind"] == "CustomResourceDefinition").map(|o| o["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    let objects = apps.iter().flat_map(|a| a.objects.iter()).map(|o| serde_json::to_value(o).unwrap()).collect();
     let _ = std::fs::remove_dir_all(&scratch);
-    names
+    cluster_objects(objects)
 }
 
 /// The tests share the cluster's `kubeflow` namespace and cluster-scoped objects.
