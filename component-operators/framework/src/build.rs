@@ -267,19 +267,16 @@ fn drop_unwritten(object: &mut Value) {
     if kind == "ClusterRole" && fields.get("aggregationRule").is_some_and(|r| !r.is_null()) {
         fields.remove("rules");
     }
-    {
-        let configs: Vec<&mut Value> = match kind.as_str() {
-            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => fields.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten().filter_map(|w| w.get_mut("clientConfig")).collect(),
-            "CustomResourceDefinition" => fields.get_mut("spec").and_then(|s| s.pointer_mut("/conversion/webhook/clientConfig")).into_iter().collect(),
-            "APIService" => fields.get_mut("spec").into_iter().collect(),
-            _ => Vec::new(),
-        };
-        for config in configs {
-            if let Some(config) = config.as_object_mut()
-                && (injected || config.get("caBundle").is_some_and(blank_ca))
-            {
-                config.remove("caBundle");
-            }
+    // Where each kind keeps its `caBundle`s.
+    let configs: Vec<&mut Value> = match kind.as_str() {
+        "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => fields.get_mut("webhooks").and_then(Value::as_array_mut).into_iter().flatten().filter_map(|w| w.get_mut("clientConfig")).collect(),
+        "CustomResourceDefinition" => fields.get_mut("spec").and_then(|s| s.pointer_mut("/conversion/webhook/clientConfig")).into_iter().collect(),
+        "APIService" => fields.get_mut("spec").into_iter().collect(),
+        _ => Vec::new(),
+    };
+    for config in configs.into_iter().filter_map(Value::as_object_mut) {
+        if injected || config.get("caBundle").is_some_and(blank_ca) {
+            config.remove("caBundle");
         }
     }
 }

@@ -837,11 +837,13 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
         let what = describe(info, &entry);
         let crd = crd_name(info);
         let kind_unserved = if info.rank == kinds::CUSTOM_RESOURCE_RANK && !current_crds.contains(&crd) {
-            let unserved = match unserved.get(&(crd.clone(), info.version)) {
+            let key = (crd.clone(), info.version);
+            let unserved = match unserved.get(&key) {
                 Some(unserved) => *unserved,
                 None => {
                     let serves = serves_kind(&ctx.client, &crd, info.version).await.map_err(|source| Error::Apply { object: format!("CustomResourceDefinition {crd}"), source })?;
-                    *unserved.entry((crd.clone(), info.version)).or_insert(!serves)
+                    unserved.insert(key, !serves);
+                    !serves
                 }
             };
             let whose = if rendered_crds.contains(&crd) { "which this install did not apply this round" } else { "which another install brings" };
