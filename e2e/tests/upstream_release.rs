@@ -112,8 +112,11 @@ async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], 
                 gone(&definitions, name).await;
             }
             "Namespace" if *name != namespace && namespaces.get_opt(name).await.unwrap().is_some() => {
+                // Its contents go first (hundreds of objects after v1.10.2): watched, bounded like an install.
+                let uid = namespaces.get(name).await.unwrap().metadata.uid.unwrap();
                 namespaces.delete(name, &DeleteParams::default()).await.unwrap();
-                gone(&namespaces, name).await;
+                let deleted = await_condition(namespaces.clone(), name, kube::runtime::conditions::is_deleted(&uid));
+                tokio::time::timeout(INSTALL_WAIT, deleted).await.unwrap_or_else(|_| panic!("Namespace {name} not deleted after {INSTALL_WAIT:?}")).unwrap();
             }
             _ => {}
         }
