@@ -4,8 +4,9 @@
 //! While the object lives: make sure it carries the finalizer, then run the `apply` step. Once it
 //! is being deleted: run the `cleanup` step, then remove the finalizer so the deletion completes.
 //! Both finalizer writes are merge patches conditional on the object's resourceVersion, so a
-//! concurrent change to `metadata.finalizers` is never overwritten: the conflict fails the
-//! reconcile, which retries on the newer object.
+//! concurrent change to `metadata.finalizers` is never overwritten. A conflict is the normal
+//! outcome of a race (e.g. a status write right after the object was created), not a failure:
+//! the newer object's watch event runs the reconcile again.
 
 use std::future::Future;
 
@@ -48,12 +49,55 @@ where
         (false, false) => {
             let mut finalizers = object.finalizers().to_vec();
             finalizers.push(name.to_string());
-            Ok(write(finalizers).await.map(|()| Action::await_change()))
+            Ok(settle(write(finalizers).await, Action::await_change()))
         }
         (true, true) => {
             let action = reconcile(Step::Cleanup(object.clone())).await?;
             let finalizers = object.finalizers().iter().filter(|f| *f != name).cloned().collect();
-            Ok(write(finalizers).await.map(|()| action))
+            Ok(settle(write(finalizers).await, action))
         }
+    }
+}
+
+/// What a finalizer write's outcome means for the reconcile.
+/// - Conflict (409): the object changed since it was read; its watch event brings the newer one,
+///   and the step runs again on it.
+/// - Not found (404): the object is gone; there is nothing left to hold or release.
+/// - Anything else fails the reconcile.
+fn settle(written: Result<(), kube::Error>, then: Action) -> Result<Action, kube::Error> {
+    match written {
+        Ok(()) => Ok(then),
+        Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => Ok(Action::await_change()),
+        Err(other) => Err(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(kube::core::Status { code, ..Default::default() }.boxed())
+    }
+
+    #[test]
+    fn a_conflicting_or_vanished_object_waits_for_its_next_event_instead_of_failing() {
+        assert_eq!(settle(Err(api_error(409)), Action::requeue(Duration::from_secs(5))).unwrap(), Action::await_change());
+        assert_eq!(settle(Err(api_error(404)), Action::requeue(Duration::from_secs(5))).unwrap(), Action::await_change());
+    }
+
+    #[test]
+    fn any_other_write_error_fails_the_reconcile() {
+        for code in [400, 403, 422, 500] {
+            let error = settle(Err(api_error(code)), Action::await_change()).unwrap_err();
+            assert!(matches!(error, kube::Error::Api(s) if s.code == code), "code {code}");
+        }
+    }
+
+    #[test]
+    fn a_written_finalizer_returns_the_steps_own_action() {
+        let then = Action::requeue(Duration::from_secs(7));
+        assert_eq!(settle(Ok(()), then.clone()).unwrap(), then);
     }
 }
