@@ -56,25 +56,25 @@ build_binaries() {
 list_operators() {
   [[ -x $BIN_DIR/deploygen ]] || die "$BIN_DIR/deploygen missing: run hack/cargo.sh build first"
   mapfile -t OPERATORS < <("$BIN_DIR/deploygen" --operators)
+  mapfile -t PACKAGE_RENDERERS < <("$BIN_DIR/deploygen" --package-renderers)
   ((${#OPERATORS[@]} > 1)) || die "deploygen --operators listed no operators"
+  ((${#PACKAGE_RENDERERS[@]} > 0)) || die "deploygen --package-renderers listed no operators"
 }
 
-# Extra files for one image, copied into its root filesystem before it is archived. Add a case per
-# operator that needs more than its binary, e.g. for an operator that renders kustomize packages:
-#   manifests-operator) install -m 0755 "$KUSTOMIZE" "$rootfs/usr/local/bin/kustomize" ;;
-# (files owned by root, mode set explicitly; the lock then needs `hack/images.sh lock`).
+# Extra files for one image, copied into its root filesystem before it is archived (files owned by
+# root, mode set explicitly; the lock then needs `hack/images.sh lock`). Every operator that renders
+# packages (`deploygen --package-renderers`: the generic one and the built-ins that render their
+# KfDef's packages, each with a renderer pod of the same image) renders kfctl packages with
+# kustomize v3.1.0 and current kubeflow/manifests with v5 (both static, from e2e/env/build.sh),
+# found beside its binary.
 extra_files() {
   local op=$1 rootfs=$2
-  case $op in
-    # The generic component renders kfctl packages with kustomize v3.1.0 and current
-    # kubeflow/manifests with v5 (both static, from e2e/env/build.sh), found beside its binary.
-    kustomize-operator)
-      source "$ROOT/e2e/env/versions.sh"
-      "$ROOT/e2e/env/build.sh" kustomize
-      install -m 0755 "$KUSTOMIZE_BIN/kustomize" "$rootfs/usr/local/bin/kustomize"
-      install -m 0755 "$KUSTOMIZE_V5_BIN/kustomize" "$rootfs/usr/local/bin/kustomize-v5" ;;
-    *) : "$rootfs" ;;
-  esac
+  if [[ " ${PACKAGE_RENDERERS[*]} " == *" $op "* ]]; then
+    source "$ROOT/e2e/env/versions.sh"
+    "$ROOT/e2e/env/build.sh" kustomize
+    install -m 0755 "$KUSTOMIZE_BIN/kustomize" "$rootfs/usr/local/bin/kustomize"
+    install -m 0755 "$KUSTOMIZE_V5_BIN/kustomize" "$rootfs/usr/local/bin/kustomize-v5"
+  fi
 }
 
 # Identifier of the sources the binaries are built from: the git tree id of these paths as they

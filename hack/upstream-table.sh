@@ -33,9 +33,6 @@ for line in open(built):
     if m and m.group(2) != "kustomize-operator":
         for app in m.group(3).split(", "):
             component_of[app] = os.path.basename(m.group(1))
-built_in = collections.defaultdict(set)
-for component in set(component_of.values()):
-    built_in[component] = {key(o) for o in yaml.safe_load_all(open(f"{ours_dir}/{component}.yaml")) if o}
 ours = collections.defaultdict(set)
 for path in glob.glob(f"{ours_dir}/*.yaml"):
     for o in yaml.safe_load_all(open(path)):
@@ -50,24 +47,18 @@ for app in apps:
     rendered.append((app["name"], path, {key(o) for o in yaml.safe_load_all(out) if o}))
 # An object two applications render is applied once, as the later one renders it (kfctl's order).
 last = {o: name for name, _, objects in rendered for o in objects}
-print("| application | path | objects: ours | upstream | same kind, namespace and name | upstream's namespaces (objects) |")
-print("| --- | --- | ---: | ---: | --- | --- |")
+print("| application | installed by | path | objects: ours | upstream | same kind, namespace and name | upstream's namespaces (objects) |")
+print("| --- | --- | --- | ---: | ---: | --- | --- |")
 for name, path, upstream in rendered:
     expected = {o for o in upstream if last[o] == name}
     # A namespaced object upstream leaves without a namespace (kubectl would put it in the
     # current one) goes to the KfDef's namespace.
     mine = {(k, "", n) if ns == kfdef_namespace and (k, "", n) in expected else (k, ns, n) for k, ns, n in ours[name]}
-    if name in component_of:
-        component = component_of[name]
-        covered = set().union(*(u for n, _, u in rendered if component_of.get(n) == component))
-        apps_of = ", ".join(n for n, _, _ in rendered if component_of.get(n) == component)
-        print(f"| {name} | `{path}` | — | {len(upstream)} | **no: rendered by the built-in `{component}` component** ({len(built_in[component])} objects for {apps_of}, against upstream's {len(covered)}; {len(built_in[component] & covered)} in both) | {', '.join(f'{n} ({c})' for n, c in sorted(collections.Counter(ns or '(cluster)' for _, ns, _ in upstream).items()))} |")
-        continue
     same = "yes" if mine == expected else f"**no: {len(mine ^ expected)} differ**"
     if expected != upstream:
         same += f" ({len(upstream - expected)} applied as a later application)"
     namespaces = collections.Counter(ns or "(cluster)" for _, ns, _ in upstream)
-    print(f"| {name} | `{path}` | {len(mine)} | {len(upstream)} | {same} | {', '.join(f'{n} ({c})' for n, c in sorted(namespaces.items()))} |")
+    print(f"| {name} | {component_of.get(name, 'kustomize')} | `{path}` | {len(mine)} | {len(upstream)} | {same} | {', '.join(f'{n} ({c})' for n, c in sorted(namespaces.items()))} |")
 others = sum(len(v) for k, v in ours.items() if k not in {n for n, _, _ in rendered})
-print(f"| **all** | | **{sum(len(v) for v in ours.values())}**{f' ({others} of no application)' if others else ''} | **{sum(len(u) for _, _, u in rendered)}** ({len(last)} distinct) | | |")
+print(f"| **all** | | | **{sum(len(v) for v in ours.values())}**{f' ({others} of no application: namespaces the objects use)' if others else ''} | **{sum(len(u) for _, _, u in rendered)}** ({len(last)} distinct) | | |")
 EOF

@@ -240,6 +240,19 @@ pub struct ComponentSpecCore {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["application"]), length(max = 256))]
     pub sources: Vec<KustomizeSource>,
+    /// kfctl's mode, for a kfctl-era build of `sources` (`era`).
+    #[serde(default, skip_serializing_if = "crate::is_default")]
+    pub mode: RenderMode,
+    /// Which rules build the packages of `sources`: kfctl's (the default) or upstream's `kustomize build`;
+    /// the meta-operator sets it from the KfDef's version.
+    #[serde(default, skip_serializing_if = "crate::is_default")]
+    pub era: crate::kfdef::Era,
+    /// Mirrors of the remote bases the packages name, `PREFIX=URI` (the KfDef's
+    /// `remoteBaseMirrors`): a remote base whose URL starts with PREFIX is fetched from URI and
+    /// the rest. Before the operator's own `--remote-base-mirror`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::validation::MIRRORS_MAX), inner(length(max = crate::validation::URI_MAX_LENGTH), regex(pattern = crate::validation::MIRROR)))]
+    pub remote_base_mirrors: Vec<String>,
     #[serde(default)]
     pub crd_removal_policy: CrdRemovalPolicy,
     /// Whether objects the component renders that already exist, made by someone else (no
@@ -1078,19 +1091,6 @@ pub enum RenderMode {
 pub struct KustomizeApplicationSpec {
     #[serde(flatten)]
     pub core: ComponentSpecCore,
-    /// kfctl's mode, for a kfctl-era build (`era`).
-    #[serde(default)]
-    pub mode: RenderMode,
-    /// Which rules build the packages: kfctl's (the default) or upstream's `kustomize build`;
-    /// the meta-operator sets it from the KfDef's version.
-    #[serde(default)]
-    pub era: crate::kfdef::Era,
-    /// Mirrors of the remote bases the packages name, `PREFIX=URI` (the KfDef's
-    /// `remoteBaseMirrors`): a remote base whose URL starts with PREFIX is fetched from URI and
-    /// the rest. Before the operator's own `--remote-base-mirror`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = crate::validation::MIRRORS_MAX), inner(length(max = crate::validation::URI_MAX_LENGTH), regex(pattern = crate::validation::MIRROR)))]
-    pub remote_base_mirrors: Vec<String>,
 }
 
 /// Access to the parts every component resource shares, so the framework can treat them alike.

@@ -26,3 +26,8 @@ pub use component::{
 };
 pub use kfdef::KfDef;
 pub use kfupgrade::KfUpgrade;
+
+/// Whether `value` is its type's default (`skip_serializing_if` for fields most specs leave so).
+pub fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}

@@ -663,14 +663,19 @@ mod tests {
     fn the_renderer_has_no_credential_no_network_and_answers_only_its_operator() {
         use kubeflow_manifests::remote::{RENDERER_CALLER_SECRET_ENV, RENDERER_CALLERS_ENV, RENDERER_URL_ENV};
         let renderers: Vec<_> = kubeflow_component_registry::all().into_iter().filter(|c| c.renders_packages).collect();
-        assert_eq!(renderers.iter().map(|c| c.operator.as_str()).collect::<Vec<_>>(), ["kustomize-operator"]);
+        // The generic operator, and each built-in that renders its KfDef's packages (not the
+        // profiles operator, which is the profile controller itself).
+        assert_eq!(renderers.iter().map(|c| c.operator.as_str()).collect::<Vec<_>>(), ["istio-operator", "dex-operator", "kfserving-operator", "katib-operator", "pipelines-operator", "kustomize-operator"]);
         for component in renderers {
+            let operator_name = component.operator.as_str();
+            let short = operator_name.trim_end_matches("-operator");
+            let caller = format!("{short}-renderer-caller");
             for (package, files) in [all_package(), component_package(&component)] {
                 let docs = |file: &str| -> Vec<Value> { files.iter().filter(|(f, _)| f == file).flat_map(|(_, text)| text.split("\n---\n").skip(1).map(|d| serde_yaml_ng::from_str(d).unwrap()).collect::<Vec<Value>>()).collect() };
                 let (objects, rbac) = ([docs("operators.yaml"), docs("operator.yaml")].concat(), docs("rbac.yaml"));
                 let find = |kind: &str, name: &str| objects.iter().chain(&rbac).find(|o| o["kind"] == kind && o["metadata"]["name"] == name).unwrap_or_else(|| panic!("{package}: no {kind} {name}"));
                 let name = renderer_name(&component.operator);
-                assert_eq!(name, "kustomize-renderer");
+                assert_eq!(name, format!("{short}-renderer"));
                 let pod = &find("Deployment", &name)["spec"]["template"]["spec"];
                 assert_eq!(pod["automountServiceAccountToken"], false, "{package}");
                 assert_eq!(pod["serviceAccountName"], name.as_str());
@@ -680,7 +685,7 @@ mod tests {
                 let container = &pod["containers"][0];
                 assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
                 assert_eq!(container["args"], json!(["render-server", "--listen=0.0.0.0:8081", "--no-network-route"]));
-                assert_eq!(container["env"], json!([{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": "kustomize-renderer-caller", "key": "nkey.pub"}}}]), "{package}");
+                assert_eq!(container["env"], json!([{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": caller, "key": "nkey.pub"}}}]), "{package}");
                 assert_eq!(container["volumeMounts"], json!([{"name": "tmp", "mountPath": "/tmp"}]), "{package}");
                 assert!(container.get("envFrom").is_none());
 
@@ -693,19 +698,19 @@ mod tests {
 
                 let operator = &find("Deployment", &component.operator)["spec"]["template"]["spec"]["containers"][0];
                 let env = |key: &str| operator["env"].as_array().unwrap().iter().find(|e| e["name"] == key).cloned();
-                assert_eq!(env(RENDERER_URL_ENV).map(|e| e["value"].clone()), Some(json!("http://kustomize-renderer:8081")), "{package}");
-                assert_eq!(env(RENDERER_CALLER_SECRET_ENV).map(|e| e["value"].clone()), Some(json!("kustomize-renderer-caller")), "{package}");
+                assert_eq!(env(RENDERER_URL_ENV).map(|e| e["value"].clone()), Some(json!(format!("http://{short}-renderer:8081"))), "{package}");
+                assert_eq!(env(RENDERER_CALLER_SECRET_ENV).map(|e| e["value"].clone()), Some(json!(caller)), "{package}");
                 assert_eq!(env("POD_NAMESPACE").map(|e| e["valueFrom"].clone()), Some(json!({"fieldRef": {"fieldPath": "metadata.namespace"}})));
                 // Make the caller Secret, read it back: nothing else of Secrets, only in its namespace.
-                let role = find("Role", "kustomize-operator-renderer-caller");
+                let role = find("Role", &format!("{operator_name}-renderer-caller"));
                 assert_eq!(role["metadata"]["namespace"], OPERATOR_NAMESPACE);
                 assert_eq!(role["rules"], json!([
                     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
-                    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["kustomize-renderer-caller"]},
+                    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": [caller]},
                 ]));
-                let binding = find("RoleBinding", "kustomize-operator-renderer-caller");
-                assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": "kustomize-operator", "namespace": OPERATOR_NAMESPACE}]));
-                assert_eq!(binding["roleRef"]["name"], "kustomize-operator-renderer-caller");
+                let binding = find("RoleBinding", &format!("{operator_name}-renderer-caller"));
+                assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": operator_name, "namespace": OPERATOR_NAMESPACE}]));
+                assert_eq!(binding["roleRef"]["name"], format!("{operator_name}-renderer-caller"));
             }
         }
     }

@@ -13,8 +13,15 @@ fn main() -> ExitCode {
             }
             Ok(())
         }
+        // The operators that render packages: their images carry kustomize (hack/images.sh).
+        Some("--package-renderers") => {
+            for component in kubeflow_component_registry::all().into_iter().filter(|c| c.renders_packages) {
+                println!("{}", component.operator);
+            }
+            Ok(())
+        }
         Some(_) => {
-            eprintln!("usage: deploygen [--check | --operators]");
+            eprintln!("usage: deploygen [--check | --operators | --package-renderers]");
             return ExitCode::from(2);
         }
     };

@@ -823,9 +823,14 @@ impl OperatorStack {
     pub fn start_component(&mut self, component: ComponentKind) {
         let operator = format!("{component}-operator");
         let binary = self.binaries.get(&component).cloned().unwrap_or_else(|| operator.clone());
-        // The generic operator fetches the tests' repositories from loopback, which its fence refuses.
-        let args: &[&str] = if component == ComponentKind::GENERIC { &["--allow-fetch-from", "127.0.0.1"] } else { &[] };
+        // Operators that render packages fetch the tests' repositories from loopback, which their
+        // fence refuses; each keeps its own repository cache.
+        let renders_packages = kubeflow_component_registry::all().iter().any(|c| c.kind == component && c.renders_packages);
+        let args: &[&str] = if renders_packages { &["--allow-fetch-from", "127.0.0.1"] } else { &[] };
         let mut env = vec![("KUBECONFIG", self.kubeconfigs[&operator].to_str().unwrap().to_string())];
+        if renders_packages {
+            env.push(("KFOP_MANIFESTS_CACHE", self.manifests_cache.join(component.name()).display().to_string()));
+        }
         env.extend(self.platform_namespace.as_deref().map(|ns| ("PLATFORM_NAMESPACE", ns.to_string())));
         // As deploy/ runs it: every build in the renderer, signed with the key it keeps in its
         // caller Secret in the operators' namespace.
@@ -833,7 +838,6 @@ impl OperatorStack {
             env.push((kubeflow_manifests::remote::RENDERER_URL_ENV, format!("http://127.0.0.1:{}", self.renderer.metrics_port)));
             env.push((kubeflow_manifests::remote::RENDERER_CALLER_SECRET_ENV, kubeflow_manifests::remote::renderer_caller_secret("kustomize-operator")));
             env.push(("POD_NAMESPACE", OPERATORS_NAMESPACE.to_string()));
-            env.push(("KFOP_MANIFESTS_CACHE", self.manifests_cache.display().to_string()));
         }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let process = OperatorProcess::on_bus(&binary, &self.nats, Identity::Component(component), args, &env);

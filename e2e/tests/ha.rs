@@ -15,11 +15,12 @@ use serde_json::json;
 
 const APPLICATION: &str = "katib-controller";
 
+/// Katib's applications, naming no repository: the built-in release is installed.
 fn kfdef(namespace: &str) -> KfDef {
     let apps: Vec<_> = ["katib-crds", APPLICATION].iter().map(|a| json!({"name": a, "kustomizeConfig": {"repoRef": {"name": "manifests", "path": a}}})).collect();
     serde_json::from_value(json!({
         "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "kubeflow", "namespace": namespace},
-        "spec": {"version": "v1.3.0", "applications": apps, "repos": [{"name": "manifests", "uri": "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz"}]},
+        "spec": {"version": "v1.3.0", "applications": apps},
     }))
     .unwrap()
 }

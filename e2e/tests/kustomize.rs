@@ -163,7 +163,7 @@ async fn fenced_repositories_and_unparsable_kustomizations_are_refused() {
 
     // Stacks mode builds the path as it is: its kustomization is checked before kustomize runs.
     let mut unparsable = resource("unparsable", &ns.name, json!([{"application": "broken", "repoUri": server.url("archive/broken.tar.gz"), "path": "demo/webhook"}]));
-    unparsable.spec.mode = kubeflow_crds::component::RenderMode::Stacks;
+    unparsable.spec.core.mode = kubeflow_crds::component::RenderMode::Stacks;
     api.create(&PostParams::default(), &unparsable).await.unwrap();
     let status = wait_status(&api, "unparsable", "unparsable Degraded", |s| degraded_message(s).is_some()).await;
     let message = degraded_message(&status).unwrap();

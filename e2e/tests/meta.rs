@@ -18,11 +18,13 @@ use serde_json::{Value, json};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// A KfDef of built-in applications whose sources name no repository: each component installs its
+/// built-in release (a repository would make it render that repository's packages instead).
 fn kfdef(namespace: &str, version: &str, applications: &[&str]) -> KfDef {
     let apps: Vec<Value> = applications.iter().map(|a| json!({"name": a, "kustomizeConfig": {"repoRef": {"name": "manifests", "path": a}}})).collect();
     serde_json::from_value(json!({
         "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "kubeflow", "namespace": namespace},
-        "spec": {"version": version, "applications": apps, "repos": [{"name": "manifests", "uri": "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz"}]},
+        "spec": {"version": version, "applications": apps},
     }))
     .unwrap()
 }

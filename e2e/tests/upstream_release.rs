@@ -1,8 +1,8 @@
 //! Kubeflow as kubeflow/manifests releases it (`../shared/manifests`), installed by the operators
 //! from its KfDef on the real control plane: every application Ready with no failed reconcile and
-//! no drift reverted; for v1.10.2, each object upstream's `kustomize build` renders for an
-//! application the generic component installs is in the cluster, in the namespace upstream puts
-//! it, and a KfUpgrade to a later release built on its archive (images moved on, a pinned remote
+//! no drift reverted; for v1.10.2, each object upstream's `kustomize build` renders for any
+//! application (those the built-in components install too) is in the cluster, in the namespace
+//! upstream puts it, and a KfUpgrade to a later release built on its archive (images moved on, a pinned remote
 //! base added) is planned, approved and applied; kfctl's v1.2.0 KfDef installs too.
 //!
 //! The environment answers for the webhook backends kwok's pods cannot run (e2e/env's pods'
@@ -197,11 +197,14 @@ async fn kubeflow_1_10_2_installs_from_its_kfdef_with_every_object_where_upstrea
     let (client, done) = (&installed.client, &installed.done);
     let status = done.status.as_ref().unwrap();
 
-    // Each application the generic component installs: upstream's objects, where upstream puts them.
-    let generic: BTreeSet<&str> = status.applications.iter().filter(|a| a.component.as_deref() == Some("kustomize")).map(|a| a.name.as_str()).collect();
-    assert!(generic.len() >= 20, "the generic component installs the applications no built-in covers: {generic:?}");
+    // Every application, those the built-in components install included (they render the KfDef's
+    // packages): upstream's objects, where upstream puts them.
+    let by_component: BTreeMap<&str, &str> = status.applications.iter().map(|a| (a.name.as_str(), a.component.as_deref().unwrap_or_default())).collect();
+    for (application, component) in [("istio-install", "istio"), ("dex", "dex"), ("pipeline", "pipelines"), ("katib", "katib"), ("kserve", "kfserving"), ("models-web-app", "kfserving"), ("jupyter-web-app", "kustomize")] {
+        assert_eq!(by_component.get(application), Some(&component), "{application}");
+    }
     let (mut checked, mut missing) = (0, Vec::new());
-    for application in done.spec.applications.iter().filter(|a| generic.contains(a.name.as_str())) {
+    for application in &done.spec.applications {
         let path = &application.kustomize_config.as_ref().unwrap().repo_ref.as_ref().unwrap().path;
         let home = installed.unpacked.join(format!("home-{}", application.name));
         std::fs::create_dir_all(&home).unwrap();

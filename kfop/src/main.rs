@@ -29,15 +29,14 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use component_framework::api::component::{ComponentKind, InventoryEntry, Platform};
-use component_framework::api::{KfDef, KustomizeApplication};
-use component_framework::{Inputs, OperatorArgs};
+use component_framework::api::KfDef;
+use component_framework::OperatorArgs;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client, ResourceExt};
 use kubeflow_component_registry::RegisteredComponent;
-use kustomize_operator::{Discovery, KustomizeComponent};
 use meta_operator::catalog::Catalog;
 use meta_operator::plan::{Plan, plan};
 use serde_json::{Value, json};
@@ -169,22 +168,21 @@ struct Desired {
     conversions: Vec<String>,
 }
 
-/// Builds what component `registered`'s operator applies for the resource `kfdef` plans for it.
+/// Builds what component `registered`'s operator applies for the resource `kfdef` plans for it:
+/// from its built-in release, or from the packages the spec names.
 async fn desired(registered: &RegisteredComponent, kfdef: &KfDef, spec: &Value) -> Result<Desired, String> {
-    if registered.kind != ComponentKind::GENERIC {
-        let objects = (registered.render)(&kfdef.name_any(), &kfdef.namespace().unwrap_or_default(), spec).map_err(|e| format!("{}: {e}", registered.kind))?;
-        return Ok(Desired { objects, failed: Vec::new(), held: Default::default(), conversions: Vec::new() });
-    }
-    let resource: KustomizeApplication = serde_json::from_value(resource(registered, kfdef, spec)).map_err(|e| e.to_string())?;
+    let (name, namespace) = (kfdef.name_any(), kfdef.namespace().unwrap_or_default());
     // The KfDef file is the user's own: local repositories are fine here, and so is any address
     // (see `unfenced`).
     let fetch = kubeflow_manifests::FetchOptions { allow_local: true, ..unfenced() };
-    let rendered = kustomize_operator::render(&resource, Discovery::Offline, fetch).await.map_err(|e| e.to_string())?;
-    let failed = rendered.failed.iter().map(|f| format!("application {:?}: {}", f.application, f.error)).collect();
-    let held = rendered.failed.iter().map(|f| f.application.clone()).collect();
-    let conversions = rendered.conversion_details.iter().flat_map(|(application, lines)| lines.iter().map(move |line| format!("{application}: {line}"))).collect();
-    let inputs = Inputs { rendered: Some(rendered), ..Default::default() };
-    let objects = component_framework::build::desired_objects::<KustomizeComponent>(&resource, &inputs).map_err(|e| e.to_string())?;
+    let rendered = (registered.render_packages)(name.clone(), namespace.clone(), spec.clone(), fetch).await.transpose().map_err(|e| format!("{}: {e}", registered.kind))?;
+    let (mut failed, mut held, mut conversions) = (Vec::new(), std::collections::BTreeSet::new(), Vec::new());
+    if let Some(rendered) = &rendered {
+        failed = rendered.failed.iter().map(|f| format!("application {:?}: {}", f.application, f.error)).collect();
+        held = rendered.failed.iter().map(|f| f.application.clone()).collect();
+        conversions = rendered.conversion_details.iter().flat_map(|(application, lines)| lines.iter().map(move |line| format!("{application}: {line}"))).collect();
+    }
+    let objects = (registered.render)(&name, &namespace, spec, rendered).map_err(|e| format!("{}: {e}", registered.kind))?;
     Ok(Desired { objects, failed, held, conversions })
 }
 
@@ -298,7 +296,7 @@ fn unfenced() -> kubeflow_manifests::FetchOptions {
 
 fn run_controllers(registry: &[RegisteredComponent], components: &[ComponentKind], namespace: &str) {
     // The generic component's controller runs here, in kfop: unfenced too (the first call sets it).
-    let _ = kustomize_operator::set_fetch_options(unfenced());
+    let _ = component_framework::package::set_fetch_options(unfenced());
     for component in components {
         let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
         let args = OperatorArgs { namespace: Some(namespace.to_string()), nats_url: None, nats_credentials: Default::default(), leader_election: Default::default(), metrics_addr: "127.0.0.1:0".parse().expect("an address"), default_service_account: None,

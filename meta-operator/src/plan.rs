@@ -167,6 +167,17 @@ pub fn generic_version(kubeflow: &str) -> String {
     if kubeflow_crds::validation::is_version(kubeflow) { kubeflow.to_string() } else { "v0.0.0".to_string() }
 }
 
+/// How a component spec's packages are built: kfctl's mode and rules for a kfctl-era KfDef,
+/// upstream's `kustomize build` for a later one; and the KfDef's remote base mirrors.
+fn package_rules(spec: &mut Value, kfdef: &KfDef) {
+    let stacks = kfdef.spec.applications.iter().any(|a| a.name == STACKS_APPLICATION);
+    spec["mode"] = json!(if stacks { RenderMode::Stacks } else { RenderMode::PerApplication });
+    spec["era"] = json!(kubeflow_crds::kfdef::Era::of_version(kfdef.spec.version.as_deref()));
+    if !kfdef.spec.remote_base_mirrors.is_empty() {
+        spec["remoteBaseMirrors"] = json!(kfdef.spec.remote_base_mirrors);
+    }
+}
+
 pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan, PlanError> {
     let kubeflow = kfdef.spec.version.clone().unwrap_or_default();
     let pins = pins(kfdef)?;
@@ -226,16 +237,10 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             // unless an application's own `namespace` parameter says otherwise (kfctl's rule).
             let release_version = generic_version(&kubeflow);
             let version = pins.get(&component).cloned().unwrap_or_else(|| release_version.clone());
-            let stacks = kfdef.spec.applications.iter().any(|a| a.name == STACKS_APPLICATION);
-            let mode = if stacks { RenderMode::Stacks } else { RenderMode::PerApplication };
-            // kfctl's rules only for a kfctl-era KfDef; a later one is built as upstream builds it.
-            let era = kubeflow_crds::kfdef::Era::of_version(kfdef.spec.version.as_deref());
-            let mut spec = json!({"version": version, "targetNamespace": namespace, "platform": platform, "mode": mode, "era": era, "sources": sources, "serviceAccountName": account});
+            let mut spec = json!({"version": version, "targetNamespace": namespace, "platform": platform, "sources": sources, "serviceAccountName": account});
+            package_rules(&mut spec, kfdef);
             if kfdef.spec.adopt_existing {
                 spec["adoptExisting"] = json!(true);
-            }
-            if !kfdef.spec.remote_base_mirrors.is_empty() {
-                spec["remoteBaseMirrors"] = json!(kfdef.spec.remote_base_mirrors);
             }
             let spec_hash = operator_runtime::content_hash(&spec);
             components.insert(component, ComponentPlan { spec, spec_hash, release_version: Some(release_version), version, pinned: pins.contains_key(&component) });
@@ -255,7 +260,12 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             }
         };
         let target = sources.iter().flat_map(|s| &s.parameters).find(|p| p.name == "namespace").map_or(namespace.clone(), |p| p.value.clone());
+        let names_packages = sources.iter().any(|s| s.repo_uri.is_some());
         let mut spec = json!({"version": version, "targetNamespace": target, "platform": platform, "sources": sources, "serviceAccountName": account});
+        // A built-in renders the KfDef's packages, by the same rules as the generic component.
+        if names_packages {
+            package_rules(&mut spec, kfdef);
+        }
         if kfdef.spec.adopt_existing {
             spec["adoptExisting"] = json!(true);
         }
@@ -293,8 +303,9 @@ mod tests {
         assert_eq!(plan.components[&ComponentKind::Katib].spec["serviceAccountName"], "team-installer", "built-in releases install as the account too");
     }
 
-    /// A Component goes to the generic component with its `componentOf`, and the KfDef's remote
-    /// base mirrors go with the generic spec.
+    /// A Component goes to the generic component with its `componentOf`; the KfDef's remote base
+    /// mirrors and package rules go with every spec that names packages, a built-in's too (it
+    /// renders the KfDef's packages), and with none that names none.
     #[test]
     fn components_and_remote_base_mirrors_travel_to_the_generic_component() {
         let mut kfdef = example();
@@ -305,7 +316,14 @@ mod tests {
         assert_eq!(generic["remoteBaseMirrors"], json!(["https://github.com/=https://mirror.example.com/gh/"]));
         let components: Vec<(&str, &str)> = generic["sources"].as_array().unwrap().iter().filter_map(|s| Some((s["application"].as_str()?, s["componentOf"].as_str()?))).collect();
         assert_eq!(components, [("katib-controller-pss", "jupyter-web-app")]);
-        assert!(plan.components[&ComponentKind::Katib].spec.get("remoteBaseMirrors").is_none(), "built-in releases fetch nothing");
+        let katib = &plan.components[&ComponentKind::Katib].spec;
+        assert_eq!(katib["remoteBaseMirrors"], generic["remoteBaseMirrors"]);
+        assert_eq!((&katib["era"], &katib["mode"]), (&json!("Kfctl"), &json!("PerApplication")), "a kfctl-era KfDef without kubeflow-apps");
+        let mut no_repository = example();
+        no_repository.spec.repos.clear();
+        no_repository.spec.remote_base_mirrors = kfdef.spec.remote_base_mirrors.clone();
+        let katib = &super::plan(&no_repository, Platform::Kubernetes, &catalog()).unwrap().components[&ComponentKind::Katib].spec;
+        assert!(katib.get("remoteBaseMirrors").is_none() && katib.get("era").is_none(), "a built-in release fetches nothing: {katib}");
     }
 
     #[test]

@@ -112,6 +112,8 @@ impl Component for DexComponent {
     const DEFAULT_NAMESPACE: &'static str = "auth";
     const DISPLAY_NAME: &'static str = "Dex for Kubeflow";
     const INSTALLS: &'static str = "Dex, the OpenID Connect provider Kubeflow authenticates users with";
+    /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
+    const RENDERS_PACKAGES: bool = true;
 
     fn test_spec() -> Value {
         json!({"connectors": [{"type": "ldap", "id": "ldap", "name": "LDAP", "config": {"host": "ldap.example.com:636"}}]})

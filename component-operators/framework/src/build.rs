@@ -179,7 +179,7 @@ pub fn crd_belongs_to_newer_release<C: Component>(live: &Value, version: &str) -
 }
 
 /// Namespace the component's namespaced objects go to.
-pub fn target_namespace<C: Component>(resource: &C::Resource) -> String {
+pub fn target_namespace<C: Component + ?Sized>(resource: &C::Resource) -> String {
     resource.core().target_namespace.clone().unwrap_or_else(|| C::DEFAULT_NAMESPACE.to_string())
 }
 

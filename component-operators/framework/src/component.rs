@@ -145,6 +145,11 @@ pub trait Component: Send + Sync + 'static {
     /// healed and granted to the operator.
     const MANAGES_ANY_KIND: bool = false;
 
+    /// Component-specific spec fields (top-level names) that [`Component::customize`] applies to
+    /// the objects of packages too. Any other one a resource that names packages sets is refused,
+    /// naming the field: it would otherwise be silently ignored.
+    const PACKAGE_FIELDS: &'static [&'static str] = &[];
+
     /// Whether the operator renders packages it does not ship (untrusted input) with kustomize:
     /// deploy/all then runs its renderer beside it, a pod with no credential and no network
     /// (`kubeflow_manifests::remote`), and the operator sends every build there.
@@ -182,13 +187,24 @@ pub trait Component: Send + Sync + 'static {
         Vec::new()
     }
 
-    /// Objects rendered outside the built-in releases, e.g. kustomize packages fetched from the
-    /// repositories the spec names. `Some` replaces the release template (`spec.version` is then
-    /// not looked up among [`Component::releases`]). Runs in the dereference step, so it may do
-    /// I/O; kinds the objects use must be known to [`crate::kinds::lookup`] when it returns.
-    /// `Err` refuses the whole spec; an application that fails alone goes to [`Rendered::failed`].
-    fn render_external(_resource: &Self::Resource, _client: &kube::Client) -> impl std::future::Future<Output = Option<Result<Rendered, InvalidSpec>>> + Send {
-        async { None }
+    /// Objects rendered outside the built-in releases: by default, when the resource's
+    /// `spec.sources` name packages (a KfDef's applications), upstream's packages as they render
+    /// ([`crate::package::render`]), for a component that renders packages. `Some` replaces the
+    /// release template. Runs in the dereference step, so it may do I/O; kinds the objects use
+    /// must be known to [`crate::kinds::lookup`] when it returns. `Err` refuses the whole spec; an
+    /// application that fails alone goes to [`Rendered::failed`].
+    fn render_external(resource: &Self::Resource, client: &kube::Client) -> impl std::future::Future<Output = Option<Result<Rendered, InvalidSpec>>> + Send {
+        let wanted = Self::RENDERS_PACKAGES && crate::package::names_packages(resource);
+        let (resource, client) = (resource.clone(), client.clone());
+        async move {
+            if !wanted {
+                return None;
+            }
+            if let Err(unapplied) = crate::package::check_fields::<Self>(&resource) {
+                return Some(Err(unapplied));
+            }
+            Some(crate::package::render::<Self>(&resource, crate::package::Discovery::Cluster(&client), crate::package::fetch_options()).await)
+        }
     }
 
     /// Last adjustments to the rendered objects (pure); most components need none.

@@ -23,6 +23,7 @@ pub mod kinds;
 pub mod live;
 pub mod manifest;
 pub mod nats_mode;
+pub mod package;
 pub mod plan;
 pub mod rbac;
 pub mod readiness;
@@ -71,9 +72,24 @@ pub fn main<C: Component>() -> std::process::ExitCode {
     use clap::{Args, FromArgMatches};
     use kubeflow_crds::component::ComponentResource;
     let name = format!("{}-operator", C::Resource::COMPONENT.name());
-    let command = clap::Command::new(name.clone()).version(env!("CARGO_PKG_VERSION")).about(format!("Kubeflow {} component operator", C::DISPLAY_NAME));
-    let args = OperatorArgs::from_arg_matches(&OperatorArgs::augment_args(command).get_matches()).unwrap_or_else(|e| e.exit());
+    let mut command = OperatorArgs::augment_args(clap::Command::new(name.clone()).version(env!("CARGO_PKG_VERSION")).about(format!("Kubeflow {} component operator", C::DISPLAY_NAME)));
+    if C::RENDERS_PACKAGES {
+        command = package::command::augment(command);
+    }
+    let matches = command.get_matches();
+    if let Some((tool, sub)) = matches.subcommand() {
+        let _telemetry = telemetry::init(&format!("{}-renderer", C::Resource::COMPONENT.name()));
+        return package::command::run_tool(tool, sub);
+    }
+    let args = OperatorArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let _telemetry = telemetry::init(&name);
+    if C::RENDERS_PACKAGES
+        && let Err(e) = package::command::configure(&matches)
+    {
+        tracing::error!(error = %e, "operator stopped");
+        eprintln!("{name}: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     run_until_stopped::<C>(args)
 }
 

@@ -174,6 +174,8 @@ impl Component for IstioComponent {
     ];
     const DISPLAY_NAME: &'static str = "Istio for Kubeflow";
     const INSTALLS: &'static str = "the Istio control plane and ingress gateways Kubeflow routes through";
+    /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
+    const RENDERS_PACKAGES: bool = true;
 
     fn test_spec() -> Value {
         json!({"gateway": {"serviceType": "NodePort"}})

@@ -77,6 +77,8 @@ impl Component for KatibComponent {
     type Resource = Katib;
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
     const INSTALLS: &'static str = "Katib, hyperparameter tuning and neural architecture search (Experiment, Trial, Suggestion)";
+    /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
+    const RENDERS_PACKAGES: bool = true;
 
     fn releases() -> &'static [Release] {
         &RELEASES

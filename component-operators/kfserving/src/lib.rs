@@ -189,6 +189,8 @@ impl Component for KFServingComponent {
     ];
     const INSTALLS: &'static str =
         "KFServing and its successor KServe, serverless model inference (InferenceService) with its controller, webhooks and model servers";
+    /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
+    const RENDERS_PACKAGES: bool = true;
 
     fn test_spec() -> Value {
         json!({"ingressDomain": "models.example.com"})
@@ -259,7 +261,10 @@ impl Component for KFServingComponent {
                 ));
             }
         }
-        for config in objects.iter().filter(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == CONFIG_MAP) {
+        // The built-in release's configuration is JSON its parameters are written into; upstream's
+        // package keeps non-JSON entries (`_example`), which KServe ignores.
+        let from_package = component_framework::package::names_packages(resource);
+        for config in objects.iter().filter(|o| !from_package && o["kind"] == "ConfigMap" && o["metadata"]["name"] == CONFIG_MAP) {
             for (key, text) in config["data"].as_object().into_iter().flatten() {
                 if let Err(e) = serde_json::from_str::<Value>(text.as_str().unwrap_or_default()) {
                     return Err(InvalidSpec::new("spec.version", format!("{CONFIG_MAP} entry {key:?} of {} is not valid JSON: {e}", core.version)));

@@ -169,6 +169,8 @@ impl Component for PipelinesComponent {
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
     const DISPLAY_NAME: &'static str = "Kubeflow Pipelines";
     const INSTALLS: &'static str = "Kubeflow Pipelines: API server, UI, persistence agent, scheduled workflows, MySQL and object storage";
+    /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
+    const RENDERS_PACKAGES: bool = true;
 
     fn releases() -> &'static [Release] {
         &RELEASES
@@ -318,6 +320,25 @@ mod tests {
     fn env<'a>(deployment: &'a Value, name: &str) -> &'a Value {
         let list = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap();
         list.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no env {name}"))
+    }
+
+    /// A resource made from a KfDef names its application's package: the operator renders that
+    /// package. A Pipelines-specific field it sets would not reach the package's objects, so it is
+    /// refused, naming the field; without a repository the built-in release is installed.
+    #[test]
+    fn a_resource_that_names_packages_refuses_the_fields_only_the_built_in_release_applies() {
+        use component_framework::package::{check_fields, names_packages};
+        let source = json!([{"application": "pipeline", "repoUri": "https://github.com/kubeflow/manifests/archive/v1.10.2.tar.gz", "path": "applications/pipeline/upstream/env/cert-manager/platform-agnostic-multi-user"}]);
+        let from_kfdef = pipelines(json!({"version": "2.5.0", "sources": source, "era": "Upstream", "overrides": {"replicas": {"ml-pipeline": 2}}}));
+        assert!(names_packages(&from_kfdef));
+        assert_eq!(check_fields::<PipelinesComponent>(&from_kfdef), Ok(()), "core fields (overrides included) apply to packages");
+        let with_database = pipelines(json!({"version": "2.5.0", "sources": source, "database": {"host": "mysql.example.com"}}));
+        let refused = check_fields::<PipelinesComponent>(&with_database).unwrap_err();
+        assert_eq!(refused.field, "spec.database");
+        assert!(refused.message.contains("built-in release only"), "{}", refused.message);
+        // No repository: the built-in release, where the field applies.
+        let built_in = pipelines(json!({"version": "2.5.0", "sources": [{"application": "pipeline", "path": "apps/pipeline"}], "database": {"host": "mysql.example.com"}}));
+        assert!(!names_packages(&built_in));
     }
 
     const COMMON: [&str; 9] = [

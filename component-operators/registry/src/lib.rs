@@ -5,7 +5,8 @@
 //! from here. (The meta-operator does not link the components: it learns their releases from the
 //! running operators' heartbeats.)
 
-use component_framework::component::{InvalidSpec, shipped_objects};
+use component_framework::component::{InvalidSpec, Rendered, shipped_objects};
+use component_framework::package::{self, FetchOptions};
 use component_framework::kinds::KindInfo;
 use component_framework::run::RunError;
 use component_framework::{Component, Inputs, OperatorArgs};
@@ -42,9 +43,14 @@ pub struct RegisteredComponent {
     pub endpoints: &'static [component_framework::Endpoint],
     /// [`Component::RENDERS_PACKAGES`]: deploy/all runs a renderer beside the operator.
     pub renders_packages: bool,
-    /// The objects the operator applies, from its built-in releases, for a resource `name` in
-    /// `namespace` with `spec`.
-    pub render: fn(&str, &str, &Value) -> Result<Vec<Value>, InvalidSpec>,
+    /// The objects the operator applies for a resource `name` in `namespace` with `spec`: from
+    /// its built-in releases, or from the packages [`RegisteredComponent::render_packages`]
+    /// rendered for it.
+    pub render: fn(&str, &str, &Value, Option<Rendered>) -> Result<Vec<Value>, InvalidSpec>,
+    /// The packages the resource `name` in `namespace` with `spec` installs from, rendered with no
+    /// cluster (kinds outside the framework's list taken for namespaced custom resources), when
+    /// the component renders packages and the spec names them (`None` otherwise).
+    pub render_packages: fn(String, String, Value, FetchOptions) -> BoxFuture<'static, Option<Result<Rendered, InvalidSpec>>>,
     /// Runs the component's controller in this process until SIGTERM/SIGINT (or until the
     /// future is dropped): what the operator binary runs, for `kfop apply`/`delete`.
     pub run: fn(OperatorArgs) -> BoxFuture<'static, Result<(), RunError>>,
@@ -64,13 +70,31 @@ impl RegisteredComponent {
     }
 }
 
-fn render<C: Component>(name: &str, namespace: &str, spec: &Value) -> Result<Vec<Value>, InvalidSpec> {
-    let resource: C::Resource = serde_json::from_value(json!({
+fn resource<C: Component>(name: &str, namespace: &str, spec: &Value) -> Result<C::Resource, InvalidSpec> {
+    serde_json::from_value(json!({
         "apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()),
         "metadata": {"name": name, "namespace": namespace}, "spec": spec,
     }))
-    .map_err(|e| InvalidSpec::new("spec", e.to_string()))?;
-    component_framework::build::desired_objects::<C>(&resource, &Inputs::default())
+    .map_err(|e| InvalidSpec::new("spec", e.to_string()))
+}
+
+fn render<C: Component>(name: &str, namespace: &str, spec: &Value, rendered: Option<Rendered>) -> Result<Vec<Value>, InvalidSpec> {
+    component_framework::build::desired_objects::<C>(&resource::<C>(name, namespace, spec)?, &Inputs { rendered, ..Default::default() })
+}
+
+fn render_packages<C: Component>(name: String, namespace: String, spec: Value, fetch: FetchOptions) -> BoxFuture<'static, Option<Result<Rendered, InvalidSpec>>> {
+    Box::pin(async move {
+        let resource = match resource::<C>(&name, &namespace, &spec) {
+            Ok(resource) => resource,
+            Err(e) => return Some(Err(e)),
+        };
+        // A component without releases installs nothing but packages.
+        let wanted = C::RENDERS_PACKAGES && (C::releases().is_empty() || package::names_packages(&resource));
+        if !wanted {
+            return None;
+        }
+        Some(package::render::<C>(&resource, package::Discovery::Offline, fetch).await)
+    })
 }
 
 fn run<C: Component>(args: OperatorArgs) -> BoxFuture<'static, Result<(), RunError>> {
@@ -96,6 +120,7 @@ where
         endpoints: C::ENDPOINTS,
         renders_packages: C::RENDERS_PACKAGES,
         render: render::<C>,
+        render_packages: render_packages::<C>,
         run: run::<C>,
         shipped_objects: shipped_objects::<C>,
     }
@@ -160,7 +185,7 @@ mod tests {
             for release in &component.releases {
                 let mut spec = json!({"version": release.version, "targetNamespace": "team"});
                 spec.as_object_mut().unwrap().extend(component.test_spec.as_object().cloned().unwrap_or_default());
-                let objects = (component.render)("reference", "team", &spec).unwrap_or_else(|e| panic!("{} {}: {e}", component.kind, release.version));
+                let objects = (component.render)("reference", "team", &spec, None).unwrap_or_else(|e| panic!("{} {}: {e}", component.kind, release.version));
                 let workload = |o: &Value| o["kind"] == "Deployment" || o["kind"] == "StatefulSet";
                 // Profiles ships no workload of its own: its operator is the controller.
                 let ships_workloads = (component.shipped_objects)().iter().any(workload);

@@ -54,7 +54,7 @@ async fn main() {
     // Components with built-in releases (the generic one installs what a KfDef's packages render).
     for component in kubeflow_component_registry::all().into_iter().filter(|c| !c.releases.is_empty()) {
         let version = component.version_for("1.2").unwrap_or_else(|| panic!("{} has no version for Kubeflow 1.2", component.kind));
-        objects.extend((component.render)("reference", &reference_ns.name, &json!({"version": version, "targetNamespace": reference_ns.name})).unwrap());
+        objects.extend((component.render)("reference", &reference_ns.name, &json!({"version": version, "targetNamespace": reference_ns.name}), None).unwrap());
     }
     // Not owned by any operator: strip the labels the operators watch.
     for o in &mut objects {

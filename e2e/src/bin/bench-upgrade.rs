@@ -29,7 +29,7 @@ fn release(kubeflow: &str, namespace: &str) -> Vec<Value> {
     // Components with built-in releases (the generic one installs what a KfDef's packages render).
     for component in kubeflow_component_registry::all().into_iter().filter(|c| !c.releases.is_empty()) {
         let version = component.version_for(kubeflow).unwrap_or_else(|| panic!("{} has no version for Kubeflow {kubeflow}", component.kind));
-        objects.extend((component.render)("reference", namespace, &json!({"version": version, "targetNamespace": namespace})).unwrap());
+        objects.extend((component.render)("reference", namespace, &json!({"version": version, "targetNamespace": namespace}), None).unwrap());
     }
     for o in &mut objects {
         if let Some(labels) = o["metadata"]["labels"].as_object_mut() {

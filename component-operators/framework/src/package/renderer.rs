@@ -8,8 +8,8 @@
 //! by `KFOP_RENDERER_URL` with the seed in `KFOP_RENDERER_NKEY_FILE`, else kustomize here, in the
 //! kernel sandbox.
 
-use component_framework::k8s_openapi::api::core::v1::Secret;
-use component_framework::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kubeflow_manifests::remote::{CALLER_PUBLIC_KEY, CALLER_SEED_KEY, CallerKey};
 use kubeflow_manifests::{RemoteRenderer, Renderer};

@@ -1,0 +1,459 @@
+//! Upstream's packages, rendered: what every component that installs from a kustomize package
+//! (the generic component, and a built-in whose resource names its KfDef's packages in
+//! `spec.sources`) shares.
+//!
+//! Each source names a repository archive (`repoUri`, optional `repoSha256`), the package `path`,
+//! `overlays` and `parameters`. Each repository is fetched once (bounded, checked, fenced,
+//! cached: [`kubeflow_manifests::RepoCache`]), each package built with the real kustomize
+//! ([`kubeflow_manifests::Renderer`], in the renderer pod in a cluster: [`renderer`]) by the rules
+//! of the resource's era (kfctl's, or upstream's `kustomize build`), and objects of removed API
+//! versions converted ([`kubeflow_manifests::convert`]). Kinds outside the framework's list are
+//! learned from the CRDs in the same render or from the API server's discovery; an application
+//! with a kind the cluster does not serve waits, alone. An object several applications render is
+//! applied once ([`merge_applications`]). Renders are memoised by spec, so reconciles triggered
+//! by owned objects do not run kustomize again.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use kube::core::GroupVersionKind;
+use kube::{Client, Resource, ResourceExt};
+use kubeflow_crds::NameValue;
+use kubeflow_crds::component::{ComponentResource, KustomizeSource, RenderMode};
+use kubeflow_manifests::remote_bases::Mirror;
+use kubeflow_manifests::{AppSpec, Conversion, Mode, RenderContext, Renderer, RepoCache, RepoErrorReason, RepoSource};
+use serde_json::{Value, json};
+
+use crate::build::{APPLICATION_ANNOTATION, target_namespace};
+use crate::component::{ApplicationFailure, Rendered};
+use crate::kinds;
+use crate::{Component, InvalidSpec};
+
+pub mod command;
+pub mod renderer;
+
+pub use kubeflow_manifests::FetchOptions;
+
+/// Where fetched repositories and render work directories live (`KFOP_MANIFESTS_CACHE`, default
+/// `$TMPDIR/kubeflow-operator-manifests`).
+pub fn cache_dir() -> std::path::PathBuf {
+    std::env::var_os("KFOP_MANIFESTS_CACHE").map(Into::into).unwrap_or_else(|| std::env::temp_dir().join("kubeflow-operator-manifests"))
+}
+
+/// How the operator fetches repositories: set once by its `main` from the command line
+/// ([`command::FetchArgs`]); unset, the defaults — fenced to public addresses, no exemptions.
+static FETCH_OPTIONS: OnceLock<FetchOptions> = OnceLock::new();
+
+/// Sets the options packages are fetched with; once per process (`Err` gives them back
+/// when already set).
+pub fn set_fetch_options(options: FetchOptions) -> Result<(), FetchOptions> {
+    FETCH_OPTIONS.set(options)
+}
+
+/// The options packages are fetched with.
+pub fn fetch_options() -> FetchOptions {
+    FETCH_OPTIONS.get().cloned().unwrap_or_default()
+}
+
+/// Renders by spec, so reconciles caused by owned-object events do not rebuild (bounded).
+fn memo() -> &'static Mutex<HashMap<String, Arc<Rendered>>> {
+    static MEMO: OnceLock<Mutex<HashMap<String, Arc<Rendered>>>> = OnceLock::new();
+    MEMO.get_or_init(Default::default)
+}
+const MEMO_ENTRIES: usize = 64;
+
+fn field(index: usize, name: &str) -> String {
+    format!("spec.sources[{index}].{name}")
+}
+
+/// The application a source describes, with what it must have.
+pub fn app_spec(index: usize, source: &KustomizeSource) -> Result<(RepoSource, AppSpec), InvalidSpec> {
+    let uri = source.repo_uri.clone().filter(|u| !u.is_empty()).ok_or_else(|| InvalidSpec::new(field(index, "repoUri"), "required: the manifests archive (https://…/archive/<ref>.tar.gz)"))?;
+    let path = source.path.clone().filter(|p| !p.is_empty()).ok_or_else(|| InvalidSpec::new(field(index, "path"), "required: the package inside the repository"))?;
+    let repo = RepoSource { name: uri.clone(), uri, sha256: source.repo_sha256.clone() };
+    let app = AppSpec { name: source.application.clone(), path, overlays: source.overlays.clone(), parameters: source.parameters.iter().map(|p| NameValue { name: p.name.clone(), value: p.value.clone() }).collect(), kustomize: source.repo_kustomize, components: Vec::new() };
+    Ok((repo, app))
+}
+
+pub use crate::build::identity;
+
+/// One application's rendered objects: `(application, objects)`, in `spec.sources` order.
+pub type ApplicationObjects = (String, Vec<Value>);
+
+/// Annotation listing every application that renders an object, when more than one renders it
+/// identically (`components.kubeflow.org/application` names the first).
+pub const APPLICATIONS_ANNOTATION: &str = "components.kubeflow.org/applications";
+
+/// Per application, what it should be told while it stays Ready.
+pub type ApplicationNotes = BTreeMap<String, Vec<String>>;
+
+/// Joins the applications' objects, each annotated with its application, the way kfctl applied
+/// them one after the other without ever refusing one: an object an earlier application renders
+/// too is applied once — owned jointly when identical (both named in
+/// [`APPLICATIONS_ANNOTATION`]), and for a Namespace also when only its labels or annotations
+/// differ (merged, the earlier application's value winning a key both set; namespaces are only
+/// ever created). An object two applications render differently is applied as the later one
+/// renders it, as kfctl's second apply left it; both applications stay Ready, each told about
+/// the other in the returned notes.
+pub fn merge_applications(rendered: Vec<ApplicationObjects>) -> (Vec<Value>, ApplicationNotes) {
+    let mut owners: BTreeMap<(String, String, String, String), usize> = BTreeMap::new();
+    let mut out: Vec<Value> = Vec::new();
+    let mut notes = ApplicationNotes::new();
+    for (application, objects) in rendered {
+        for mut object in objects {
+            let Some(&at) = owners.get(&identity(&object)) else {
+                owners.insert(identity(&object), out.len());
+                object["metadata"]["annotations"][APPLICATION_ANNOTATION] = json!(application);
+                out.push(object);
+                continue;
+            };
+            let earlier = &mut out[at];
+            let first = earlier["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().unwrap_or_default().to_string();
+            if object["kind"] == "Namespace" && object["apiVersion"] == "v1" {
+                for field in ["labels", "annotations"] {
+                    let Some(theirs) = object["metadata"][field].as_object().cloned() else { continue };
+                    if !earlier["metadata"][field].is_object() {
+                        earlier["metadata"][field] = json!({});
+                    }
+                    let ours = earlier["metadata"][field].as_object_mut().expect("made an object above");
+                    for (key, value) in theirs {
+                        ours.entry(key).or_insert(value);
+                    }
+                }
+            } else if !same_object(earlier, &object) {
+                let what = format!("{} {}", object["kind"].as_str().unwrap_or_default(), object["metadata"]["name"].as_str().unwrap_or_default());
+                notes.entry(application.clone()).or_default().push(format!("{what}: application {first:?} renders it otherwise; this application's version is applied (the later application wins, as with kfctl)"));
+                notes.entry(first.clone()).or_default().push(format!("{what}: application {application:?}, later in the KfDef, renders it otherwise; its version is applied"));
+                object["metadata"]["annotations"][APPLICATION_ANNOTATION] = json!(application);
+                *earlier = object;
+                continue;
+            }
+            let joint = earlier["metadata"]["annotations"][APPLICATIONS_ANNOTATION].as_str().unwrap_or(&first).to_string();
+            if !joint.split(',').any(|a| a == application) {
+                earlier["metadata"]["annotations"][APPLICATIONS_ANNOTATION] = json!(format!("{joint},{application}"));
+            }
+        }
+    }
+    (out, notes)
+}
+
+/// Whether two renders of one object are the same object, the annotations this component adds
+/// aside.
+fn same_object(earlier: &Value, later: &Value) -> bool {
+    let strip = |object: &Value| {
+        let mut object = object.clone();
+        if let Some(annotations) = object.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+            annotations.remove(APPLICATION_ANNOTATION);
+            annotations.remove(APPLICATIONS_ANNOTATION);
+            if annotations.is_empty() {
+                object["metadata"].as_object_mut().map(|m| m.remove("annotations"));
+            }
+        }
+        object
+    };
+    strip(earlier) == strip(later)
+}
+
+/// `objects` preceded by a Namespace for each namespace they use that they do not create
+/// themselves (kfctl created the KfDef's namespace; namespaces are only ever created, never
+/// changed or deleted). Namespaced objects without a namespace go to `target`. Kinds are those
+/// install `owner` knows ([`kinds::lookup_for`]).
+pub fn with_namespaces(owner: &str, objects: Vec<Value>, target: &str) -> Vec<Value> {
+    let rendered: std::collections::BTreeSet<&str> = objects.iter().filter(|o| o["kind"] == "Namespace").filter_map(|o| o["metadata"]["name"].as_str()).collect();
+    let mut used = std::collections::BTreeSet::new();
+    for object in &objects {
+        let namespaced = kinds::lookup_for(owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).is_some_and(|k| !k.cluster_scoped);
+        if namespaced {
+            used.insert(object["metadata"]["namespace"].as_str().unwrap_or(target).to_string());
+        }
+    }
+    let mut out: Vec<Value> = used.into_iter().filter(|n| !rendered.contains(n.as_str())).map(|n| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}})).collect();
+    out.extend(objects);
+    out
+}
+
+/// Where kinds outside the framework's built-in list are learned from, besides the CRDs
+/// rendered alongside.
+#[derive(Clone, Copy)]
+pub enum Discovery<'a> {
+    /// The API server's discovery (the operator, `kfop apply`).
+    Cluster(&'a Client),
+    /// No cluster (`kfop build`): such kinds are taken for namespaced custom resources.
+    Offline,
+}
+
+/// Makes every kind in `objects` known to install `owner`: a kind the cluster serves (discovery)
+/// to every install, a kind a CRD rendered alongside defines (or, offline, a guess) to this install
+/// only ([`kinds::set_rendered`]), so a tenant's CRD can never change how another install's objects
+/// are written. Returns the `(apiVersion, kind)`s the cluster does not serve, or why no kind of
+/// this render can be learned.
+async fn learn_kinds(owner: &str, discovery: Discovery<'_>, objects: &[Value]) -> Result<BTreeSet<(String, String)>, InvalidSpec> {
+    let mut defined = Vec::new();
+    for crd in objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition" && o["apiVersion"].as_str().is_some_and(|v| v.starts_with("apiextensions.k8s.io/"))) {
+        let spec = &crd["spec"];
+        let (group, kind, plural) = (spec["group"].as_str().unwrap_or_default(), spec["names"]["kind"].as_str().unwrap_or_default(), spec["names"]["plural"].as_str().unwrap_or_default());
+        let cluster = spec["scope"] == "Cluster";
+        let versions: Vec<&str> = match spec["versions"].as_array() {
+            Some(list) => list.iter().filter_map(|v| v["name"].as_str()).collect(),
+            None => spec["version"].as_str().into_iter().collect(), // apiextensions v1beta1
+        };
+        defined.extend(versions.into_iter().map(|version| (group.to_string(), version.to_string(), kind.to_string(), plural.to_string(), cluster)));
+    }
+    let is_defined = |defined: &[(String, String, String, String, bool)], group: &str, version: &str, kind: &str| defined.iter().any(|(g, v, k, _, _)| g == group && v == version && k == kind);
+    let mut unserved = BTreeSet::new();
+    for object in objects {
+        let (api_version, kind) = (object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default());
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        if kinds::lookup(api_version, kind).is_some() || is_defined(&defined, group, version, kind) || unserved.contains(&(api_version.to_string(), kind.to_string())) {
+            continue;
+        }
+        let Discovery::Cluster(client) = discovery else {
+            defined.push((group.to_string(), version.to_string(), kind.to_string(), format!("{}s", kind.to_lowercase()), false));
+            continue;
+        };
+        match kube::discovery::pinned_kind(client, &GroupVersionKind::gvk(group, version, kind)).await {
+            // What the API server serves is the truth for every install.
+            Ok((resource, capabilities)) if kinds::register(group, version, kind, &resource.plural, capabilities.scope == kube::discovery::Scope::Cluster).is_some() => {}
+            _ => {
+                unserved.insert((api_version.to_string(), kind.to_string()));
+            }
+        }
+    }
+    kinds::set_rendered(owner, &defined).map_err(|why| InvalidSpec::new("spec.sources", format!("the kinds of this install cannot be learned: {why}")))?;
+    Ok(unserved)
+}
+
+/// Renders one application: its repository fetched (or taken from the cache), its package built,
+/// objects of removed API versions converted (counted per kind).
+async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(String, String)>, repos: &RepoCache, mirrors: &[Mirror], renderer: &Renderer, context: &RenderContext) -> Result<(Vec<Value>, Vec<Conversion>), InvalidSpec> {
+    let (repo, mut app) = app_spec(index, source)?;
+    app.components = components;
+    // A download may fail for a while (network, server); the spec may be right: retry. A fenced
+    // destination stays fenced until the spec (or the operator's flags) change.
+    let fetched = repos.fetch(&repo).await.map_err(|e| {
+        let fenced = matches!(e.reason, RepoErrorReason::Fenced(_));
+        let invalid = InvalidSpec::new(field(index, "repoUri"), e.to_string());
+        if fenced { invalid } else { invalid.retryable() }
+    })?;
+    let remote = kubeflow_manifests::RemoteBases { cache: repos, mirrors };
+    let rendered = renderer.render_application(&fetched, &app, context, Some(remote)).await.map_err(|e| {
+        let invalid = InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string());
+        if e.is_transient() { invalid.retryable() } else { invalid }
+    })?;
+    let (release, why) = &rendered.kustomize;
+    tracing::info!(application = %source.application, kustomize = %release, reason = %why, "rendered");
+    for warning in &rendered.warnings {
+        tracing::warn!(application = %source.application, "{warning}");
+    }
+    let objects = rendered.objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect();
+    Ok((objects, rendered.conversions))
+}
+
+/// Whether `resource` installs from packages: its `spec.sources` name them (a repository and a
+/// path each). A source without either, beside others that have them, is refused by [`render`].
+pub fn names_packages<K: ComponentResource>(resource: &K) -> bool {
+    resource.core().sources.iter().any(|s| s.repo_uri.as_deref().is_some_and(|u| !u.is_empty()))
+}
+
+/// Refuses a component-specific spec field that `resource` (which names packages) sets to other
+/// than its default, unless the component applies it to packages
+/// ([`Component::PACKAGE_FIELDS`]): the package's own configuration is what is installed.
+pub fn check_fields<C: Component + ?Sized>(resource: &C::Resource) -> Result<(), InvalidSpec> {
+    let spec = serde_json::to_value(resource).expect("resources serialise")["spec"].clone();
+    let core = serde_json::to_value(resource.core()).expect("specs serialise");
+    let defaults: Option<C::Resource> = serde_json::from_value(json!({
+        "apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()),
+        "metadata": {"name": "defaults"}, "spec": {"version": resource.core().version},
+    }))
+    .ok();
+    let defaults = defaults.map(|d| serde_json::to_value(d).expect("resources serialise")["spec"].clone()).unwrap_or_default();
+    for (field, value) in spec.as_object().into_iter().flatten() {
+        if core.get(field).is_some() || C::PACKAGE_FIELDS.contains(&field.as_str()) || defaults.get(field) == Some(value) {
+            continue;
+        }
+        return Err(InvalidSpec::new(
+            format!("spec.{field}"),
+            "applies to the component's built-in release only, not to the packages spec.sources names: set it in the package (its params.env or a patch there), or leave spec.sources empty to install the built-in release",
+        ));
+    }
+    Ok(())
+}
+
+/// Fetches and renders every application of `resource` (a resource of component `C`), each on
+/// its own: one that fails is reported in [`Rendered::failed`] and the others go on.
+/// `fetch` bounds downloads and fences them (see [`kubeflow_manifests::fetch::fence`]); only
+/// `kfop build` allows local repositories, an operator never reads host paths on a resource's word.
+pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Discovery<'_>, fetch: FetchOptions) -> Result<Rendered, InvalidSpec> {
+    let spec = resource.core();
+    if spec.sources.is_empty() {
+        return Err(InvalidSpec::new("spec.sources", "at least one application is required"));
+    }
+    let namespace = target_namespace::<C>(resource);
+    let key = serde_json::to_string(&json!({"component": C::Resource::COMPONENT.name(), "sources": spec.sources, "mode": spec.mode, "era": spec.era, "mirrors": spec.remote_base_mirrors, "namespace": namespace, "name": resource.name_any()})).expect("specs serialise");
+    let owner = crate::build::owner_id(resource);
+    let memoized = memo().lock().expect("render memo").get(&key).cloned();
+    if let Some(rendered) = memoized {
+        // The kinds its CRDs define are forgotten when an install of the same name was deleted.
+        learn_kinds(&owner, discovery, &rendered.objects).await?;
+        return Ok(rendered.as_ref().clone());
+    }
+    let dir = cache_dir();
+    let repos = RepoCache::new(dir.join("repos"), fetch).map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot use its repository cache: {e}")).retryable())?;
+    let renderer = renderer::renderer(dir.join("work")).await.map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot render (no kustomize?): {e}")).retryable())?;
+    let mode = match spec.mode {
+        RenderMode::PerApplication => Mode::PerApplication,
+        RenderMode::Stacks => Mode::Stacks,
+    };
+    let context = RenderContext { namespace: namespace.clone(), kfdef_name: resource.name_any(), mode, era: spec.era };
+    let (mut rendered, mut failed, mut converted, mut conversion_details) = (Vec::new(), Vec::new(), BTreeMap::new(), BTreeMap::new());
+    // The spec's mirrors of remote bases, then the operator's.
+    let mirrors = kubeflow_manifests::remote_bases::merged(&spec.remote_base_mirrors, &repos.options().remote_base_mirrors)
+        .map_err(|(index, reason)| InvalidSpec::new(format!("spec.remoteBaseMirrors[{index}]"), reason))?;
+    // Components (`componentOf`) are built with the application they apply to, not on their own.
+    let links: Vec<(&str, Option<&str>, &str)> = spec.sources.iter().map(|s| (s.application.as_str(), s.component_of.as_deref(), s.repo_uri.as_deref().unwrap_or_default())).collect();
+    let targets = kubeflow_manifests::component_targets(&links);
+    let mut components: BTreeMap<usize, Vec<(String, String)>> = BTreeMap::new();
+    for (index, target) in targets.iter().enumerate() {
+        match target {
+            Ok(None) => {}
+            Ok(Some(target)) => {
+                let source = &spec.sources[index];
+                components.entry(*target).or_default().push((source.application.clone(), source.path.clone().unwrap_or_default()));
+            }
+            Err(reason) => failed.push(ApplicationFailure { application: links[index].0.to_string(), error: InvalidSpec::new(field(index, "componentOf"), reason.clone()) }),
+        }
+    }
+    for (index, source) in spec.sources.iter().enumerate() {
+        if source.component_of.is_some() {
+            continue;
+        }
+        let applied = components.remove(&index).unwrap_or_default();
+        let result = render_source(index, source, applied.clone(), &repos, &mirrors, &renderer, &context).await;
+        // A Component fails with the application it is built with, and is Ready with it.
+        if let Err(error) = &result {
+            for (component, _) in &applied {
+                let message = format!("not applied: application {:?}, which it is a Component of, failed to render", source.application);
+                let position = links.iter().position(|(name, _, _)| name == component).unwrap_or(index);
+                failed.push(ApplicationFailure { application: component.clone(), error: InvalidSpec { retry: error.retry, ..InvalidSpec::new(field(position, "componentOf"), message) } });
+            }
+        }
+        match result {
+            Ok((objects, conversions)) => {
+                if !conversions.is_empty() {
+                    converted.insert(source.application.clone(), kubeflow_manifests::convert::summarise(&conversions));
+                    conversion_details.insert(source.application.clone(), conversions.iter().map(ToString::to_string).collect());
+                }
+                rendered.push((source.application.clone(), objects))
+            }
+            Err(error) => failed.push(ApplicationFailure { application: source.application.clone(), error }),
+        }
+    }
+    let indexes: BTreeMap<String, usize> = spec.sources.iter().enumerate().map(|(i, s)| (s.application.clone(), i)).collect();
+    let (objects, notes) = merge_applications(rendered);
+    // An application with a kind the cluster does not serve waits for it, alone.
+    let unserved = learn_kinds(&owner, discovery, &objects).await?;
+    let mut waiting: BTreeMap<String, (String, String)> = BTreeMap::new();
+    for object in &objects {
+        let kind = (object["apiVersion"].as_str().unwrap_or_default().to_string(), object["kind"].as_str().unwrap_or_default().to_string());
+        if unserved.contains(&kind) {
+            let application = object["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().unwrap_or_default().to_string();
+            waiting.entry(application).or_insert(kind);
+        }
+    }
+    for (application, (api_version, kind)) in &waiting {
+        let message = format!("application {application:?} renders {kind} ({api_version}), which the cluster does not serve: install the CRD (or the component) that provides it first");
+        failed.push(ApplicationFailure { application: application.clone(), error: InvalidSpec::new(format!("spec.sources[{}]", indexes[application]), message).retryable() });
+    }
+    let objects = objects.into_iter().filter(|o| o["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_none_or(|a| !waiting.contains_key(a))).collect();
+    failed.sort_by_key(|f| indexes[&f.application]);
+    let rendered = Rendered { objects: with_namespaces(&owner, objects, &namespace), applications: spec.sources.iter().map(|s| s.application.clone()).collect(), failed, converted, conversion_details, notes };
+    // Failures are not remembered: a download or a missing kind may come right.
+    if rendered.failed.is_empty() {
+        let mut memo = memo().lock().expect("render memo");
+        if memo.len() >= MEMO_ENTRIES {
+            memo.clear();
+        }
+        memo.insert(key, Arc::new(rendered.clone()));
+    }
+    Ok(rendered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(application: &str, uri: Option<&str>, path: Option<&str>) -> KustomizeSource {
+        KustomizeSource { application: application.into(), repo_uri: uri.map(String::from), path: path.map(String::from), ..Default::default() }
+    }
+
+    #[test]
+    fn a_source_needs_an_archive_and_a_path() {
+        assert_eq!(app_spec(0, &source("a", None, Some("p"))).unwrap_err().to_string(), "spec.sources[0].repoUri: required: the manifests archive (https://…/archive/<ref>.tar.gz)");
+        assert_eq!(app_spec(2, &source("a", Some("https://x/a.tar.gz"), None)).unwrap_err().to_string(), "spec.sources[2].path: required: the package inside the repository");
+        let (repo, app) = app_spec(1, &source("web", Some("https://x/a.tar.gz"), Some("demo/web"))).unwrap();
+        assert_eq!((repo.uri.as_str(), app.name.as_str(), app.path.as_str()), ("https://x/a.tar.gz", "web", "demo/web"));
+    }
+
+    #[test]
+    fn namespaces_the_objects_use_are_created_unless_rendered() {
+        let objects = vec![
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenants"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "tenants"}}),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "c", "namespace": "auth"}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "d"}}),
+        ];
+        let out = with_namespaces("kubeflow/test", objects, "kubeflow");
+        let namespaces: Vec<&str> = out.iter().filter(|o| o["kind"] == "Namespace").map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
+        assert_eq!(namespaces, ["auth", "kubeflow", "tenants"]);
+        assert_eq!(out.len(), 7);
+    }
+
+    #[test]
+    fn an_object_two_applications_render_alike_is_applied_once_and_owned_jointly() {
+        let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "kubeflow"}});
+        let (merged, notes) = merge_applications(vec![("a".into(), vec![cm("one")]), ("b".into(), vec![cm("two"), cm("one")]), ("c".into(), vec![cm("one")])]);
+        assert!(notes.is_empty(), "{notes:?}");
+        let names: Vec<&str> = merged.iter().map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["one", "two"]);
+        assert_eq!(merged[0]["metadata"]["annotations"], json!({APPLICATION_ANNOTATION: "a", APPLICATIONS_ANNOTATION: "a,b,c"}));
+        assert_eq!(merged[1]["metadata"]["annotations"], json!({APPLICATION_ANNOTATION: "b"}));
+        // Same name, other kind or namespace: two objects.
+        let other_ns = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "one", "namespace": "team"}});
+        assert_eq!(merge_applications(vec![("a".into(), vec![cm("one")]), ("b".into(), vec![other_ns])]).0.len(), 2);
+    }
+
+    /// kfctl v1.2's istio_dex KfDef: `namespaces` and `cert-manager` both render Namespace
+    /// `cert-manager`, the latter with a label of its own.
+    #[test]
+    fn a_namespace_two_applications_render_is_one_namespace_with_both_labels() {
+        let plain = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cert-manager", "labels": {"control-plane": "kubeflow"}}});
+        let labelled = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cert-manager", "labels": {"certmanager.k8s.io/disable-validation": "true", "control-plane": "other"}}});
+        let (merged, notes) = merge_applications(vec![("namespaces".into(), vec![plain]), ("cert-manager".into(), vec![labelled])]);
+        assert!(notes.is_empty(), "{notes:?}");
+        assert_eq!(merged.len(), 1);
+        assert_eq!(merged[0]["metadata"]["labels"], json!({"certmanager.k8s.io/disable-validation": "true", "control-plane": "kubeflow"}), "merged, the first application's value kept");
+        assert_eq!(merged[0]["metadata"]["annotations"][APPLICATIONS_ANNOTATION], "namespaces,cert-manager");
+    }
+
+    /// kfctl applied each application in turn, so of an object two applications render
+    /// differently the later one's version is what stayed. Both applications stay Ready; each is
+    /// told about the other.
+    #[test]
+    fn an_object_rendered_two_ways_is_applied_as_the_later_application_renders_it() {
+        let role = |verbs: Value| json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kubeflow-view"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]});
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b-config", "namespace": "kubeflow"}});
+        let (merged, notes) = merge_applications(vec![("a".into(), vec![role(json!(["get"]))]), ("b".into(), vec![role(json!(["get", "list"])), cm])]);
+        assert_eq!(merged.len(), 2, "b's other objects go on");
+        assert_eq!(merged[0]["rules"][0]["verbs"], json!(["get", "list"]), "b's version is applied, as kfctl's second apply left it");
+        assert_eq!(merged[0]["metadata"]["annotations"], json!({APPLICATION_ANNOTATION: "b"}));
+        assert_eq!(merged[1]["metadata"]["annotations"][APPLICATION_ANNOTATION], "b");
+        assert_eq!(
+            notes,
+            BTreeMap::from([
+                ("a".to_string(), vec!["ClusterRole kubeflow-view: application \"b\", later in the KfDef, renders it otherwise; its version is applied".to_string()]),
+                ("b".to_string(), vec!["ClusterRole kubeflow-view: application \"a\" renders it otherwise; this application's version is applied (the later application wins, as with kfctl)".to_string()]),
+            ])
+        );
+    }
+}
