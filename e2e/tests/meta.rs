@@ -124,7 +124,10 @@ async fn full_kfdef_converges_reports_every_application_follows_edits_and_delete
     assert_eq!(versions[&ComponentKind::Istio].as_deref(), Some("1.9.6"));
     assert_eq!(versions[&ComponentKind::Pipelines].as_deref(), Some("1.5.0"));
 
-    // Delete: nothing left but the CRDs.
+    // Delete: nothing left but the CRDs (every CRD there before is there after).
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crds_before: Vec<String> = crds.list(&ListParams::default()).await.unwrap().items.into_iter().map(|c| c.name_any()).collect();
+    assert!(crds_before.iter().any(|c| c == "profiles.kubeflow.org"), "the profiles application installs the Profile CRD");
     api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
     eventually("KfDef and everything it made gone", || async {
         let kfdef_gone = api.get_opt("kubeflow").await.unwrap().is_none();
@@ -132,8 +135,7 @@ async fn full_kfdef_converges_reports_every_application_follows_edits_and_delete
         if kfdef_gone && left.is_empty() { Ok(()) } else { Err(format!("KfDef gone: {kfdef_gone}; left: {left:?}")) }
     })
     .await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in ["experiments.kubeflow.org", "inferenceservices.serving.kubeflow.org", "virtualservices.networking.istio.io"] {
+    for crd in &crds_before {
         assert!(crds.get_opt(crd).await.unwrap().is_some(), "CRD {crd} was removed");
     }
     drop(stack);

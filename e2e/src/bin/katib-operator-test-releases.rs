@@ -47,6 +47,9 @@ impl Component for KatibWithTestReleases {
     const DEFAULT_NAMESPACE: &'static str = KatibComponent::DEFAULT_NAMESPACE;
     const DISPLAY_NAME: &'static str = KatibComponent::DISPLAY_NAME;
     const INSTALLS: &'static str = KatibComponent::INSTALLS;
+    // The same command line as katib-operator's (the stacks pass it the fetch options).
+    const RENDERS_PACKAGES: bool = KatibComponent::RENDERS_PACKAGES;
+    const PACKAGE_FIELDS: &'static [&'static str] = KatibComponent::PACKAGE_FIELDS;
 
     fn releases() -> &'static [Release] {
         &RELEASES

@@ -1,6 +1,6 @@
 //! Where the operator's builds run, chosen once per process.
 //!
-//! In a cluster (deploy/all, deploy/kustomize, the OLM bundle) they run in the renderer pod
+//! In a cluster (deploy/all, deploy/<component>, the OLM bundles) they run in the renderer pod
 //! ([`kubeflow_manifests::remote`]), and the operator signs its requests with a key it keeps in a
 //! Secret of its own namespace: made here the first time, read back afterwards, never replaced
 //! (a Secret that does not hold a valid key pair is reported). The renderer's pods take the public
