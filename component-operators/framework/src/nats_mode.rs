@@ -111,7 +111,7 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
         None => format!("{}.>", component.name()),
     };
     let mut watch_retry = nats_retry();
-    let mut ledger = Ledger { applied: BTreeMap::new(), failed: BTreeSet::new(), reports: failures };
+    let mut ledger = Ledger { failed: BTreeSet::new(), reports: failures };
     loop {
         let (desired, _, _) = open_buckets(&js, component).await;
         connected.mark_unchanged();
@@ -171,11 +171,8 @@ async fn consume_desired<C: Component>(client: Client, js: jetstream::Context, m
     }
 }
 
-/// What this process did with each desired key, kept across relists.
+/// The failures this process reported per desired key, kept across relists.
 struct Ledger {
-    /// Revision of each key whose value this process applied, so a relist after a reconnect does
-    /// not apply the same value again.
-    applied: BTreeMap<String, u64>,
     /// Keys whose last report is a failure this process sent (refused, or could not be written).
     failed: BTreeSet<String>,
     reports: StatusSender,
@@ -187,11 +184,10 @@ impl Ledger {
         let _ = self.reports.send((key.to_string(), Some(report)));
     }
 
-    /// `resource` was written from `key`'s value at `revision`. A failure reported for the key is
-    /// over; when the write changed nothing (a retry, or the value put back after a refused one)
+    /// `resource` is made from `key`'s value (written now, or already). A failure reported for
+    /// the key is over; when nothing changed (a retry, or the value put back after a refused one)
     /// no reconcile follows to say so, so the resource's own report is sent again.
-    fn applied<K: ComponentResource>(&mut self, key: &str, revision: u64, resource: &K) {
-        self.applied.insert(key.to_string(), revision);
+    fn applied<K: ComponentResource>(&mut self, key: &str, resource: &K) {
         if self.failed.remove(key)
             && let Some((key, report)) = resource.component_status().and_then(|status| report(resource, status))
         {
@@ -202,7 +198,6 @@ impl Ledger {
     /// `key` was deleted: a failure reported for it goes too (its resource's own report goes
     /// with the resource).
     fn deleted(&mut self, key: &str) {
-        self.applied.remove(key);
         if self.failed.remove(key) {
             let _ = self.reports.send((key.to_string(), None));
         }
@@ -249,7 +244,13 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                 }
             };
             present.insert(entry.key.clone());
-            if ledger.applied.get(&entry.key) == Some(&entry.revision) && made_from(&api, &name, &desired.spec_hash).await {
+            // Delivery is at least once: a value put again (a publisher's retry whose first put
+            // landed, a relist after a reconnect) that the resource was already made from is not
+            // applied again; a failure reported for the key is over all the same.
+            if let Ok(Some(resource)) = api.get_opt(&name).await
+                && made_from(&resource, &desired)
+            {
+                ledger.applied(&entry.key, &resource);
                 return true;
             }
             let span = info_span!("apply_desired", key = %entry.key, kfdef_generation = desired.kfdef.generation);
@@ -285,7 +286,7 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                 match api.patch(&name, &params, &Patch::Apply(&object)).await {
                     Ok(resource) => {
                         info!(generation = resource.meta().generation, "component resource applied from desired state");
-                        ledger.applied(&entry.key, entry.revision, &resource);
+                        ledger.applied(&entry.key, &resource);
                         true
                     }
                     Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => {
@@ -334,12 +335,15 @@ fn refused_report(spec_hash: String, message: String) -> StatusReport {
     StatusReport { spec_hash, phase: Some("Degraded".into()), degraded: true, message, ..Default::default() }
 }
 
-/// Whether resource `name` exists and was last made from the desired spec with `spec_hash`.
-async fn made_from<K: ComponentResource>(api: &Api<K>, name: &str, spec_hash: &str) -> bool {
-    match api.get_opt(name).await {
-        Ok(Some(resource)) => resource.meta().deletion_timestamp.is_none() && resource.annotations().get(SPEC_HASH_ANNOTATION).map(String::as_str) == Some(spec_hash),
-        _ => false,
-    }
+/// Whether `resource` (not being deleted) was last made from `desired`: its spec, its preview
+/// (or none) and the KfDef that owns it, so that applying `desired` would change nothing.
+fn made_from<K: ComponentResource>(resource: &K, desired: &DesiredComponent) -> bool {
+    let annotation = |key: &str| resource.annotations().get(key).map(String::as_str);
+    let owned = resource.meta().owner_references.iter().flatten().any(|o| o.kind == "KfDef" && o.uid == desired.kfdef.uid);
+    resource.meta().deletion_timestamp.is_none()
+        && annotation(SPEC_HASH_ANNOTATION) == Some(desired.spec_hash.as_str())
+        && annotation(PREVIEW_HASH_ANNOTATION) == desired.preview.as_ref().map(|p| p.spec_hash.as_str())
+        && owned
 }
 
 /// Deletes resources made from desired keys that no longer exist (removed while we were away).
@@ -419,5 +423,50 @@ fn short_error(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) => status.message.clone(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeflow_crds::Katib;
+    use kubeflow_crds::bus::{KfDefRef, Preview};
+
+    fn desired(spec_hash: &str, uid: &str, preview: Option<&str>) -> DesiredComponent {
+        DesiredComponent {
+            kfdef: KfDefRef { namespace: "team".into(), name: "kubeflow".into(), uid: uid.into(), generation: 1 },
+            component: ComponentKind::Katib,
+            spec_hash: spec_hash.into(),
+            spec: json!({"version": "v0.11.0"}),
+            traceparent: None,
+            preview: preview.map(|h| Preview { spec_hash: h.into(), spec: json!({"version": "v0.18.0"}) }),
+        }
+    }
+
+    fn katib(annotations: serde_json::Value, owner_uid: &str) -> Katib {
+        serde_json::from_value(json!({
+            "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib",
+            "metadata": {"name": "kubeflow", "namespace": "team", "annotations": annotations,
+                         "ownerReferences": [{"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "name": "kubeflow", "uid": owner_uid}]},
+            "spec": {"version": "v0.11.0"},
+        }))
+        .unwrap()
+    }
+
+    /// A value delivered again (at least once) is not applied again when the resource is already
+    /// made from it; any difference — spec, preview, owning KfDef, a deletion under way — applies.
+    #[test]
+    fn a_value_the_resource_is_already_made_from_is_not_applied_again() {
+        let made = katib(json!({SPEC_HASH_ANNOTATION: "h1"}), "u1");
+        assert!(made_from(&made, &desired("h1", "u1", None)));
+        assert!(!made_from(&made, &desired("h2", "u1", None)), "another spec");
+        assert!(!made_from(&made, &desired("h1", "u2", None)), "a KfDef of the same name made again");
+        assert!(!made_from(&made, &desired("h1", "u1", Some("p1"))), "a preview asked for");
+        let previewed = katib(json!({SPEC_HASH_ANNOTATION: "h1", PREVIEW_HASH_ANNOTATION: "p1"}), "u1");
+        assert!(made_from(&previewed, &desired("h1", "u1", Some("p1"))));
+        assert!(!made_from(&previewed, &desired("h1", "u1", None)), "a preview no longer asked for is removed");
+        let mut deleting = made.clone();
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert!(!made_from(&deleting, &desired("h1", "u1", None)));
     }
 }
