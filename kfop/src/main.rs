@@ -295,7 +295,7 @@ fn unfenced() -> kubeflow_manifests::FetchOptions {
 }
 
 fn run_controllers(registry: &[RegisteredComponent], components: &[ComponentKind], namespace: &str) {
-    // The generic component's controller runs here, in kfop: unfenced too (the first call sets it).
+    // The controllers that render packages run here, in kfop: unfenced too (the first call sets it).
     let _ = component_framework::package::set_fetch_options(unfenced());
     for component in components {
         let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");

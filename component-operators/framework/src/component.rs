@@ -194,17 +194,8 @@ pub trait Component: Send + Sync + 'static {
     /// must be known to [`crate::kinds::lookup`] when it returns. `Err` refuses the whole spec; an
     /// application that fails alone goes to [`Rendered::failed`].
     fn render_external(resource: &Self::Resource, client: &kube::Client) -> impl std::future::Future<Output = Option<Result<Rendered, InvalidSpec>>> + Send {
-        let wanted = Self::RENDERS_PACKAGES && crate::package::names_packages(resource);
         let (resource, client) = (resource.clone(), client.clone());
-        async move {
-            if !wanted {
-                return None;
-            }
-            if let Err(unapplied) = crate::package::check_fields::<Self>(&resource) {
-                return Some(Err(unapplied));
-            }
-            Some(crate::package::render::<Self>(&resource, crate::package::Discovery::Cluster(&client), crate::package::fetch_options()).await)
-        }
+        async move { crate::package::render_for::<Self>(&resource, crate::package::Discovery::Cluster(&client), crate::package::fetch_options()).await }
     }
 
     /// Last adjustments to the rendered objects (pure); most components need none.

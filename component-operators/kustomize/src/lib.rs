@@ -8,10 +8,7 @@
 //! namespaces retained.
 
 use component_framework::api::KustomizeApplication;
-use component_framework::component::Rendered;
-use component_framework::package::{Discovery, fetch_options, render};
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
-use kube::Client;
 use serde_json::{Value, json};
 
 pub struct KustomizeComponent;
@@ -39,11 +36,5 @@ impl Component for KustomizeComponent {
 
     fn parameters(_resource: &KustomizeApplication, _inputs: &Inputs) -> Result<Params, InvalidSpec> {
         Ok(Params::new())
-    }
-
-    /// Always the spec's packages: a resource that names none is refused.
-    fn render_external(resource: &KustomizeApplication, client: &Client) -> impl std::future::Future<Output = Option<Result<Rendered, InvalidSpec>>> + Send {
-        let (resource, client) = (resource.clone(), client.clone());
-        async move { Some(render::<Self>(&resource, Discovery::Cluster(&client), fetch_options()).await) }
     }
 }

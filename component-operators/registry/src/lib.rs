@@ -88,12 +88,7 @@ fn render_packages<C: Component>(name: String, namespace: String, spec: Value, f
             Ok(resource) => resource,
             Err(e) => return Some(Err(e)),
         };
-        // A component without releases installs nothing but packages.
-        let wanted = C::RENDERS_PACKAGES && (C::releases().is_empty() || package::names_packages(&resource));
-        if !wanted {
-            return None;
-        }
-        Some(package::render::<C>(&resource, package::Discovery::Offline, fetch).await)
+        package::render_for::<C>(&resource, package::Discovery::Offline, fetch).await
     })
 }
 

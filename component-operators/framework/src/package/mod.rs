@@ -255,6 +255,20 @@ pub fn names_packages<K: ComponentResource>(resource: &K) -> bool {
     resource.core().sources.iter().any(|s| s.repo_uri.as_deref().is_some_and(|u| !u.is_empty()))
 }
 
+/// What component `C` renders from packages for `resource`, if anything: the spec's packages when
+/// the component renders packages and the spec names them (always, for a component without
+/// releases), after refusing a component-specific field they would not apply ([`check_fields`]).
+/// The operators ([`Component::render_external`]) and `kfop` (the registry) both decide here.
+pub async fn render_for<C: Component + ?Sized>(resource: &C::Resource, discovery: Discovery<'_>, fetch: FetchOptions) -> Option<Result<Rendered, InvalidSpec>> {
+    if !(C::RENDERS_PACKAGES && (C::releases().is_empty() || names_packages(resource))) {
+        return None;
+    }
+    if let Err(unapplied) = check_fields::<C>(resource) {
+        return Some(Err(unapplied));
+    }
+    Some(render::<C>(resource, discovery, fetch).await)
+}
+
 /// Refuses a component-specific spec field that `resource` (which names packages) sets to other
 /// than its default, unless the component applies it to packages
 /// ([`Component::PACKAGE_FIELDS`]): the package's own configuration is what is installed.
