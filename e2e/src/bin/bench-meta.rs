@@ -35,6 +35,9 @@ async fn main() {
     kfdef.metadata.namespace = Some(ns.name.clone());
     // The built-in components' applications (the generic ones have their own bench-manifests).
     kfdef.spec.applications.retain(|a| component_framework::api::component::ComponentKind::from_application(&a.name).is_some());
+    // Naming no repository (the sample's is on GitHub): the components install their built-in
+    // releases, so the figures are the operators' and NATS's, not a download's.
+    kfdef.spec.repos.clear();
     let api: Api<KfDef> = Api::namespaced(client.clone(), &ns.name);
 
     // Cold converge through the operators.

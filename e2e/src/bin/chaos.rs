@@ -270,11 +270,12 @@ impl Chaos {
         let replicas = Arc::new(Mutex::new(replicas));
         tokio::spawn(supervise(replicas.clone()));
 
+        // Naming no repository: the components install their built-in releases (no fetch here).
         let kfdefs: Api<KfDef> = Api::namespaced(client.clone(), &ns);
         let apps: Vec<Value> = APPLICATIONS.iter().map(|a| json!({"name": a, "kustomizeConfig": {"repoRef": {"name": "manifests", "path": a}}})).collect();
         let kfdef: KfDef = serde_json::from_value(json!({
             "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "kubeflow", "namespace": ns},
-            "spec": {"version": "v1.3.0", "applications": apps, "repos": [{"name": "manifests", "uri": "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz"}]},
+            "spec": {"version": "v1.3.0", "applications": apps},
         }))
         .unwrap();
         kfdefs.create(&PostParams::default(), &kfdef).await.unwrap();
