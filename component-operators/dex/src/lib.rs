@@ -29,6 +29,7 @@ use component_framework::api::Dex;
 use component_framework::api::component::SecretKeyRef;
 use component_framework::build::target_namespace;
 use component_framework::manifest::content_hash;
+use component_framework::package::patch;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 use serde_json::{Value, json};
 use serde_yaml_ng::{Mapping, Value as Yaml};
@@ -114,6 +115,7 @@ impl Component for DexComponent {
     const INSTALLS: &'static str = "Dex, the OpenID Connect provider Kubeflow authenticates users with";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    const PACKAGE_FIELDS: &'static [&'static str] = &["issuer", "connectors"];
 
     fn test_spec() -> Value {
         json!({"connectors": [{"type": "ldap", "id": "ldap", "name": "LDAP", "config": {"host": "ldap.example.com:636"}}]})
@@ -157,10 +159,48 @@ impl Component for DexComponent {
         Ok(Params::from([("configChecksum".to_string(), checksum(&installed)), ("dexConfig".to_string(), built)]))
     }
 
-    fn customize(_resource: &Dex, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    fn customize(resource: &Dex, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+        if component_framework::package::names_packages(resource) {
+            return patch_package(resource, objects);
+        }
         follow_issuer_in_health_checks(objects);
         Ok(())
     }
+}
+
+/// Where upstream's package keeps Dex's configuration: entry `config.yaml` of ConfigMap `dex`,
+/// which Deployment `dex` reads at start.
+const PACKAGE_CONFIG: (&str, &str) = ("dex", "config.yaml");
+const PACKAGE_DEPLOYMENT: &str = "dex";
+/// Pod template annotation with a hash of the patched configuration: a change rolls Dex's pods.
+const PACKAGE_CHECKSUM_ANNOTATION: &str = "components.kubeflow.org/config-checksum";
+
+/// `spec.issuer` and `spec.connectors` on upstream's package: the issuer replaced, each connector
+/// added (replacing the package's connector of the same id). The issuer must be the one the
+/// package's oauth2-proxy trusts, as with the built-in release. `staticPasswordsSecretRef` is not
+/// applied to packages (upstream's reads its hash from an environment variable of the Deployment).
+fn patch_package(resource: &Dex, objects: &mut [Value]) -> Result<(), InvalidSpec> {
+    let spec = &resource.spec;
+    if spec.issuer.is_none() && spec.connectors.is_empty() {
+        return Ok(());
+    }
+    let field = if spec.issuer.is_some() { "spec.issuer" } else { "spec.connectors" };
+    let connectors: Vec<Value> = connectors(resource)?.into_iter().map(|c| serde_json::to_value(c).expect("YAML connectors are JSON")).collect();
+    patch::edit_yaml_entry(objects, PACKAGE_CONFIG.0, PACKAGE_CONFIG.1, field, |config| {
+        if let Some(issuer) = &spec.issuer {
+            config.insert("issuer".into(), json!(issuer));
+        }
+        if !connectors.is_empty() {
+            let mut list = config.get("connectors").and_then(Value::as_array).cloned().unwrap_or_default();
+            list.retain(|c| !connectors.iter().any(|ours| ours["id"] == c["id"]));
+            list.extend(connectors);
+            config.insert("connectors".into(), Value::Array(list));
+        }
+    })?;
+    let config = patch::object_mut(objects, "ConfigMap", PACKAGE_CONFIG.0, field)?["data"][PACKAGE_CONFIG.1].clone();
+    let deployment = patch::object_mut(objects, "Deployment", PACKAGE_DEPLOYMENT, field)?;
+    deployment["spec"]["template"]["metadata"]["annotations"][PACKAGE_CHECKSUM_ANNOTATION] = json!(content_hash(&config));
+    Ok(())
 }
 
 /// Where the static client of release `version` redirects to; an unknown version (refused by the

@@ -146,7 +146,8 @@ pub trait Component: Send + Sync + 'static {
     const MANAGES_ANY_KIND: bool = false;
 
     /// Component-specific spec fields (top-level names) that [`Component::customize`] applies to
-    /// the objects of packages too. Any other one a resource that names packages sets is refused,
+    /// the objects of packages too, as edits where upstream's package keeps the setting
+    /// ([`crate::package::patch`]). Any other one a resource that names packages sets is refused,
     /// naming the field: it would otherwise be silently ignored.
     const PACKAGE_FIELDS: &'static [&'static str] = &[];
 

@@ -40,6 +40,7 @@
 use component_framework::api::Istio;
 use component_framework::api::component::GatewayServiceType;
 use component_framework::component::release;
+use component_framework::package::patch;
 use component_framework::k8s_openapi::serde_json::{Value, json};
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 
@@ -162,6 +163,46 @@ fn service_type_name(t: GatewayServiceType) -> &'static str {
     }
 }
 
+/// The ingress gateway's Service in upstream's package (`istio-install`) and the names of the
+/// ports `spec.gateway` sets there.
+const PACKAGE_GATEWAY: &str = "istio-ingressgateway";
+const PACKAGE_PORTS: [(&str, &str); 2] = [("http2", "spec.gateway.httpPort"), ("https", "spec.gateway.httpsPort")];
+
+/// `spec.gateway`, when set, on the package's ingress gateway Service: its type and its `http2`
+/// and `https` ports (the ports the pods listen on stay the package's).
+fn patch_package(resource: &Istio, objects: &mut [Value]) -> Result<(), InvalidSpec> {
+    let gateway = &resource.spec.gateway;
+    if *gateway == Default::default() {
+        return Ok(());
+    }
+    let service = patch::object_mut(objects, "Service", PACKAGE_GATEWAY, "spec.gateway")?;
+    service["spec"]["type"] = json!(service_type_name(gateway.service_type));
+    let ports = service["spec"]["ports"].as_array().cloned().unwrap_or_default();
+    let wanted = [gateway.http_port, gateway.https_port];
+    if wanted[0] == wanted[1] {
+        return Err(InvalidSpec::new("spec.gateway.httpsPort", format!("must differ from the HTTP port, both are {}", wanted[0])));
+    }
+    for ((name, field), port) in PACKAGE_PORTS.iter().zip(wanted) {
+        if !ports.iter().any(|p| p["name"] == *name) {
+            return Err(InvalidSpec::new(*field, format!("the package's Service {PACKAGE_GATEWAY} has no port named {name}, where this setting goes; set it in the package instead")));
+        }
+        if let Some(other) = ports.iter().find(|p| p["name"] != *name && !PACKAGE_PORTS.iter().any(|(n, _)| p["name"] == *n) && p["port"] == port) {
+            return Err(InvalidSpec::new(*field, format!("port {port} is the ingress gateway's {} port in the package; allowed: 1 to 65535 except its other ports", other["name"])));
+        }
+    }
+    let ports = ports
+        .into_iter()
+        .map(|mut p| {
+            if let Some(i) = PACKAGE_PORTS.iter().position(|(name, _)| p["name"] == *name) {
+                p["port"] = json!(wanted[i]);
+            }
+            p
+        })
+        .collect();
+    service["spec"]["ports"] = Value::Array(ports);
+    Ok(())
+}
+
 impl Component for IstioComponent {
     type Resource = Istio;
     const DEFAULT_NAMESPACE: &'static str = "istio-system";
@@ -176,6 +217,7 @@ impl Component for IstioComponent {
     const INSTALLS: &'static str = "the Istio control plane and ingress gateways Kubeflow routes through";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    const PACKAGE_FIELDS: &'static [&'static str] = &["gateway"];
 
     fn test_spec() -> Value {
         json!({"gateway": {"serviceType": "NodePort"}})
@@ -237,7 +279,10 @@ impl Component for IstioComponent {
 
     /// The cluster-local gateway's Deployment differs per release, so its documents are kept by the
     /// release flags; it goes with the gateway's Service, which `clusterLocalGateway` keeps.
-    fn customize(_resource: &Istio, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    fn customize(resource: &Istio, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+        if component_framework::package::names_packages(resource) {
+            return patch_package(resource, objects);
+        }
         let is = |o: &Value, kind: &str| o["kind"] == kind && o["metadata"]["name"] == "cluster-local-gateway";
         if !objects.iter().any(|o| is(o, "Service")) {
             objects.retain(|o| !is(o, "Deployment"));
@@ -283,6 +328,31 @@ mod tests {
         kinds::lookup(o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap()).unwrap()
     }
 
+    /// On upstream's package, `spec.gateway` goes to its ingress gateway Service; a port another of
+    /// that Service's ports uses, or a package without the Service, is refused naming the field.
+    #[test]
+    fn the_gateway_on_a_package_sets_its_service_or_is_refused_naming_the_field() {
+        let source = json!([{"application": "istio-install", "repoUri": "https://example.com/manifests.tar.gz", "path": "common/istio/istio-install/base"}]);
+        let service = || {
+            vec![json!({"kind": "Service", "metadata": {"name": "istio-ingressgateway", "namespace": "istio-system"}, "spec": {"type": "LoadBalancer", "ports": [
+                {"name": "status-port", "port": 15021, "targetPort": 15021}, {"name": "http2", "port": 80, "targetPort": 8080}, {"name": "https", "port": 443, "targetPort": 8443},
+            ]}})]
+        };
+        let mut objects = service();
+        IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source})), &mut objects).unwrap();
+        assert_eq!(objects, service(), "the default gateway leaves the package's Service as it is");
+        IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"serviceType": "NodePort", "httpPort": 8081}})), &mut objects).unwrap();
+        assert_eq!(objects[0]["spec"]["type"], "NodePort");
+        assert_eq!(objects[0]["spec"]["ports"][1], json!({"name": "http2", "port": 8081, "targetPort": 8080}));
+        assert_eq!(objects[0]["spec"]["ports"][2]["port"], 443);
+
+        let refused = IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"httpsPort": 15021}})), &mut service()).unwrap_err();
+        assert_eq!(refused.field, "spec.gateway.httpsPort");
+        assert!(refused.message.contains("status-port"), "{}", refused.message);
+        let refused = IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"serviceType": "NodePort"}})), &mut Vec::new()).unwrap_err();
+        assert_eq!(refused.field, "spec.gateway");
+        assert!(refused.message.contains("no Service istio-ingressgateway"), "{}", refused.message);
+    }
     #[test]
     fn every_release_builds_a_full_object_set() {
         for release in IstioComponent::releases() {

@@ -22,7 +22,9 @@
 
 use component_framework::api::Katib;
 use component_framework::api::component::{KatibDatabaseType, SecretKeyRef};
+use component_framework::package::patch;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
+use component_framework::k8s_openapi::serde_json::{Value, json};
 
 pub struct KatibComponent;
 
@@ -73,12 +75,61 @@ fn params(pairs: &[(&str, &str)]) -> Params {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
+/// Where upstream's package keeps the database: db-manager's environment (`DB_NAME`, the
+/// `KATIB_<ENGINE>_DB_HOST`/`_PORT` it reads, the password from `katib-mysql-secrets`), and the
+/// package's own MySQL, which an external database replaces.
+const PACKAGE_DB_MANAGER: (&str, &str) = ("katib-db-manager", "katib-db-manager");
+const PACKAGE_DB_SECRET: (&str, &str) = ("katib-mysql-secrets", "MYSQL_ROOT_PASSWORD");
+const PACKAGE_MYSQL: [(&str, &str); 4] = [("Deployment", "katib-mysql"), ("PersistentVolumeClaim", "katib-mysql"), ("Secret", "katib-mysql-secrets"), ("Service", "katib-mysql")];
+
+/// `spec.database` on upstream's package: an external MySQL or Postgres in db-manager's
+/// environment, its password from `secretRef`, the package's MySQL taken out. The user is
+/// db-manager's default (root for MySQL, katib for Postgres), as with the built-in releases.
+fn patch_package(resource: &Katib, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    let db = &resource.spec.database;
+    check_postgres(resource)?;
+    let Some(host) = &db.host else {
+        if db.type_ == KatibDatabaseType::Postgres {
+            return Err(InvalidSpec::new("spec.database.host", "Postgres needs an external database host; the package's database is MySQL"));
+        }
+        if db.secret_ref.is_some() {
+            return Err(InvalidSpec::new("spec.database.secretRef", "on packages applies to an external database only: set spec.database.host too"));
+        }
+        return Ok(());
+    };
+    let (engine, variable, port) = match db.type_ {
+        KatibDatabaseType::MySQL => ("mysql", "MYSQL", "3306"),
+        KatibDatabaseType::Postgres => ("postgres", "POSTGRESQL", "5432"),
+    };
+    let (host_var, port_var) = (format!("KATIB_{variable}_DB_HOST"), format!("KATIB_{variable}_DB_PORT"));
+    let vars = [("DB_NAME", json!(engine)), (host_var.as_str(), json!(host)), (port_var.as_str(), json!(port))];
+    patch::set_env(objects, "Deployment", PACKAGE_DB_MANAGER.0, PACKAGE_DB_MANAGER.1, &vars, "spec.database.host")?;
+    let secret = db.secret_ref.as_ref().ok_or_else(|| InvalidSpec::new("spec.database.secretRef", "is required when host names an external database"))?;
+    if patch::retarget_secret_key_refs(objects, PACKAGE_DB_SECRET.0, PACKAGE_DB_SECRET.1, secret) == 0 {
+        return Err(InvalidSpec::new(
+            "spec.database.secretRef",
+            format!("no workload of the package reads the password from Secret {} key {}, where this setting goes; set it in the package instead", PACKAGE_DB_SECRET.0, PACKAGE_DB_SECRET.1),
+        ));
+    }
+    patch::remove(objects, &PACKAGE_MYSQL);
+    Ok(())
+}
+
+/// Postgres is supported from Katib v0.11.0 on.
+fn check_postgres(resource: &Katib) -> Result<(), InvalidSpec> {
+    if resource.spec.database.type_ == KatibDatabaseType::Postgres && resource.spec.core.version == "v0.10.0" {
+        return Err(InvalidSpec::new("spec.database.type", "Postgres is supported from Katib v0.11.0; v0.10.0 allows: MySQL"));
+    }
+    Ok(())
+}
+
 impl Component for KatibComponent {
     type Resource = Katib;
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
     const INSTALLS: &'static str = "Katib, hyperparameter tuning and neural architecture search (Experiment, Trial, Suggestion)";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    const PACKAGE_FIELDS: &'static [&'static str] = &["database"];
 
     fn releases() -> &'static [Release] {
         &RELEASES
@@ -101,14 +152,18 @@ impl Component for KatibComponent {
         ])
     }
 
+    fn customize(resource: &Katib, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+        if component_framework::package::names_packages(resource) {
+            patch_package(resource, objects)?;
+        }
+        Ok(())
+    }
+
     fn parameters(resource: &Katib, _inputs: &Inputs) -> Result<Params, InvalidSpec> {
         let db = &resource.spec.database;
-        let version = resource.spec.core.version.as_str();
         let mut p = Params::new();
+        check_postgres(resource)?;
         if db.type_ == KatibDatabaseType::Postgres {
-            if version == "v0.10.0" {
-                return Err(InvalidSpec::new("spec.database.type", "Postgres is supported from Katib v0.11.0; v0.10.0 allows: MySQL"));
-            }
             if db.host.is_none() {
                 return Err(InvalidSpec::new("spec.database.host", "Postgres needs an external database host; the built-in database is MySQL"));
             }

@@ -40,6 +40,7 @@
 
 use component_framework::api::KFServing;
 use component_framework::api::component::{CrdRemovalPolicy, Platform};
+use component_framework::package::patch;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
 use serde_json::{Value, json};
 
@@ -177,6 +178,27 @@ fn check_deployment_mode(version: &str, name_field: &str, value_field: &str, val
     Ok(())
 }
 
+/// The spec's ingress settings, in the package's `inferenceservice-config` (its `ingress` entry,
+/// a JSON document in KFServing's and KServe's packages alike).
+fn patch_package(resource: &KFServing, objects: &mut [Value]) -> Result<(), InvalidSpec> {
+    let spec = &resource.spec;
+    let mut settings = Vec::new();
+    if let Some(domain) = &spec.ingress_domain {
+        check_domain(domain)?;
+        settings.push(("spec.ingressDomain", "ingressDomain", domain));
+    }
+    if let Some(gateway) = &spec.ingress_gateway {
+        check_gateway(gateway)?;
+        settings.push(("spec.ingressGateway", "ingressGateway", gateway));
+    }
+    for (field, key, value) in settings {
+        patch::edit_json_entry(objects, CONFIG_MAP, "ingress", field, |ingress| {
+            ingress.insert(key.into(), json!(value));
+        })?;
+    }
+    Ok(())
+}
+
 impl Component for KFServingComponent {
     type Resource = KFServing;
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
@@ -191,6 +213,7 @@ impl Component for KFServingComponent {
         "KFServing and its successor KServe, serverless model inference (InferenceService) with its controller, webhooks and model servers";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    const PACKAGE_FIELDS: &'static [&'static str] = &["ingressDomain", "ingressGateway"];
 
     fn test_spec() -> Value {
         json!({"ingressDomain": "models.example.com"})
@@ -264,6 +287,9 @@ impl Component for KFServingComponent {
         // The built-in release's configuration is JSON its parameters are written into; upstream's
         // package keeps non-JSON entries (`_example`), which KServe ignores.
         let from_package = component_framework::package::names_packages(resource);
+        if from_package {
+            patch_package(resource, objects)?;
+        }
         for config in objects.iter().filter(|o| !from_package && o["kind"] == "ConfigMap" && o["metadata"]["name"] == CONFIG_MAP) {
             for (key, text) in config["data"].as_object().into_iter().flatten() {
                 if let Err(e) = serde_json::from_str::<Value>(text.as_str().unwrap_or_default()) {

@@ -38,7 +38,9 @@
 use component_framework::api::Pipelines;
 use component_framework::api::component::SecretKeyRef;
 use component_framework::build::target_namespace;
+use component_framework::package::patch;
 use component_framework::{Component, InvalidSpec, Inputs, Params, Release};
+use component_framework::k8s_openapi::serde_json::Value;
 
 pub struct PipelinesComponent;
 
@@ -164,6 +166,49 @@ fn parse_endpoint(endpoint: &str) -> Result<(String, u16, bool), InvalidSpec> {
     Ok((host.to_string(), port, secure))
 }
 
+/// Where upstream's package keeps the database: the host and port entries of
+/// `pipeline-install-config` (`dbHost`/`dbPort` in every release; `mysqlHost`/`mysqlPort` too from
+/// KFP 2.x), which every workload reads, and the password in Secret `mysql-secret`.
+const PACKAGE_CONFIG: &str = "pipeline-install-config";
+const PACKAGE_DB_HOST_KEYS: [&str; 2] = ["dbHost", "mysqlHost"];
+const PACKAGE_DB_PORT_KEYS: [&str; 2] = ["dbPort", "mysqlPort"];
+const PACKAGE_DB_SECRET: (&str, &str) = ("mysql-secret", "password");
+/// The package's own MySQL, which an external database replaces.
+const PACKAGE_MYSQL: [(&str, &str); 4] = [("Deployment", "mysql"), ("Service", "mysql"), ("PersistentVolumeClaim", "mysql-pv-claim"), ("ServiceAccount", "mysql")];
+
+/// `spec.database` on upstream's package: the host and port in its install config, every reference
+/// to its password pointed at `secretRef`, its own MySQL taken out. The user name stays the
+/// package's (`mysql-secret`'s `username`). `spec.objectStore` is not applied to packages: the
+/// store's endpoint and credentials are spread over Argo's, the UI's and the profile controller's
+/// configuration, and are set in the package.
+fn patch_package(resource: &Pipelines, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    let db = &resource.spec.database;
+    let Some(host) = &db.host else {
+        if db.secret_ref.is_some() || db.port.is_some() {
+            return Err(InvalidSpec::new("spec.database", "on packages applies to an external database only: set spec.database.host too"));
+        }
+        return Ok(());
+    };
+    let config = patch::object_mut(objects, "ConfigMap", PACKAGE_CONFIG, "spec.database.host")?;
+    let present = |keys: &[&'static str]| keys.iter().copied().filter(|k| !config["data"][*k].is_null()).collect::<Vec<_>>();
+    let (host_keys, port_keys) = (present(&PACKAGE_DB_HOST_KEYS), present(&PACKAGE_DB_PORT_KEYS));
+    if host_keys.is_empty() {
+        return Err(InvalidSpec::new("spec.database.host", format!("the package's ConfigMap {PACKAGE_CONFIG} has none of {PACKAGE_DB_HOST_KEYS:?}, where this setting goes; set it in the package instead")));
+    }
+    let port = db.port.unwrap_or(3306).to_string();
+    let entries: Vec<(&str, String)> = host_keys.iter().map(|k| (*k, host.clone())).chain(port_keys.iter().map(|k| (*k, port.clone()))).collect();
+    patch::set_config_entries(objects, PACKAGE_CONFIG, &entries, "spec.database.host")?;
+    let secret = db.secret_ref.as_ref().ok_or_else(|| InvalidSpec::new("spec.database.secretRef", "is required when host names an external database"))?;
+    if patch::retarget_secret_key_refs(objects, PACKAGE_DB_SECRET.0, PACKAGE_DB_SECRET.1, secret) == 0 {
+        return Err(InvalidSpec::new(
+            "spec.database.secretRef",
+            format!("no workload of the package reads the password from Secret {} key {}, where this setting goes; set it in the package instead", PACKAGE_DB_SECRET.0, PACKAGE_DB_SECRET.1),
+        ));
+    }
+    patch::remove(objects, &PACKAGE_MYSQL);
+    Ok(())
+}
+
 impl Component for PipelinesComponent {
     type Resource = Pipelines;
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
@@ -171,6 +216,7 @@ impl Component for PipelinesComponent {
     const INSTALLS: &'static str = "Kubeflow Pipelines: API server, UI, persistence agent, scheduled workflows, MySQL and object storage";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    const PACKAGE_FIELDS: &'static [&'static str] = &["database"];
 
     fn releases() -> &'static [Release] {
         &RELEASES
@@ -287,6 +333,13 @@ impl Component for PipelinesComponent {
         }
         Ok(p)
     }
+
+    fn customize(resource: &Pipelines, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+        if component_framework::package::names_packages(resource) {
+            patch_package(resource, objects)?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -323,8 +376,9 @@ mod tests {
     }
 
     /// A resource made from a KfDef names its application's package: the operator renders that
-    /// package. A Pipelines-specific field it sets would not reach the package's objects, so it is
-    /// refused, naming the field; without a repository the built-in release is installed.
+    /// package. `database` is applied to it (`patch_package`); `objectStore` would not reach the
+    /// package's objects, so it is refused, naming the field; without a repository the built-in
+    /// release is installed.
     #[test]
     fn a_resource_that_names_packages_refuses_the_fields_only_the_built_in_release_applies() {
         use component_framework::package::{check_fields, names_packages};
@@ -332,12 +386,14 @@ mod tests {
         let from_kfdef = pipelines(json!({"version": "2.5.0", "sources": source, "era": "Upstream", "overrides": {"replicas": {"ml-pipeline": 2}}}));
         assert!(names_packages(&from_kfdef));
         assert_eq!(check_fields::<PipelinesComponent>(&from_kfdef), Ok(()), "core fields (overrides included) apply to packages");
-        let with_database = pipelines(json!({"version": "2.5.0", "sources": source, "database": {"host": "mysql.example.com"}}));
-        let refused = check_fields::<PipelinesComponent>(&with_database).unwrap_err();
-        assert_eq!(refused.field, "spec.database");
+        let with_database = pipelines(json!({"version": "2.5.0", "sources": source, "database": {"host": "mysql.example.com", "secretRef": {"name": "db", "key": "pw"}}}));
+        assert_eq!(check_fields::<PipelinesComponent>(&with_database), Ok(()), "the database is patched into packages");
+        let with_store = pipelines(json!({"version": "2.5.0", "sources": source, "objectStore": {"endpoint": "s3.example.com", "secretRef": {"name": "s3", "key": "secretkey"}}}));
+        let refused = check_fields::<PipelinesComponent>(&with_store).unwrap_err();
+        assert_eq!(refused.field, "spec.objectStore");
         assert!(refused.message.contains("built-in release only"), "{}", refused.message);
         // No repository: the built-in release, where the field applies.
-        let built_in = pipelines(json!({"version": "2.5.0", "sources": [{"application": "pipeline", "path": "apps/pipeline"}], "database": {"host": "mysql.example.com"}}));
+        let built_in = pipelines(json!({"version": "2.5.0", "sources": [{"application": "pipeline", "path": "apps/pipeline"}], "objectStore": {"endpoint": "s3.example.com"}}));
         assert!(!names_packages(&built_in));
     }
 

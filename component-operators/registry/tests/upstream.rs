@@ -70,19 +70,35 @@ fn identity(object: &Value) -> (String, String, String) {
     (text(&object["kind"]), text(&object["metadata"]["namespace"]), text(&object["metadata"]["name"]))
 }
 
-#[tokio::test]
-async fn built_in_components_install_upstreams_objects_with_only_their_labels_and_annotations_added() {
+/// Kubeflow v1.10.2's KfDef (its repository the archive in `../shared/manifests`) and the
+/// meta-operator's plan of it.
+fn v1_10_2() -> (KfDef, std::path::PathBuf, meta_operator::plan::Plan) {
     let dir = kubeflow_manifests::fixtures::upstream_releases();
     let archive = dir.join("manifests-1.10.2.tar.gz");
     let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("kfdef-1.10.2.yaml")).unwrap()).unwrap();
     kfdef.metadata.namespace = Some("kubeflow".into());
     kfdef.spec.repos[0].uri = archive.display().to_string();
-    let registry = kubeflow_component_registry::all();
     let mut catalog = meta_operator::catalog::Catalog::default();
-    for component in &registry {
+    for component in kubeflow_component_registry::all() {
         catalog.learn(component.kind, component.releases.clone());
     }
     let plan = meta_operator::plan::plan(&kfdef, Platform::Kubernetes, &catalog).unwrap();
+    (kfdef, archive, plan)
+}
+
+/// What the operator of `component` applies for `spec` (its KfDef's packages, rendered).
+async fn objects_of(component: ComponentKind, spec: &Value) -> Vec<Value> {
+    let registry = kubeflow_component_registry::all();
+    let registered = registry.iter().find(|r| r.kind == component).unwrap();
+    let fetch = FetchOptions { allow_local: true, ..Default::default() };
+    let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), spec.clone(), fetch).await.unwrap_or_else(|| panic!("{component} renders the KfDef's packages")).unwrap();
+    assert!(rendered.failed.is_empty(), "{component}: {:?}", rendered.failed);
+    (registered.render)("kubeflow", "kubeflow", spec, Some(rendered)).unwrap_or_else(|e| panic!("{component}: {e}"))
+}
+
+#[tokio::test]
+async fn built_in_components_install_upstreams_objects_with_only_their_labels_and_annotations_added() {
+    let (kfdef, archive, plan) = v1_10_2();
 
     // Upstream's own build of each path, from the same archive.
     let tmp = std::env::temp_dir().join(format!("kfop-builtins-upstream-{}", std::process::id()));
@@ -93,11 +109,7 @@ async fn built_in_components_install_upstreams_objects_with_only_their_labels_an
 
     let mut covered = Vec::new();
     for (component, planned) in plan.components.iter().filter(|(c, _)| **c != ComponentKind::GENERIC && **c != ComponentKind::ProfileController) {
-        let registered = registry.iter().find(|r| r.kind == *component).unwrap();
-        let fetch = FetchOptions { allow_local: true, ..Default::default() };
-        let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), planned.spec.clone(), fetch).await.unwrap_or_else(|| panic!("{component} renders the KfDef's packages")).unwrap();
-        assert!(rendered.failed.is_empty(), "{component}: {:?}", rendered.failed);
-        let objects = (registered.render)("kubeflow", "kubeflow", &planned.spec, Some(rendered)).unwrap();
+        let objects = objects_of(*component, &planned.spec).await;
         let mut by_application: BTreeMap<String, BTreeMap<(String, String, String), Value>> = BTreeMap::new();
         for object in objects {
             let Some(application) = object["metadata"]["annotations"][APPLICATION].as_str().map(String::from) else {
@@ -133,4 +145,65 @@ async fn built_in_components_install_upstreams_objects_with_only_their_labels_an
     covered.sort();
     assert_eq!(covered, ["cluster-local-gateway", "dex", "istio-crds", "istio-install", "katib", "kserve", "models-web-app", "pipeline"]);
     let _ = std::fs::remove_dir_all(&tmp);
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+/// `name`'s entry in the environment of the first container of Deployment `deployment`.
+fn env<'a>(objects: &'a [Value], deployment: &str, name: &str) -> &'a Value {
+    let containers = &find(objects, "Deployment", deployment).unwrap_or_else(|| panic!("no Deployment {deployment}"))["spec"]["template"]["spec"]["containers"];
+    containers[0]["env"].as_array().into_iter().flatten().find(|e| e["name"] == name).unwrap_or_else(|| panic!("{deployment} has no {name}"))
+}
+
+/// The built-ins' typed spec on upstream's own packages (v1.10.2): each setting lands where
+/// upstream's package keeps it, and what the setting replaces (a built-in database) goes.
+#[tokio::test]
+async fn typed_spec_fields_are_applied_to_upstreams_packages() {
+    let (_, _, plan) = v1_10_2();
+    let spec = |component: ComponentKind, fields: Value| {
+        let mut spec = plan.components[&component].spec.clone();
+        spec.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
+        spec
+    };
+
+    let pipelines = objects_of(ComponentKind::Pipelines, &spec(ComponentKind::Pipelines, serde_json::json!({"database": {"host": "mysql.example.com", "port": 3307, "secretRef": {"name": "kfp-db", "key": "pw"}}}))).await;
+    let config = &find(&pipelines, "ConfigMap", "pipeline-install-config").unwrap()["data"];
+    assert_eq!([&config["dbHost"], &config["mysqlHost"], &config["dbPort"], &config["mysqlPort"]], ["mysql.example.com", "mysql.example.com", "3307", "3307"]);
+    for (deployment, variable) in [("ml-pipeline", "DBCONFIG_MYSQLCONFIG_PASSWORD"), ("ml-pipeline", "DBCONFIG_PASSWORD"), ("cache-server", "DBCONFIG_PASSWORD"), ("metadata-grpc-deployment", "DBCONFIG_PASSWORD")] {
+        assert_eq!(env(&pipelines, deployment, variable)["valueFrom"]["secretKeyRef"], serde_json::json!({"name": "kfp-db", "key": "pw"}), "{deployment} {variable}");
+    }
+    assert_eq!(env(&pipelines, "ml-pipeline", "DBCONFIG_MYSQLCONFIG_USER")["valueFrom"]["secretKeyRef"], serde_json::json!({"name": "mysql-secret", "key": "username"}), "the user stays the package's");
+    for (kind, name) in [("Deployment", "mysql"), ("Service", "mysql"), ("PersistentVolumeClaim", "mysql-pv-claim")] {
+        assert!(find(&pipelines, kind, name).is_none(), "the package's MySQL ({kind} {name}) with an external database");
+    }
+
+    let katib = objects_of(ComponentKind::Katib, &spec(ComponentKind::Katib, serde_json::json!({"database": {"type": "Postgres", "host": "pg.example.com", "secretRef": {"name": "katib-db", "key": "password"}}}))).await;
+    assert_eq!(env(&katib, "katib-db-manager", "DB_NAME")["value"], "postgres");
+    assert_eq!(env(&katib, "katib-db-manager", "KATIB_POSTGRESQL_DB_HOST")["value"], "pg.example.com");
+    assert_eq!(env(&katib, "katib-db-manager", "KATIB_POSTGRESQL_DB_PORT")["value"], "5432");
+    assert_eq!(env(&katib, "katib-db-manager", "DB_PASSWORD")["valueFrom"]["secretKeyRef"], serde_json::json!({"name": "katib-db", "key": "password"}));
+    for (kind, name) in [("Deployment", "katib-mysql"), ("Service", "katib-mysql"), ("PersistentVolumeClaim", "katib-mysql"), ("Secret", "katib-mysql-secrets")] {
+        assert!(find(&katib, kind, name).is_none(), "the package's MySQL ({kind} {name}) with an external database");
+    }
+
+    let kserve = objects_of(ComponentKind::KFServing, &spec(ComponentKind::KFServing, serde_json::json!({"ingressDomain": "models.example.org", "ingressGateway": "istio-system/public-gateway"}))).await;
+    let ingress: Value = serde_json::from_str(find(&kserve, "ConfigMap", "inferenceservice-config").unwrap()["data"]["ingress"].as_str().unwrap()).unwrap();
+    assert_eq!((ingress["ingressDomain"].as_str(), ingress["ingressGateway"].as_str()), (Some("models.example.org"), Some("istio-system/public-gateway")));
+    assert_eq!(ingress["localGateway"], "knative-serving/knative-local-gateway", "the package's other settings stay");
+
+    let istio = objects_of(ComponentKind::Istio, &spec(ComponentKind::Istio, serde_json::json!({"gateway": {"serviceType": "NodePort", "httpPort": 8081, "httpsPort": 8444}}))).await;
+    let gateway = &find(&istio, "Service", "istio-ingressgateway").unwrap()["spec"];
+    assert_eq!(gateway["type"], "NodePort");
+    let ports: Vec<(&str, i64, i64)> = gateway["ports"].as_array().unwrap().iter().map(|p| (p["name"].as_str().unwrap(), p["port"].as_i64().unwrap(), p["targetPort"].as_i64().unwrap())).collect();
+    assert_eq!(ports, [("status-port", 15021, 15021), ("http2", 8081, 8080), ("https", 8444, 8443)], "the pods' ports stay the package's");
+
+    let dex = objects_of(ComponentKind::Dex, &spec(ComponentKind::Dex, serde_json::json!({"issuer": "https://login.example.org/dex", "connectors": [{"type": "github", "id": "github", "name": "GitHub", "config": {"clientID": "kubeflow"}}]}))).await;
+    let config: Value = serde_yaml_ng::from_str(find(&dex, "ConfigMap", "dex").unwrap()["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(config["issuer"], "https://login.example.org/dex");
+    assert_eq!(config["connectors"], serde_json::json!([{"type": "github", "id": "github", "name": "GitHub", "config": {"clientID": "kubeflow"}}]));
+    assert_eq!(config["staticPasswords"][0]["email"], "user@example.com", "the package's other settings stay");
+    let pod = &find(&dex, "Deployment", "dex").unwrap()["spec"]["template"]["metadata"]["annotations"];
+    assert!(pod["components.kubeflow.org/config-checksum"].is_string(), "a changed configuration rolls Dex's pods: {pod}");
 }

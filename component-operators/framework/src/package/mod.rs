@@ -30,6 +30,7 @@ use crate::kinds;
 use crate::{Component, InvalidSpec};
 
 pub mod command;
+pub mod patch;
 pub mod renderer;
 
 pub use kubeflow_manifests::FetchOptions;
