@@ -47,6 +47,8 @@ pub enum RepoErrorReason {
     Fenced(Box<FenceRefusal>),
     #[error("more than {limit} redirects")]
     TooManyRedirects { limit: usize },
+    #[error("git: {0}")]
+    Git(String),
     #[error("{0}")]
     Io(String),
 }

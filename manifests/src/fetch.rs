@@ -31,6 +31,7 @@
 //! [`FetchOptions::allow_fetch_from`]: see [`fence`].
 
 pub mod fence;
+pub mod git;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -322,6 +323,50 @@ impl RepoCache {
                 Ok(done(root, Some(key)))
             }
         }
+    }
+
+    /// Fetches (or finds in the cache) the tree of git repository `repository` at `git_ref` (a
+    /// tag, or a full commit id) over git's smart HTTP protocol ([`git`]), fenced and bounded as an
+    /// archive is. Cached by repository and ref. `Ok(None)` when the server does not speak the
+    /// protocol (a mirror serving archives): the caller asks for the host's archive instead.
+    pub async fn fetch_git(&self, repository: &str, git_ref: &str) -> Result<Option<FetchedRepo>, RepoError> {
+        let error = |reason| RepoError { repo: format!("{repository}?ref={git_ref}"), uri: repository.to_string(), reason };
+        let Location::Http(url) = classify(repository, false).map_err(error)? else {
+            return Err(error(RepoErrorReason::UnsupportedUri("a git repository must be an http(s) URL".into())));
+        };
+        if let Some(fence) = &self.fence {
+            fence.check_url(&url).map_err(|r| error(RepoErrorReason::Fenced(Box::new(r))))?;
+        }
+        let key = format!("git-{}", hex(&Sha256::digest(format!("{}\n{git_ref}", repository.trim()).as_bytes())));
+        let done = |root: PathBuf| FetchedRepo { name: repository.to_string(), uri: repository.to_string(), root, cache_key: Some(key.clone()) };
+        if let Some(root) = self.lookup(&key).map_err(error)? {
+            return Ok(Some(done(root)));
+        }
+        let secs = self.options.download_timeout.as_secs();
+        let limits = git::Limits { max_download_bytes: self.options.max_download_bytes, max_unpacked_bytes: self.options.max_unpacked_bytes, max_entries: self.options.max_entries };
+        let staging = tempfile::Builder::new().prefix("git-").tempdir_in(self.dir.join("tmp")).map_err(|e| error(RepoErrorReason::Io(format!("creating a fetch directory: {e}"))))?;
+        let fetched = tokio::time::timeout(self.options.download_timeout, async {
+            if !git::speaks_v2(&self.client, repository).await? {
+                return Ok(false);
+            }
+            git::fetch_tree(&self.client, repository, git_ref, limits, &staging.path().join("tree")).await.map(|_| true)
+        })
+        .await
+        .map_err(|_| error(RepoErrorReason::Timeout { secs }))?
+        .map_err(error)?;
+        if !fetched {
+            return Ok(None);
+        }
+        let final_dir = self.dir.join("repos").join(&key);
+        let staged = staging.keep();
+        if std::fs::rename(&staged, &final_dir).is_err() {
+            // Another fetch of the same ref finished first: keep its copy.
+            let _ = std::fs::remove_dir_all(&staged);
+        }
+        record_use(&self.dir, &key, tree_size(&final_dir));
+        evict(&self.dir, self.options.max_cache_bytes, &key);
+        let root = archive::repository_root(&final_dir).map_err(|e| error(RepoErrorReason::Io(format!("{}: {e}", final_dir.display()))))?;
+        Ok(Some(done(root)))
     }
 
     /// Downloads one file over HTTP(S) (a remote base's release asset) into the cache, fenced and

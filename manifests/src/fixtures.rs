@@ -1,5 +1,5 @@
 //! Test fixtures (feature `fixtures`): a small kfctl-style manifests repository in both layouts,
-//! GitHub-style tarballs of it, hostile tarballs, and a loopback HTTP server.
+//! GitHub-style tarballs of it, hostile tarballs, a loopback HTTP server and a loopback git server.
 //!
 //! The repository (shapes taken from kubeflow/manifests v1.0 and v1.2):
 //! - `demo/web-app`: `base/` (namespace, namePrefix-free names, commonLabels, ClusterRole +
@@ -958,4 +958,99 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// A loopback git server: git's own smart HTTP server (`git http-backend`, run as CGI per request)
+/// serving the repositories under `root` at `/<path below root>`. Stops when dropped.
+pub struct GitServer {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl GitServer {
+    pub async fn start(root: &Path) -> GitServer {
+        let root = Arc::new(root.to_path_buf());
+        let app = axum::Router::new().fallback(move |method: axum::http::Method, uri: axum::http::Uri, headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+            let root = root.clone();
+            async move { http_backend(&root, method, uri, headers, body).await }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        GitServer { addr, task }
+    }
+
+    /// `http://127.0.0.1:<port>/<path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}/{path}", self.addr)
+    }
+}
+
+impl Drop for GitServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One request through `git http-backend`: CGI variables in, `Status`/headers/body out.
+async fn http_backend(root: &Path, method: axum::http::Method, uri: axum::http::Uri, headers: axum::http::HeaderMap, body: axum::body::Bytes) -> axum::response::Response {
+    use tokio::io::AsyncWriteExt;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let mut child = tokio::process::Command::new("git")
+        .arg("http-backend")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_PROJECT_ROOT", root)
+        .env("GIT_HTTP_EXPORT_ALL", "1")
+        .env("REQUEST_METHOD", method.as_str())
+        .env("PATH_INFO", uri.path())
+        .env("QUERY_STRING", uri.query().unwrap_or_default())
+        .env("CONTENT_TYPE", header("content-type"))
+        .env("CONTENT_LENGTH", body.len().to_string())
+        .env("GIT_PROTOCOL", header("git-protocol"))
+        .env("REMOTE_ADDR", "127.0.0.1")
+        // Wanting a commit by its id, as a remote base pinned to one does.
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "uploadpack.allowAnySHA1InWant")
+        .env("GIT_CONFIG_VALUE_0", "true")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("git http-backend runs");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&body).await.unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().await.unwrap();
+    let split = output.stdout.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4)).or_else(|| output.stdout.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2)));
+    let (head, content) = match split {
+        Some((at, gap)) => (String::from_utf8_lossy(&output.stdout[..at]).into_owned(), output.stdout[at + gap..].to_vec()),
+        None => (String::new(), output.stdout),
+    };
+    let mut response = axum::response::Response::builder().status(200);
+    for line in head.lines() {
+        let Some((name, value)) = line.split_once(':') else { continue };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("status") {
+            response = response.status(value.split(' ').next().and_then(|c| c.parse::<u16>().ok()).unwrap_or(500));
+        } else {
+            response = response.header(name, value);
+        }
+    }
+    response.body(axum::body::Body::from(content)).unwrap()
+}
+
+/// Runs `git` in `dir` (an identity given, no user configuration read) and returns its output.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(["-c", "user.name=fixture", "-c", "user.email=fixture@example.com", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
 }

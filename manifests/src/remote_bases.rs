@@ -7,9 +7,11 @@
 //! the operator fetches them, through the same fence, bounds and cache as the repository, and
 //! only when pinned (a tag or a commit); kustomize then builds a copy of the kustomizations that
 //! name them, rewritten to the fetched copies, and never reaches the network. A git reference is
-//! fetched as its host's archive of that ref (`<repository>/archive/<ref>.tar.gz`, GitHub's and
-//! Gitea's layout), not over the git protocol; `--remote-base-mirror PREFIX=URI` (or the spec's
-//! `remoteBaseMirrors`) rewrites the URL first, for air-gapped clusters and other hosts.
+//! fetched over git's smart HTTP protocol ([`crate::fetch::git`], a tag or a full commit id),
+//! or, from a server that does not speak it (a mirror serving files), as the host's archive of
+//! that ref (`<repository>/archive/<ref>.tar.gz`, GitHub's and Gitea's layout);
+//! `--remote-base-mirror PREFIX=URI` (or the spec's `remoteBaseMirrors`) rewrites the URL first,
+//! for air-gapped clusters and other hosts.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

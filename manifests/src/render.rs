@@ -605,8 +605,15 @@ async fn fetch_remote_bases(repo_root: &Path, app: &AppSpec, remote: RemoteBases
         remote_bases::check_pinned(&parsed).map_err(&refused)?;
         let url = parsed.download_url(remote.mirrors);
         let (local, root) = match &parsed {
-            RemoteRef::Git { path, .. } => {
-                let repo = remote.cache.fetch(&RepoSource { name: reference.clone(), uri: url.clone(), sha256: None }).await.map_err(|e| refused(format!("fetching {url}: {e}")))?;
+            RemoteRef::Git { repository, path, git_ref } => {
+                // Over the git protocol; from the host's archive of the ref when the server does
+                // not speak it (a mirror serving archives).
+                let over_git = remote_bases::mirrored(repository, remote.mirrors);
+                let git_ref = git_ref.as_deref().unwrap_or_default();
+                let repo = match remote.cache.fetch_git(&over_git, git_ref).await.map_err(|e| refused(format!("fetching {over_git} at {git_ref}: {e}")))? {
+                    Some(repo) => repo,
+                    None => remote.cache.fetch(&RepoSource { name: reference.clone(), uri: url.clone(), sha256: None }).await.map_err(|e| refused(format!("fetching {url}: {e}")))?,
+                };
                 let root = std::fs::canonicalize(&repo.root).map_err(|e| refused(e.to_string()))?;
                 let local = std::fs::canonicalize(root.join(path)).map_err(|_| refused(format!("{url} has no {path:?}")))?;
                 if !local.starts_with(&root) || !local.is_dir() {

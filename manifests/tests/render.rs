@@ -922,5 +922,58 @@ async fn pinned_remote_bases_are_fetched_through_the_mirror_and_unpinned_ones_re
     let mut unmirrored = kfdef(&repo);
     unmirrored.spec.remote_base_mirrors.clear();
     let error = env.renderer.render_kfdef(&env.cache, &unmirrored).await.unwrap_err().to_string();
-    assert!(error.contains("https://github.com/argoproj/argo-workflows/archive/v3.7.3.tar.gz"), "{error}");
+    assert!(error.contains("fetching https://github.com/argoproj/argo-workflows at v3.7.3"), "{error}");
+}
+
+/// A git remote base is fetched over git's own protocol, from a loopback `git http-backend`
+/// reached through the KfDef's mirror: pinned by tag or by full commit id, it builds what that
+/// commit holds (not what the branch holds since); a tag the repository lacks, a short commit id
+/// and an unpinned ref are refused, naming the reference.
+#[tokio::test]
+async fn git_remote_bases_are_fetched_over_git_at_their_pinned_commit() {
+    let env = env(true).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let served = tmp.path().join("served");
+    let argo = served.join("argoproj/argo-workflows");
+    let crds = argo.join("manifests/base/crds/minimal");
+    std::fs::create_dir_all(&crds).unwrap();
+    let crd = |name: &str| {
+        format!("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: {name}.argoproj.io}}\nspec:\n  group: argoproj.io\n  scope: Namespaced\n  names: {{kind: W, plural: {name}}}\n  versions: [{{name: v1alpha1, served: true, storage: true, schema: {{openAPIV3Schema: {{type: object}}}}}}]\n")
+    };
+    std::fs::write(crds.join("kustomization.yaml"), "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [crd.yaml]\n").unwrap();
+    std::fs::write(crds.join("crd.yaml"), crd("workflows")).unwrap();
+    // Two near-identical files: the pack of one commit stores one as a delta of the other.
+    std::fs::write(argo.join("README.md"), "argo workflows\n".repeat(2000)).unwrap();
+    std::fs::write(argo.join("NOTICE.md"), format!("{}notice\n", "argo workflows\n".repeat(2000))).unwrap();
+    fixtures::git(&argo, &["init", "-q"]);
+    fixtures::git(&argo, &["add", "."]);
+    fixtures::git(&argo, &["commit", "-q", "-m", "v3.7.3"]);
+    fixtures::git(&argo, &["tag", "-a", "v3.7.3", "-m", "v3.7.3"]);
+    let tagged = fixtures::git(&argo, &["rev-parse", "HEAD"]);
+    // The branch moves on after the tag.
+    std::fs::write(crds.join("crd.yaml"), crd("moved")).unwrap();
+    std::fs::write(argo.join("README.md"), format!("{}more\n", "argo workflows\n".repeat(2000))).unwrap();
+    fixtures::git(&argo, &["commit", "-q", "-am", "later"]);
+    fixtures::git(&argo, &["gc", "-q", "--aggressive"]);
+    let server = fixtures::GitServer::start(&served).await;
+
+    let kfdef = |argo_ref: &str| {
+        let repo = tmp.path().join(format!("repo-{argo_ref}"));
+        fixtures::write_modern_repo(&repo);
+        let package = repo.join("apps/pipeline/upstream/base");
+        std::fs::create_dir_all(&package).unwrap();
+        std::fs::write(package.join("kustomization.yaml"), format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- github.com/argoproj/argo-workflows/manifests/base/crds/minimal?ref={argo_ref}\n")).unwrap();
+        let mut kfdef = fixtures::modern_example_kfdef(&format!("file://{}", repo.display()), "team-a");
+        kfdef.spec.applications = serde_json::from_value(serde_json::json!([{"name": "pipeline", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "apps/pipeline/upstream/base"}}}])).unwrap();
+        kfdef.spec.remote_base_mirrors = vec![format!("https://github.com/={}", server.url(""))];
+        kfdef
+    };
+    for pin in ["v3.7.3", tagged.as_str()] {
+        let apps = env.renderer.render_kfdef(&env.cache, &kfdef(pin)).await.unwrap_or_else(|e| panic!("{pin}: {e}"));
+        assert_eq!(summary(&apps[0].objects), owned(&[("CustomResourceDefinition", "workflows.argoproj.io", "")]), "{pin}: the pinned commit's files");
+    }
+    for (pin, why) in [("v9.9.9", "no tag or branch \"v9.9.9\""), (&tagged[..10], "full 40-digit id"), ("main", "not pinned")] {
+        let error = env.renderer.render_kfdef(&env.cache, &kfdef(pin)).await.unwrap_err().to_string();
+        assert!(error.contains(why) && error.contains("github.com/argoproj/argo-workflows"), "{pin}: {error}");
+    }
 }
