@@ -371,13 +371,23 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
 
     // Listings come from the operator's caches: however many are asked, the API server serves no
     // list of Profiles, Namespaces or RoleBindings for them (only the TokenReview per request).
-    let lists_before = list_requests(&client).await;
-    let everything = entries(&kfam("GET", &bindings_url, via_dashboard("admin@example.com"), None).await.1);
-    assert!(everything.contains(&("bob@example.com".to_string(), "edit".to_string())), "{everything:?}");
-    for _ in 0..10 {
-        assert_eq!(entries(&kfam("GET", &bindings_url, via_dashboard("admin@example.com"), None).await.1), everything);
+    // The API server counts every client's lists: another one's (a controller's informer
+    // re-listing) may fall in a window, so a window with lists is measured again, up to three
+    // times. A KFAM that listed would list in every window, eleven times at least.
+    let mut windows = Vec::new();
+    for _ in 0..3 {
+        let lists_before = list_requests(&client).await;
+        let everything = entries(&kfam("GET", &bindings_url, via_dashboard("admin@example.com"), None).await.1);
+        assert!(everything.contains(&("bob@example.com".to_string(), "edit".to_string())), "{everything:?}");
+        for _ in 0..10 {
+            assert_eq!(entries(&kfam("GET", &bindings_url, via_dashboard("admin@example.com"), None).await.1), everything);
+        }
+        windows.push(list_requests(&client).await - lists_before);
+        if windows.last() == Some(&0) {
+            break;
+        }
     }
-    assert_eq!(list_requests(&client).await, lists_before, "KFAM listed from the API server");
+    assert_eq!(windows.last(), Some(&0), "KFAM listed from the API server: lists per window of 11 requests {windows:?}");
 
     // Rate-limited per caller: a flood gets 429 after its burst, and another caller is served meanwhile.
     let flooder = token_of(&client, &ns.name, "flooder").await;
