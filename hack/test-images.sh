@@ -72,6 +72,9 @@ next_free_port() {
   while (: </dev/tcp/127.0.0.1/$port) 2>/dev/null; do port=$((port + 1)); done
   ((port < ephemeral_low)) || die "no free port below the ephemeral range (from $ephemeral_low)"
 }
+# The operators whose images carry kustomize (hack/images.sh extra_files): those that render packages.
+mapfile -t package_renderers < <("$(hack/cargo.sh bin-dir)/deploygen" --package-renderers)
+((${#package_renderers[@]} > 0)) || die "deploygen --package-renderers listed no operators"
 summary=()
 while read -r op digest layer_bytes gz_bytes; do
   next_free_port
@@ -86,7 +89,7 @@ while read -r op digest layer_bytes gz_bytes; do
   files=$(cd "$rootfs" && find . -mindepth 1 | sort | tr '\n' ' ')
   expected=(./etc ./etc/group ./etc/nsswitch.conf ./etc/passwd ./etc/ssl ./etc/ssl/certs ./etc/ssl/certs/ca-certificates.crt ./tmp ./usr ./usr/local ./usr/local/bin "./usr/local/bin/$op")
   # Files extra_files() adds (hack/images.sh).
-  [[ $op == kustomize-operator ]] && expected+=(./usr/local/bin/kustomize ./usr/local/bin/kustomize-v5)
+  [[ " ${package_renderers[*]} " == *" $op "* ]] && expected+=(./usr/local/bin/kustomize ./usr/local/bin/kustomize-v5)
   expected=$(printf '%s\n' "${expected[@]}" | sort | tr '\n' ' ')
   [[ $files == "$expected" ]] || die "$op: unexpected root filesystem: $files"
   [[ ! -e $rootfs/bin/sh ]] || die "$op: the image has a shell"
