@@ -357,14 +357,7 @@ impl RepoCache {
         if !fetched {
             return Ok(None);
         }
-        let final_dir = self.dir.join("repos").join(&key);
-        let staged = staging.keep();
-        if std::fs::rename(&staged, &final_dir).is_err() {
-            // Another fetch of the same ref finished first: keep its copy.
-            let _ = std::fs::remove_dir_all(&staged);
-        }
-        record_use(&self.dir, &key, tree_size(&final_dir));
-        evict(&self.dir, self.options.max_cache_bytes, &key);
+        let final_dir = self.keep_in_cache(staging, &key);
         let root = archive::repository_root(&final_dir).map_err(|e| error(RepoErrorReason::Io(format!("{}: {e}", final_dir.display()))))?;
         Ok(Some(done(root)))
     }
@@ -391,15 +384,22 @@ impl RepoCache {
             .await
             .map_err(|_| error(RepoErrorReason::Timeout { secs }))?
             .map_err(error)?;
-        let final_dir = self.dir.join("repos").join(&key);
+        let final_dir = self.keep_in_cache(staging, &key);
+        Ok(final_dir.join("asset").join(name))
+    }
+
+    /// Moves a fetch's finished `staging` directory into the cache as `repos/<key>` (keeping the
+    /// copy of another fetch of the same key that finished first), counts it and evicts over the
+    /// quota; returns `repos/<key>`.
+    fn keep_in_cache(&self, staging: tempfile::TempDir, key: &str) -> PathBuf {
+        let final_dir = self.dir.join("repos").join(key);
         let staged = staging.keep();
         if std::fs::rename(&staged, &final_dir).is_err() {
-            // Another fetch of the same file finished first: keep its copy.
             let _ = std::fs::remove_dir_all(&staged);
         }
-        record_use(&self.dir, &key, tree_size(&final_dir));
-        evict(&self.dir, self.options.max_cache_bytes, &key);
-        Ok(final_dir.join("asset").join(name))
+        record_use(&self.dir, key, tree_size(&final_dir));
+        evict(&self.dir, self.options.max_cache_bytes, key);
+        final_dir
     }
 
     fn check_pin(&self, source: &RepoSource, actual: &str) -> Result<(), RepoErrorReason> {

@@ -1,5 +1,5 @@
 //! Test fixtures (feature `fixtures`): a small kfctl-style manifests repository in both layouts,
-//! GitHub-style tarballs of it, hostile tarballs, a loopback HTTP server and a loopback git server.
+//! GitHub-style tarballs of it, hostile tarballs, and a loopback HTTP server (files, or git's own).
 //!
 //! The repository (shapes taken from kubeflow/manifests v1.0 and v1.2):
 //! - `demo/web-app`: `base/` (namespace, namePrefix-free names, commonLabels, ClusterRole +
@@ -940,6 +940,21 @@ impl Server {
                 }
             }
         });
+        Self::serve(addr, app).await
+    }
+
+    /// A loopback git server: git's own smart HTTP server (`git http-backend`, run as CGI per
+    /// request) serving the repositories under `root` at `/<path below root>`.
+    pub async fn git(root: &Path) -> Server {
+        let root = Arc::new(root.to_path_buf());
+        let app = axum::Router::new().fallback(move |method: axum::http::Method, uri: axum::http::Uri, headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+            let root = root.clone();
+            async move { http_backend(&root, method, uri, headers, body).await }
+        });
+        Self::serve("127.0.0.1:0".parse().unwrap(), app).await
+    }
+
+    async fn serve(addr: SocketAddr, app: axum::Router) -> Server {
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap_or_else(|e| panic!("listen on {addr}: {e}"));
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
@@ -955,40 +970,6 @@ impl Server {
 }
 
 impl Drop for Server {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// A loopback git server: git's own smart HTTP server (`git http-backend`, run as CGI per request)
-/// serving the repositories under `root` at `/<path below root>`. Stops when dropped.
-pub struct GitServer {
-    pub addr: SocketAddr,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl GitServer {
-    pub async fn start(root: &Path) -> GitServer {
-        let root = Arc::new(root.to_path_buf());
-        let app = axum::Router::new().fallback(move |method: axum::http::Method, uri: axum::http::Uri, headers: axum::http::HeaderMap, body: axum::body::Bytes| {
-            let root = root.clone();
-            async move { http_backend(&root, method, uri, headers, body).await }
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        GitServer { addr, task }
-    }
-
-    /// `http://127.0.0.1:<port>/<path>`.
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}/{path}", self.addr)
-    }
-}
-
-impl Drop for GitServer {
     fn drop(&mut self) {
         self.task.abort();
     }

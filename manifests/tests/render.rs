@@ -955,7 +955,7 @@ async fn git_remote_bases_are_fetched_over_git_at_their_pinned_commit() {
     std::fs::write(argo.join("README.md"), format!("{}more\n", "argo workflows\n".repeat(2000))).unwrap();
     fixtures::git(&argo, &["commit", "-q", "-am", "later"]);
     fixtures::git(&argo, &["gc", "-q", "--aggressive"]);
-    let server = fixtures::GitServer::start(&served).await;
+    let server = Server::git(&served).await;
 
     let kfdef = |argo_ref: &str| {
         let repo = tmp.path().join(format!("repo-{argo_ref}"));

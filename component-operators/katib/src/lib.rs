@@ -104,13 +104,7 @@ fn patch_package(resource: &Katib, objects: &mut Vec<Value>) -> Result<(), Inval
     let (host_var, port_var) = (format!("KATIB_{variable}_DB_HOST"), format!("KATIB_{variable}_DB_PORT"));
     let vars = [("DB_NAME", json!(engine)), (host_var.as_str(), json!(host)), (port_var.as_str(), json!(port))];
     patch::set_env(objects, "Deployment", PACKAGE_DB_MANAGER.0, PACKAGE_DB_MANAGER.1, &vars, "spec.database.host")?;
-    let secret = db.secret_ref.as_ref().ok_or_else(|| InvalidSpec::new("spec.database.secretRef", "is required when host names an external database"))?;
-    if patch::retarget_secret_key_refs(objects, PACKAGE_DB_SECRET.0, PACKAGE_DB_SECRET.1, secret) == 0 {
-        return Err(InvalidSpec::new(
-            "spec.database.secretRef",
-            format!("no workload of the package reads the password from Secret {} key {}, where this setting goes; set it in the package instead", PACKAGE_DB_SECRET.0, PACKAGE_DB_SECRET.1),
-        ));
-    }
+    patch::use_external_password(objects, PACKAGE_DB_SECRET, db.secret_ref.as_ref())?;
     patch::remove(objects, &PACKAGE_MYSQL);
     Ok(())
 }

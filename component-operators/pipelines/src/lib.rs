@@ -198,13 +198,7 @@ fn patch_package(resource: &Pipelines, objects: &mut Vec<Value>) -> Result<(), I
     let port = db.port.unwrap_or(3306).to_string();
     let entries: Vec<(&str, String)> = host_keys.iter().map(|k| (*k, host.clone())).chain(port_keys.iter().map(|k| (*k, port.clone()))).collect();
     patch::set_config_entries(objects, PACKAGE_CONFIG, &entries, "spec.database.host")?;
-    let secret = db.secret_ref.as_ref().ok_or_else(|| InvalidSpec::new("spec.database.secretRef", "is required when host names an external database"))?;
-    if patch::retarget_secret_key_refs(objects, PACKAGE_DB_SECRET.0, PACKAGE_DB_SECRET.1, secret) == 0 {
-        return Err(InvalidSpec::new(
-            "spec.database.secretRef",
-            format!("no workload of the package reads the password from Secret {} key {}, where this setting goes; set it in the package instead", PACKAGE_DB_SECRET.0, PACKAGE_DB_SECRET.1),
-        ));
-    }
+    patch::use_external_password(objects, PACKAGE_DB_SECRET, db.secret_ref.as_ref())?;
     patch::remove(objects, &PACKAGE_MYSQL);
     Ok(())
 }

@@ -269,13 +269,18 @@ fn read_pack(pack: &[u8], max_bytes: u64) -> Result<HashMap<String, (Kind, Vec<u
         let before = pending.len();
         let mut still = Vec::new();
         for (offset, entry) in pending {
-            let resolved = match &entry {
-                Entry::Whole(kind, data) => Some((*kind, data.clone())),
-                Entry::OfsDelta(base, delta) => by_offset.get(base).map(|id| &objects[id]).map(|(kind, source)| apply_delta(source, delta).map(|d| (*kind, d))).transpose()?,
-                Entry::RefDelta(base, delta) => objects.get(base).map(|(kind, source)| apply_delta(source, delta).map(|d| (*kind, d))).transpose()?,
+            let base = match &entry {
+                Entry::Whole(..) => None,
+                Entry::OfsDelta(base, _) => Some(by_offset.get(base).map(|id| &objects[id])),
+                Entry::RefDelta(base, _) => Some(objects.get(base)),
+            };
+            let resolved = match (entry, base) {
+                (Entry::Whole(kind, data), _) => Ok((kind, data)),
+                (Entry::OfsDelta(_, delta) | Entry::RefDelta(_, delta), Some(Some((kind, source)))) => Ok((*kind, apply_delta(source, &delta)?)),
+                (waiting, _) => Err(waiting),
             };
             match resolved {
-                Some((kind, data)) => {
+                Ok((kind, data)) => {
                     resolved_total += data.len() as u64;
                     if resolved_total > max_bytes {
                         return Err(RepoErrorReason::UnpackedTooLarge { limit: max_bytes });
@@ -284,7 +289,7 @@ fn read_pack(pack: &[u8], max_bytes: u64) -> Result<HashMap<String, (Kind, Vec<u
                     by_offset.insert(offset, id.clone());
                     objects.insert(id, (kind, data));
                 }
-                None => still.push((offset, entry)),
+                Err(waiting) => still.push((offset, waiting)),
             }
         }
         if still.len() == before {

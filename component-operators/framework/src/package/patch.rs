@@ -28,25 +28,32 @@ pub fn set_config_entries(objects: &mut [Value], config_map: &str, entries: &[(&
 
 /// Edits the JSON document in entry `key` of ConfigMap `config_map` (KServe keeps its settings so).
 pub fn edit_json_entry(objects: &mut [Value], config_map: &str, key: &str, field: &str, edit: impl FnOnce(&mut Map<String, Value>)) -> Result<(), InvalidSpec> {
-    let config = object_mut(objects, "ConfigMap", config_map, field)?;
-    let text = config["data"][key].as_str().unwrap_or_default();
-    let Ok(Value::Object(mut document)) = serde_json::from_str::<Value>(text) else {
-        return Err(InvalidSpec::new(field, format!("entry {key:?} of the package's ConfigMap {config_map}, where this setting goes, is not a JSON object; set it in the package instead")));
-    };
-    edit(&mut document);
-    config["data"][key] = Value::String(serde_json::to_string_pretty(&document).expect("JSON serialises"));
-    Ok(())
+    edit_entry(objects, config_map, key, field, "JSON", |text| serde_json::from_str(text).ok(), |d| serde_json::to_string_pretty(d).expect("JSON serialises"), edit)
 }
 
 /// Edits the YAML document in entry `key` of ConfigMap `config_map` (Dex keeps its settings so).
 pub fn edit_yaml_entry(objects: &mut [Value], config_map: &str, key: &str, field: &str, edit: impl FnOnce(&mut Map<String, Value>)) -> Result<(), InvalidSpec> {
+    edit_entry(objects, config_map, key, field, "YAML", |text| serde_yaml_ng::from_str(text).ok(), |d| serde_yaml_ng::to_string(d).expect("YAML serialises"), edit)
+}
+
+/// Edits the document (a mapping, in `format`) in entry `key` of ConfigMap `config_map`.
+#[allow(clippy::too_many_arguments)]
+fn edit_entry(
+    objects: &mut [Value],
+    config_map: &str,
+    key: &str,
+    field: &str,
+    format: &str,
+    parse: impl FnOnce(&str) -> Option<Value>,
+    write: impl FnOnce(&Value) -> String,
+    edit: impl FnOnce(&mut Map<String, Value>),
+) -> Result<(), InvalidSpec> {
     let config = object_mut(objects, "ConfigMap", config_map, field)?;
-    let text = config["data"][key].as_str().unwrap_or_default();
-    let Ok(Value::Object(mut document)) = serde_yaml_ng::from_str::<Value>(text) else {
-        return Err(InvalidSpec::new(field, format!("entry {key:?} of the package's ConfigMap {config_map}, where this setting goes, is not a YAML mapping; set it in the package instead")));
+    let Some(Value::Object(mut document)) = parse(config["data"][key].as_str().unwrap_or_default()) else {
+        return Err(InvalidSpec::new(field, format!("entry {key:?} of the package's ConfigMap {config_map}, where this setting goes, is not a {format} object; set it in the package instead")));
     };
     edit(&mut document);
-    config["data"][key] = Value::String(serde_yaml_ng::to_string(&document).expect("YAML serialises"));
+    config["data"][key] = Value::String(write(&Value::Object(document)));
     Ok(())
 }
 
@@ -96,6 +103,20 @@ pub fn retarget_secret_key_refs(objects: &mut [Value], secret: &str, key: &str, 
         }
     }
     objects.iter_mut().map(|o| walk(o, secret, key, to)).sum()
+}
+
+/// An external database's password in place of the package's own (`package_secret`: the Secret
+/// and key its workloads read): every reference to it points at `secret_ref`, which is required.
+pub fn use_external_password(objects: &mut [Value], package_secret: (&str, &str), secret_ref: Option<&SecretKeyRef>) -> Result<(), InvalidSpec> {
+    let field = "spec.database.secretRef";
+    let secret = secret_ref.ok_or_else(|| InvalidSpec::new(field, "is required when host names an external database"))?;
+    if retarget_secret_key_refs(objects, package_secret.0, package_secret.1, secret) == 0 {
+        return Err(InvalidSpec::new(
+            field,
+            format!("no workload of the package reads the password from Secret {} key {}, where this setting goes; set it in the package instead", package_secret.0, package_secret.1),
+        ));
+    }
+    Ok(())
 }
 
 /// Takes the objects `(kind, name)` out of the package (a built-in service an external one
