@@ -201,7 +201,7 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
     };
     let owner = owner_id(resource);
     for object in &mut objects {
-        let info = kinds::lookup_for(&owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).ok_or_else(|| {
+        let info = kinds::lookup_for(C::Resource::COMPONENT.name(), &owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).ok_or_else(|| {
             let name = object["metadata"]["name"].as_str().unwrap_or_default();
             InvalidSpec::new("spec.version", format!("manifest of {version} has {} {name} of an unsupported kind (apiVersion {})", object["kind"], object["apiVersion"]))
         })?;
@@ -231,11 +231,11 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
         object["metadata"]["annotations"][HASH_ANNOTATION] = json!(hash);
         // After the hash: installs at one release apply one hash, and differ only in their own key.
         let component = C::Resource::COMPONENT.name();
-        if kinds::lookup_for(&owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).is_some_and(|info| tracks_users(info, object)) {
+        if kinds::lookup_for(C::Resource::COMPONENT.name(), &owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).is_some_and(|info| tracks_users(info, object)) {
             object["metadata"]["annotations"][user_key(component, &owner)] = json!(user_value(component, &owner));
         }
     }
-    objects.sort_by_key(|o| kinds::lookup_for(&owner, o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap()).map_or(u8::MAX, |k| k.rank));
+    objects.sort_by_key(|o| kinds::lookup_for(C::Resource::COMPONENT.name(), &owner, o["apiVersion"].as_str().unwrap(), o["kind"].as_str().unwrap()).map_or(u8::MAX, |k| k.rank));
     Ok(objects)
 }
 

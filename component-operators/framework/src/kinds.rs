@@ -119,12 +119,13 @@ type Key = (String, String, String);
 /// - `known`: what the API server serves (discovery) or the operators' own code ships. Every
 ///   install uses these.
 /// - `rendered`: what a CRD rendered by one install defines, before the cluster serves it. Only
-///   that install (its owner id, `<namespace>/<name>`) uses these, so a tenant's CRD with a wrong
-///   plural or scope never changes how another install's objects are written.
+///   that install (its component and owner id, `<namespace>/<name>`: one process may render for
+///   several components) uses these, so a tenant's CRD with a wrong plural or scope never changes
+///   how another install's objects are written.
 #[derive(Default)]
 struct Registry {
     known: BTreeMap<Key, &'static KindInfo>,
-    rendered: BTreeMap<String, BTreeMap<Key, &'static KindInfo>>,
+    rendered: BTreeMap<(String, String), BTreeMap<Key, &'static KindInfo>>,
     /// Every distinct kind learned, each once: by group, version, kind, plural and scope.
     interned: BTreeMap<(Key, String, bool), &'static KindInfo>,
 }
@@ -173,10 +174,10 @@ pub fn register(group: &str, version: &str, kind: &str, plural: &str, cluster_sc
     Some(info)
 }
 
-/// The kinds the CRDs of one render of install `owner` define, for that install only (see
-/// [`lookup_for`]); replaces what its previous render defined. Returns why not, when the install
-/// defines more than [`MAX_RENDERED_PER_INSTALL`] kinds or the registry is full.
-pub fn set_rendered(owner: &str, defined: &[(String, String, String, String, bool)]) -> Result<(), String> {
+/// The kinds the CRDs of one render of install `owner` of `component` define, for that install
+/// only (see [`lookup_for`]); replaces what its previous render defined. Returns why not, when the
+/// install defines more than [`MAX_RENDERED_PER_INSTALL`] kinds or the registry is full.
+pub fn set_rendered(component: &str, owner: &str, defined: &[(String, String, String, String, bool)]) -> Result<(), String> {
     if defined.len() > MAX_RENDERED_PER_INSTALL {
         return Err(format!("its CRDs define {} kinds; at most {MAX_RENDERED_PER_INSTALL} per install", defined.len()));
     }
@@ -187,16 +188,20 @@ pub fn set_rendered(owner: &str, defined: &[(String, String, String, String, boo
         kinds.insert(key(group, version, kind), info);
     }
     if kinds.is_empty() {
-        registry.rendered.remove(owner);
+        registry.rendered.remove(&install(component, owner));
     } else {
-        registry.rendered.insert(owner.to_string(), kinds);
+        registry.rendered.insert(install(component, owner), kinds);
     }
     Ok(())
 }
 
-/// Forgets what install `owner`'s CRDs defined (the install is gone).
-pub fn forget_rendered(owner: &str) {
-    registry().rendered.remove(owner);
+/// Forgets what the CRDs of install `owner` of `component` defined (the install is gone).
+pub fn forget_rendered(component: &str, owner: &str) {
+    registry().rendered.remove(&install(component, owner));
+}
+
+fn install(component: &str, owner: &str) -> (String, String) {
+    (component.to_string(), owner.to_string())
 }
 
 /// Looks up `apiVersion` + `kind` among the built-in and known kinds (see [`register`]).
@@ -205,12 +210,12 @@ pub fn lookup(api_version: &str, kind: &str) -> Option<&'static KindInfo> {
     KINDS.iter().find(|k| k.group == group && k.version == version && k.kind == kind).or_else(|| registry().known.get(&key(group, version, kind)).copied())
 }
 
-/// As [`lookup`] for the objects of install `owner` (`<namespace>/<name>`): then also among the
-/// kinds its own rendered CRDs define ([`set_rendered`]), never another install's.
-pub fn lookup_for(owner: &str, api_version: &str, kind: &str) -> Option<&'static KindInfo> {
+/// As [`lookup`] for the objects of install `owner` (`<namespace>/<name>`) of `component`: then
+/// also among the kinds its own rendered CRDs define ([`set_rendered`]), never another install's.
+pub fn lookup_for(component: &str, owner: &str, api_version: &str, kind: &str) -> Option<&'static KindInfo> {
     lookup(api_version, kind).or_else(|| {
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        registry().rendered.get(owner)?.get(&key(group, version, kind)).copied()
+        registry().rendered.get(&install(component, owner))?.get(&key(group, version, kind)).copied()
     })
 }
 
@@ -342,28 +347,33 @@ mod tests {
     #[test]
     fn a_kind_one_install_renders_a_crd_for_is_that_install_s_alone() {
         // A tenant's CRD defines Gadget with a wrong plural; the platform's defines it right.
-        set_rendered("team-a/loot", &defines("Gadget", "wrongs")).unwrap();
+        set_rendered("kustomize", "team-a/loot", &defines("Gadget", "wrongs")).unwrap();
         assert_eq!(lookup("tenant.example.com/v1", "Gadget"), None, "not known to every install");
-        set_rendered("kubeflow/platform", &defines("Gadget", "gadgets")).unwrap();
-        set_rendered("team-a/loot", &defines("Gadget", "wrongs")).unwrap();
-        assert_eq!(lookup_for("kubeflow/platform", "tenant.example.com/v1", "Gadget").unwrap().plural, "gadgets", "the tenant's later render changed the platform's");
-        assert_eq!(lookup_for("team-a/loot", "tenant.example.com/v1", "Gadget").unwrap().plural, "wrongs");
-        assert_eq!(lookup_for("team-b/other", "tenant.example.com/v1", "Gadget"), None);
+        set_rendered("kustomize", "kubeflow/platform", &defines("Gadget", "gadgets")).unwrap();
+        set_rendered("kustomize", "team-a/loot", &defines("Gadget", "wrongs")).unwrap();
+        assert_eq!(lookup_for("kustomize", "kubeflow/platform", "tenant.example.com/v1", "Gadget").unwrap().plural, "gadgets", "the tenant's later render changed the platform's");
+        assert_eq!(lookup_for("kustomize", "team-a/loot", "tenant.example.com/v1", "Gadget").unwrap().plural, "wrongs");
+        assert_eq!(lookup_for("kustomize", "team-b/other", "tenant.example.com/v1", "Gadget"), None);
+        // Another component's install of the same name (one process may render for several).
+        set_rendered("katib", "team-a/loot", &defines("Gizmo", "gizmos")).unwrap();
+        assert_eq!(lookup_for("kustomize", "team-a/loot", "tenant.example.com/v1", "Gadget").unwrap().plural, "wrongs", "katib's render replaced kustomize's");
+        assert_eq!(lookup_for("katib", "team-a/loot", "tenant.example.com/v1", "Gadget"), None);
+        assert_eq!(lookup_for("katib", "team-a/loot", "tenant.example.com/v1", "Gizmo").unwrap().plural, "gizmos");
         // Once the API server serves it, its answer is everyone's, the tenant's included.
         register("tenant.example.com", "v1", "Gadget", "gadgets", false).unwrap();
-        assert_eq!(lookup_for("team-a/loot", "tenant.example.com/v1", "Gadget").unwrap().plural, "gadgets");
+        assert_eq!(lookup_for("kustomize", "team-a/loot", "tenant.example.com/v1", "Gadget").unwrap().plural, "gadgets");
         // A render that defines it no longer, or an install that is gone, forgets it.
-        set_rendered("team-a/loot", &defines("Other", "others")).unwrap();
-        assert_eq!(lookup_for("team-a/loot", "tenant.example.com/v1", "Gizmo"), None);
-        forget_rendered("team-a/loot");
-        assert_eq!(lookup_for("team-a/loot", "tenant.example.com/v1", "Other"), None);
+        set_rendered("kustomize", "team-a/loot", &defines("Other", "others")).unwrap();
+        assert_eq!(lookup_for("kustomize", "team-a/loot", "tenant.example.com/v1", "Gizmo"), None);
+        forget_rendered("kustomize", "team-a/loot");
+        assert_eq!(lookup_for("kustomize", "team-a/loot", "tenant.example.com/v1", "Other"), None);
     }
 
     #[test]
     fn the_registry_is_bounded() {
         let many: Vec<_> = (0..=MAX_RENDERED_PER_INSTALL).map(|i| ("bounded.example.com".to_string(), "v1".to_string(), format!("K{i}"), format!("k{i}s"), false)).collect();
-        assert!(set_rendered("team-a/many", &many).unwrap_err().contains("at most 512 per install"));
-        assert_eq!(lookup_for("team-a/many", "bounded.example.com/v1", "K0"), None, "refused whole");
+        assert!(set_rendered("kustomize", "team-a/many", &many).unwrap_err().contains("at most 512 per install"));
+        assert_eq!(lookup_for("kustomize", "team-a/many", "bounded.example.com/v1", "K0"), None, "refused whole");
         // Past MAX_LEARNED distinct kinds nothing new is learned (what is learned stays).
         let mut registry = Registry::default();
         for i in 0..MAX_LEARNED {

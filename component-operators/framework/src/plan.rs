@@ -64,7 +64,7 @@ pub async fn compute(client: &Client, component: ComponentKind, owner: &str, ado
         rendered.insert(identity(object));
         let what = describe(object);
         let application = object["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str();
-        let Some(info) = kinds::lookup_for(owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()) else {
+        let Some(info) = kinds::lookup_for(component.name(), owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()) else {
             plan.record(application, PlanList::Add, format!("{what} (a kind the cluster does not serve yet)"));
             continue;
         };
@@ -139,7 +139,7 @@ pub async fn compute(client: &Client, component: ComponentKind, owner: &str, ado
         if rendered.contains(&(entry.group.clone(), entry.kind.clone(), entry.namespace.clone().unwrap_or_default(), entry.name.clone())) {
             continue;
         }
-        let Some(info) = kinds::lookup_for(owner, &entry.api_version(), &entry.kind) else { continue };
+        let Some(info) = kinds::lookup_for(component.name(), owner, &entry.api_version(), &entry.kind) else { continue };
         let live = match info.api(client, entry.namespace.as_deref()).get_opt(&entry.name).await {
             Ok(live) => live.map(|l| serde_json::to_value(l).expect("objects serialise")),
             Err(e) if refusal(&e).is_some() => continue,

@@ -183,7 +183,7 @@ impl<C: Component> Context<C> {
 
     /// Whether the live object at `entry` was rendered for one of `applications`.
     async fn held_by(&self, owner: &str, entry: &InventoryEntry, applications: &BTreeSet<&str>, installer: &Installer) -> Result<bool, Error> {
-        let Some(info) = kinds::lookup_for(owner, &entry.api_version(), &entry.kind) else { return Ok(false) };
+        let Some(info) = kinds::lookup_for(C::Resource::COMPONENT.name(), owner, &entry.api_version(), &entry.kind) else { return Ok(false) };
         let live = match self.live(info, entry, installer).await {
             Ok(live) => live,
             // Whose it is cannot be told: kept, not pruned.
@@ -722,7 +722,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
     let targets: Vec<(&Value, &KindInfo, InventoryEntry)> = objects
         .iter()
         .map(|desired| {
-            let info = kinds::lookup_for(&owner, desired["apiVersion"].as_str().unwrap_or_default(), desired["kind"].as_str().unwrap_or_default())
+            let info = kinds::lookup_for(C::Resource::COMPONENT.name(), &owner, desired["apiVersion"].as_str().unwrap_or_default(), desired["kind"].as_str().unwrap_or_default())
                 .expect("build only emits known kinds");
             (desired, info, entry_of(desired, info))
         })
@@ -1052,7 +1052,7 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
     let owner = build::owner_id(resource);
     let mut targets: Vec<(&KindInfo, &InventoryEntry)> = entries
         .iter()
-        .filter_map(|e| kinds::lookup_for(&owner, &e.api_version(), &e.kind).map(|info| (info, e)))
+        .filter_map(|e| kinds::lookup_for(C::Resource::COMPONENT.name(), &owner, &e.api_version(), &e.kind).map(|info| (info, e)))
         .filter(|(info, _)| !info.is_shared() && (!info.is_crd() || policy == CrdRemovalPolicy::Delete))
         .collect();
     targets.sort_by_key(|(info, _)| std::cmp::Reverse(info.rank));
@@ -1150,7 +1150,7 @@ async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
                 // Objects applied by a reconcile whose status write never landed are not in the inventory.
                 if let Ok(Ok(desired)) = desired::<C>(resource, ctx, &installer).await {
                     for object in &desired.objects {
-                        let info = kinds::lookup_for(&build::owner_id(resource), object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default());
+                        let info = kinds::lookup_for(C::Resource::COMPONENT.name(), &build::owner_id(resource), object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default());
                         if let Some(info) = info {
                             entries.insert(entry_of(object, info));
                         }
@@ -1168,7 +1168,7 @@ async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
     }
     ctx.report(resource, None);
     // The kinds its own CRDs defined were its alone.
-    kinds::forget_rendered(&build::owner_id(resource));
+    kinds::forget_rendered(C::Resource::COMPONENT.name(), &build::owner_id(resource));
     Ok(Action::await_change())
 }
 

@@ -158,12 +158,12 @@ fn same_object(earlier: &Value, later: &Value) -> bool {
 /// `objects` preceded by a Namespace for each namespace they use that they do not create
 /// themselves (kfctl created the KfDef's namespace; namespaces are only ever created, never
 /// changed or deleted). Namespaced objects without a namespace go to `target`. Kinds are those
-/// install `owner` knows ([`kinds::lookup_for`]).
-pub fn with_namespaces(owner: &str, objects: Vec<Value>, target: &str) -> Vec<Value> {
+/// install `owner` of `component` knows ([`kinds::lookup_for`]).
+pub fn with_namespaces(component: &str, owner: &str, objects: Vec<Value>, target: &str) -> Vec<Value> {
     let rendered: std::collections::BTreeSet<&str> = objects.iter().filter(|o| o["kind"] == "Namespace").filter_map(|o| o["metadata"]["name"].as_str()).collect();
     let mut used = std::collections::BTreeSet::new();
     for object in &objects {
-        let namespaced = kinds::lookup_for(owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).is_some_and(|k| !k.cluster_scoped);
+        let namespaced = kinds::lookup_for(component, owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()).is_some_and(|k| !k.cluster_scoped);
         if namespaced {
             used.insert(object["metadata"]["namespace"].as_str().unwrap_or(target).to_string());
         }
@@ -183,12 +183,12 @@ pub enum Discovery<'a> {
     Offline,
 }
 
-/// Makes every kind in `objects` known to install `owner`: a kind the cluster serves (discovery)
+/// Makes every kind in `objects` known to install `owner` of `component`: a kind the cluster serves (discovery)
 /// to every install, a kind a CRD rendered alongside defines (or, offline, a guess) to this install
 /// only ([`kinds::set_rendered`]), so a tenant's CRD can never change how another install's objects
 /// are written. Returns the `(apiVersion, kind)`s the cluster does not serve, or why no kind of
 /// this render can be learned.
-async fn learn_kinds(owner: &str, discovery: Discovery<'_>, objects: &[Value]) -> Result<BTreeSet<(String, String)>, InvalidSpec> {
+async fn learn_kinds(component: &str, owner: &str, discovery: Discovery<'_>, objects: &[Value]) -> Result<BTreeSet<(String, String)>, InvalidSpec> {
     let mut defined = Vec::new();
     for crd in objects.iter().filter(|o| o["kind"] == "CustomResourceDefinition" && o["apiVersion"].as_str().is_some_and(|v| v.starts_with("apiextensions.k8s.io/"))) {
         let spec = &crd["spec"];
@@ -220,7 +220,7 @@ async fn learn_kinds(owner: &str, discovery: Discovery<'_>, objects: &[Value]) -
             }
         }
     }
-    kinds::set_rendered(owner, &defined).map_err(|why| InvalidSpec::new("spec.sources", format!("the kinds of this install cannot be learned: {why}")))?;
+    kinds::set_rendered(component, owner, &defined).map_err(|why| InvalidSpec::new("spec.sources", format!("the kinds of this install cannot be learned: {why}")))?;
     Ok(unserved)
 }
 
@@ -309,7 +309,7 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
     let memoized = memo().lock().expect("render memo").get(&key).cloned();
     if let Some(rendered) = memoized {
         // The kinds its CRDs define are forgotten when an install of the same name was deleted.
-        learn_kinds(&owner, discovery, &rendered.objects).await?;
+        learn_kinds(C::Resource::COMPONENT.name(), &owner, discovery, &rendered.objects).await?;
         return Ok(rendered.as_ref().clone());
     }
     let dir = cache_dir();
@@ -366,7 +366,7 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
     let indexes: BTreeMap<String, usize> = spec.sources.iter().enumerate().map(|(i, s)| (s.application.clone(), i)).collect();
     let (objects, notes) = merge_applications(rendered);
     // An application with a kind the cluster does not serve waits for it, alone.
-    let unserved = learn_kinds(&owner, discovery, &objects).await?;
+    let unserved = learn_kinds(C::Resource::COMPONENT.name(), &owner, discovery, &objects).await?;
     let mut waiting: BTreeMap<String, (String, String)> = BTreeMap::new();
     for object in &objects {
         let kind = (object["apiVersion"].as_str().unwrap_or_default().to_string(), object["kind"].as_str().unwrap_or_default().to_string());
@@ -381,7 +381,7 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
     }
     let objects = objects.into_iter().filter(|o| o["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_none_or(|a| !waiting.contains_key(a))).collect();
     failed.sort_by_key(|f| indexes[&f.application]);
-    let rendered = Rendered { objects: with_namespaces(&owner, objects, &namespace), applications: spec.sources.iter().map(|s| s.application.clone()).collect(), failed, converted, conversion_details, notes };
+    let rendered = Rendered { objects: with_namespaces(C::Resource::COMPONENT.name(), &owner, objects, &namespace), applications: spec.sources.iter().map(|s| s.application.clone()).collect(), failed, converted, conversion_details, notes };
     // Failures are not remembered: a download or a missing kind may come right.
     if rendered.failed.is_empty() {
         let mut memo = memo().lock().expect("render memo");
@@ -418,7 +418,7 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "c", "namespace": "auth"}}),
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "d"}}),
         ];
-        let out = with_namespaces("kubeflow/test", objects, "kubeflow");
+        let out = with_namespaces("kustomize", "kubeflow/test", objects, "kubeflow");
         let namespaces: Vec<&str> = out.iter().filter(|o| o["kind"] == "Namespace").map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
         assert_eq!(namespaces, ["auth", "kubeflow", "tenants"]);
         assert_eq!(out.len(), 7);
