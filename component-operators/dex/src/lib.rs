@@ -23,7 +23,8 @@
 //! client (the id oauth2-proxy keeps using), the spec's connectors and the static passwords read
 //! from the Secret key `spec.staticPasswordsSecretRef` names. It is installed as the Secret
 //! `dex-config` (it holds password hashes and the client secret), and its hash is a pod-template
-//! annotation so that a configuration change rolls the Dex pods.
+//! annotation so that a configuration change rolls the Dex pods. On upstream's packages the same
+//! fields are patched into the package's own configuration ([`patch_package`]).
 
 use component_framework::api::Dex;
 use component_framework::api::component::SecretKeyRef;
@@ -115,7 +116,7 @@ impl Component for DexComponent {
     const INSTALLS: &'static str = "Dex, the OpenID Connect provider Kubeflow authenticates users with";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
-    const PACKAGE_FIELDS: &'static [&'static str] = &["issuer", "connectors"];
+    const PACKAGE_FIELDS: &'static [&'static str] = &["issuer", "connectors", "staticPasswordsSecretRef"];
 
     fn test_spec() -> Value {
         json!({"connectors": [{"type": "ldap", "id": "ldap", "name": "LDAP", "config": {"host": "ldap.example.com:636"}}]})
@@ -159,9 +160,9 @@ impl Component for DexComponent {
         Ok(Params::from([("configChecksum".to_string(), checksum(&installed)), ("dexConfig".to_string(), built)]))
     }
 
-    fn customize(resource: &Dex, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    fn customize(resource: &Dex, inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
         if component_framework::package::names_packages(resource) {
-            return patch_package(resource, objects);
+            return patch_package(resource, inputs, objects);
         }
         follow_issuer_in_health_checks(objects);
         Ok(())
@@ -172,20 +173,44 @@ impl Component for DexComponent {
 /// which Deployment `dex` reads at start.
 const PACKAGE_CONFIG: (&str, &str) = ("dex", "config.yaml");
 const PACKAGE_DEPLOYMENT: &str = "dex";
+/// The package's Secret whose keys Dex's container reads as its environment (`envFrom`); a
+/// static password's hash is read from there (`hashFromEnv`), never written into the ConfigMap.
+const PACKAGE_PASSWORDS_SECRET: &str = "dex-passwords";
+/// Environment variable (a key of that Secret) with the hash of static password `i`.
+const PACKAGE_PASSWORD_VAR: &str = "DEX_STATIC_PASSWORD_";
 /// Pod template annotation with a hash of the patched configuration: a change rolls Dex's pods.
 const PACKAGE_CHECKSUM_ANNOTATION: &str = "components.kubeflow.org/config-checksum";
 
-/// `spec.issuer` and `spec.connectors` on upstream's package: the issuer replaced, each connector
-/// added (replacing the package's connector of the same id). The issuer must be the one the
-/// package's oauth2-proxy trusts, as with the built-in release. `staticPasswordsSecretRef` is not
-/// applied to packages (upstream's reads its hash from an environment variable of the Deployment).
-fn patch_package(resource: &Dex, objects: &mut [Value]) -> Result<(), InvalidSpec> {
+/// `spec.issuer`, `spec.connectors` and `spec.staticPasswordsSecretRef` on upstream's package:
+/// the issuer replaced, each connector added (replacing the package's connector of the same id),
+/// the static passwords replaced by the Secret's (the package's default user goes): each entry's
+/// hash goes into the package's Secret `dex-passwords` and `config.yaml` reads it from Dex's
+/// environment, as upstream's own entry does. The issuer must be the one the package's
+/// oauth2-proxy trusts, as with the built-in release.
+fn patch_package(resource: &Dex, inputs: &Inputs, objects: &mut [Value]) -> Result<(), InvalidSpec> {
     let spec = &resource.spec;
-    if spec.issuer.is_none() && spec.connectors.is_empty() {
+    let passwords = match &spec.static_passwords_secret_ref {
+        None => None,
+        Some(reference) => {
+            let text = inputs.secret(reference).ok_or_else(|| {
+                InvalidSpec::new(STATIC_PASSWORDS_FIELD, format!("Secret {:?} key {:?} has not been read yet", reference.name, reference.key)).retryable()
+            })?;
+            Some(static_passwords(reference, text)?)
+        }
+    };
+    if spec.issuer.is_none() && spec.connectors.is_empty() && passwords.is_none() {
         return Ok(());
     }
-    let field = if spec.issuer.is_some() { "spec.issuer" } else { "spec.connectors" };
+    let field = match (&spec.issuer, &passwords) {
+        (Some(_), _) => "spec.issuer",
+        (None, Some(_)) => "spec.staticPasswordsSecretRef",
+        (None, None) => "spec.connectors",
+    };
     let connectors: Vec<Value> = connectors(resource)?.into_iter().map(|c| serde_json::to_value(c).expect("YAML connectors are JSON")).collect();
+    let from_env = match &passwords {
+        Some(entries) => Some(hashes_into_package_secret(objects, entries)?),
+        None => None,
+    };
     patch::edit_yaml_entry(objects, PACKAGE_CONFIG.0, PACKAGE_CONFIG.1, field, |config| {
         if let Some(issuer) = &spec.issuer {
             config.insert("issuer".into(), json!(issuer));
@@ -196,11 +221,52 @@ fn patch_package(resource: &Dex, objects: &mut [Value]) -> Result<(), InvalidSpe
             list.extend(connectors);
             config.insert("connectors".into(), Value::Array(list));
         }
+        if let Some(entries) = from_env {
+            config.insert("enablePasswordDB".into(), json!(true));
+            config.insert("staticPasswords".into(), Value::Array(entries));
+        }
     })?;
     let config = patch::object_mut(objects, "ConfigMap", PACKAGE_CONFIG.0, field)?["data"][PACKAGE_CONFIG.1].clone();
+    let hashes = objects.iter().find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == PACKAGE_PASSWORDS_SECRET).map(|s| s["stringData"].clone());
+    let checksum = content_hash(&json!([config, hashes.filter(|_| passwords.is_some())]));
     let deployment = patch::object_mut(objects, "Deployment", PACKAGE_DEPLOYMENT, field)?;
-    deployment["spec"]["template"]["metadata"]["annotations"][PACKAGE_CHECKSUM_ANNOTATION] = json!(content_hash(&config));
+    deployment["spec"]["template"]["metadata"]["annotations"][PACKAGE_CHECKSUM_ANNOTATION] = json!(checksum);
     Ok(())
+}
+
+/// Writes the hash of each of `passwords` into the package's Secret `dex-passwords` (its previous
+/// keys go: the package's default user is replaced) and returns the `staticPasswords` entries
+/// that read them back from Dex's environment. Refused when Dex's container does not read that
+/// Secret as its environment (e.g. kfctl-era packages, which keep hashes in the ConfigMap).
+fn hashes_into_package_secret(objects: &mut [Value], passwords: &[Yaml]) -> Result<Vec<Value>, InvalidSpec> {
+    let field = "spec.staticPasswordsSecretRef";
+    let deployment = patch::object_mut(objects, "Deployment", PACKAGE_DEPLOYMENT, field)?;
+    let reads_secret = deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["name"] == "dex")
+        .flat_map(|c| c["envFrom"].as_array().into_iter().flatten())
+        .any(|source| source["secretRef"]["name"] == PACKAGE_PASSWORDS_SECRET);
+    if !reads_secret {
+        return Err(InvalidSpec::new(
+            field,
+            format!("the package's Deployment {PACKAGE_DEPLOYMENT} does not read Secret {PACKAGE_PASSWORDS_SECRET} as its environment, where the hashes go; set the static passwords in the package instead"),
+        ));
+    }
+    let secret = patch::object_mut(objects, "Secret", PACKAGE_PASSWORDS_SECRET, field)?;
+    let mut hashes = serde_json::Map::new();
+    let mut entries = Vec::new();
+    for (i, password) in passwords.iter().enumerate() {
+        let text = |key: &str| password.get(key).and_then(Yaml::as_str).unwrap_or_default().to_string();
+        let var = format!("{PACKAGE_PASSWORD_VAR}{i}");
+        hashes.insert(var.clone(), json!(text("hash")));
+        entries.push(json!({"email": text("email"), "hashFromEnv": var, "username": text("username"), "userID": text("userID")}));
+    }
+    let fields = secret.as_object_mut().expect("a Secret is an object");
+    fields.remove("data");
+    fields.insert("stringData".into(), Value::Object(hashes));
+    Ok(entries)
 }
 
 /// Where the static client of release `version` redirects to; an unknown version (refused by the
@@ -757,5 +823,26 @@ mod tests {
             let probe = readiness_probe(&build(json!({"version": version, "issuer": "https://login.example.com"})));
             assert_eq!(probe, json!({"tcpSocket": {"port": "http"}, "initialDelaySeconds": 2}));
         }
+    }
+
+    /// A package whose Dex keeps its hashes in the ConfigMap (kfctl's era): the passwords are
+    /// refused, naming the field, rather than written into a ConfigMap or dropped.
+    #[test]
+    fn static_passwords_on_a_package_without_dexs_password_secret_are_refused() {
+        let resource = dex(json!({"version": "v2.22.0", "sources": [{"application": "dex", "repoUri": "https://example.com/m.tar.gz", "path": "dex-auth/dex-crds/base"}],
+                                  "staticPasswordsSecretRef": {"name": "dex-users", "key": "users.yaml"}}));
+        let config = "issuer: http://dex.auth.svc.cluster.local:5556/dex\nstaticPasswords:\n- email: admin@kubeflow.org\n  hash: x\n";
+        let package = || vec![
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dex"}, "data": {"config.yaml": config}}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dex"}, "spec": {"template": {"spec": {"containers": [{"name": "dex", "image": "dex"}]}}}}),
+        ];
+        let mut objects = package();
+        let refused = DexComponent::customize(&resource, &inputs("dex-users", "users.yaml", PASSWORDS), &mut objects).unwrap_err();
+        assert_eq!(refused.field, "spec.staticPasswordsSecretRef");
+        assert!(refused.message.contains("dex-passwords"), "{}", refused.message);
+        assert_eq!(objects, package(), "nothing is changed");
+        // Not read yet: retried, not refused.
+        let waiting = DexComponent::customize(&resource, &Inputs::default(), &mut package()).unwrap_err();
+        assert!(waiting.retry, "{waiting:?}");
     }
 }

@@ -224,7 +224,7 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
     }
     apply_image_overrides(resource, &mut objects)?;
     apply_replica_overrides(resource, &mut objects)?;
-    C::customize(resource, &mut objects)?;
+    C::customize(resource, inputs, &mut objects)?;
     for object in &mut objects {
         manifest::normalize_secret(object);
         let hash = manifest::content_hash(object);

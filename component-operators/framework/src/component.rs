@@ -199,8 +199,9 @@ pub trait Component: Send + Sync + 'static {
         async move { crate::package::render_for::<Self>(&resource, crate::package::Discovery::Cluster(&client), crate::package::fetch_options()).await }
     }
 
-    /// Last adjustments to the rendered objects (pure); most components need none.
-    fn customize(_resource: &Self::Resource, _objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    /// Last adjustments to the rendered objects (pure; `inputs` holds the Secret keys
+    /// [`Component::secret_refs`] named); most components need none.
+    fn customize(_resource: &Self::Resource, _inputs: &Inputs, _objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
         Ok(())
     }
 }

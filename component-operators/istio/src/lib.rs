@@ -279,7 +279,7 @@ impl Component for IstioComponent {
 
     /// The cluster-local gateway's Deployment differs per release, so its documents are kept by the
     /// release flags; it goes with the gateway's Service, which `clusterLocalGateway` keeps.
-    fn customize(resource: &Istio, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    fn customize(resource: &Istio, _inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
         if component_framework::package::names_packages(resource) {
             return patch_package(resource, objects);
         }
@@ -339,17 +339,17 @@ mod tests {
             ]}})]
         };
         let mut objects = service();
-        IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source})), &mut objects).unwrap();
+        IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source})), &Inputs::default(), &mut objects).unwrap();
         assert_eq!(objects, service(), "the default gateway leaves the package's Service as it is");
-        IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"serviceType": "NodePort", "httpPort": 8081}})), &mut objects).unwrap();
+        IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"serviceType": "NodePort", "httpPort": 8081}})), &Inputs::default(), &mut objects).unwrap();
         assert_eq!(objects[0]["spec"]["type"], "NodePort");
         assert_eq!(objects[0]["spec"]["ports"][1], json!({"name": "http2", "port": 8081, "targetPort": 8080}));
         assert_eq!(objects[0]["spec"]["ports"][2]["port"], 443);
 
-        let refused = IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"httpsPort": 15021}})), &mut service()).unwrap_err();
+        let refused = IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"httpsPort": 15021}})), &Inputs::default(), &mut service()).unwrap_err();
         assert_eq!(refused.field, "spec.gateway.httpsPort");
         assert!(refused.message.contains("status-port"), "{}", refused.message);
-        let refused = IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"serviceType": "NodePort"}})), &mut Vec::new()).unwrap_err();
+        let refused = IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"serviceType": "NodePort"}})), &Inputs::default(), &mut Vec::new()).unwrap_err();
         assert_eq!(refused.field, "spec.gateway");
         assert!(refused.message.contains("no Service istio-ingressgateway"), "{}", refused.message);
     }

@@ -146,7 +146,7 @@ impl Component for KatibComponent {
         ])
     }
 
-    fn customize(resource: &Katib, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    fn customize(resource: &Katib, _inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
         if component_framework::package::names_packages(resource) {
             patch_package(resource, objects)?;
         }

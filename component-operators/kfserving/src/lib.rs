@@ -267,7 +267,7 @@ impl Component for KFServingComponent {
 
     /// Parameters from KfDef applications and `spec.overrides.parameters` bypass [`Self::parameters`];
     /// those that end up inside JSON strings are checked here, and the JSON itself last of all.
-    fn customize(resource: &KFServing, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    fn customize(resource: &KFServing, _inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
         let core = &resource.spec.core;
         let sources = core.sources.iter().enumerate().flat_map(|(i, s)| {
             s.parameters.iter().enumerate().map(move |(j, p)| (format!("spec.sources[{i}].parameters[{j}]"), p))

@@ -328,7 +328,7 @@ impl Component for PipelinesComponent {
         Ok(p)
     }
 
-    fn customize(resource: &Pipelines, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    fn customize(resource: &Pipelines, _inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
         if component_framework::package::names_packages(resource) {
             patch_package(resource, objects)?;
         }

@@ -206,4 +206,41 @@ async fn typed_spec_fields_are_applied_to_upstreams_packages() {
     assert_eq!(config["staticPasswords"][0]["email"], "user@example.com", "the package's other settings stay");
     let pod = &find(&dex, "Deployment", "dex").unwrap()["spec"]["template"]["metadata"]["annotations"];
     assert!(pod["components.kubeflow.org/config-checksum"].is_string(), "a changed configuration rolls Dex's pods: {pod}");
+
+    // Static passwords: the hashes go into the package's Secret, read back from Dex's environment.
+    let users = "- {email: ada@example.org, hash: $2y$10$ada, username: ada, userID: '1'}\n- {email: bob@example.org, hash: $2y$10$bob, username: bob, userID: '2'}\n";
+    let with_users = |text: &str| {
+        let spec = spec(ComponentKind::Dex, serde_json::json!({"staticPasswordsSecretRef": {"name": "dex-users", "key": "users.yaml"}}));
+        let secrets = BTreeMap::from([(("dex-users".to_string(), "users.yaml".to_string()), text.to_string())]);
+        async move { dex_with_secrets(&spec, secrets).await }
+    };
+    let dex = with_users(users).await.unwrap();
+    let config: Value = serde_yaml_ng::from_str(find(&dex, "ConfigMap", "dex").unwrap()["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        config["staticPasswords"],
+        serde_json::json!([
+            {"email": "ada@example.org", "hashFromEnv": "DEX_STATIC_PASSWORD_0", "username": "ada", "userID": "1"},
+            {"email": "bob@example.org", "hashFromEnv": "DEX_STATIC_PASSWORD_1", "username": "bob", "userID": "2"},
+        ]),
+        "the package's default user is replaced, and no hash is written into the ConfigMap"
+    );
+    let hashes = &find(&dex, "Secret", "dex-passwords").unwrap()["data"];
+    let decoded = |key: &str| String::from_utf8(base64::engine::general_purpose::STANDARD.decode(hashes[key].as_str().unwrap()).unwrap()).unwrap();
+    assert_eq!((decoded("DEX_STATIC_PASSWORD_0"), decoded("DEX_STATIC_PASSWORD_1")), ("$2y$10$ada".to_string(), "$2y$10$bob".to_string()));
+    assert!(hashes.get("DEX_USER_PASSWORD").is_none(), "the default user's hash goes: {hashes}");
+    let checksum = |objects: &[Value]| find(objects, "Deployment", "dex").unwrap()["spec"]["template"]["metadata"]["annotations"]["components.kubeflow.org/config-checksum"].clone();
+    let other = with_users(&users.replace("$2y$10$bob", "$2y$10$new")).await.unwrap();
+    assert_ne!(checksum(&dex), checksum(&other), "a changed hash rolls Dex's pods");
+    let refused = with_users("not: a list").await.unwrap_err();
+    assert_eq!(refused.field, "spec.staticPasswordsSecretRef.key");
+}
+
+/// Dex's objects for `spec` on the KfDef's packages, the referenced Secret keys read as `secrets`.
+async fn dex_with_secrets(spec: &Value, secrets: BTreeMap<(String, String), String>) -> Result<Vec<Value>, component_framework::InvalidSpec> {
+    let registry = kubeflow_component_registry::all();
+    let registered = registry.iter().find(|r| r.kind == ComponentKind::Dex).unwrap();
+    let fetch = FetchOptions { allow_local: true, ..Default::default() };
+    let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), spec.clone(), fetch).await.unwrap().unwrap();
+    let resource: kubeflow_crds::component::Dex = serde_json::from_value(serde_json::json!({"apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Dex", "metadata": {"name": "kubeflow", "namespace": "kubeflow"}, "spec": spec})).unwrap();
+    component_framework::build::desired_objects::<dex_operator::DexComponent>(&resource, &component_framework::Inputs { secrets, rendered: Some(rendered) })
 }

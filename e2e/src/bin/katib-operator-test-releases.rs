@@ -63,8 +63,8 @@ impl Component for KatibWithTestReleases {
     fn parameters(resource: &Katib, inputs: &Inputs) -> Result<Params, InvalidSpec> {
         KatibComponent::parameters(resource, inputs)
     }
-    fn customize(resource: &Katib, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
-        KatibComponent::customize(resource, objects)
+    fn customize(resource: &Katib, inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+        KatibComponent::customize(resource, inputs, objects)
     }
     fn example_spec() -> Value {
         KatibComponent::example_spec()
