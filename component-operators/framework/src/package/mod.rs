@@ -308,9 +308,9 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
     let owner = crate::build::owner_id(resource);
     let memoized = memo().lock().expect("render memo").get(&key).cloned();
     if let Some(rendered) = memoized {
-        // The kinds its CRDs define are forgotten when an install of the same name was deleted.
-        learn_kinds(C::Resource::COMPONENT.name(), &owner, discovery, &rendered.objects).await?;
-        return Ok(rendered.as_ref().clone());
+        // The kinds its CRDs define are learned again (forgotten when an install of the same name
+        // was deleted), and what waits for a kind is asked again, without rebuilding.
+        return hold_unserved::<C>(rendered.as_ref().clone(), &owner, discovery, &namespace, &spec.sources).await;
     }
     let dir = cache_dir();
     let repos = RepoCache::new(dir.join("repos"), fetch).map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot use its repository cache: {e}")).retryable())?;
@@ -363,12 +363,29 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
             Err(error) => failed.push(ApplicationFailure { application: source.application.clone(), error }),
         }
     }
-    let indexes: BTreeMap<String, usize> = spec.sources.iter().enumerate().map(|(i, s)| (s.application.clone(), i)).collect();
     let (objects, notes) = merge_applications(rendered);
-    // An application with a kind the cluster does not serve waits for it, alone.
-    let unserved = learn_kinds(C::Resource::COMPONENT.name(), &owner, discovery, &objects).await?;
+    let rendered = Rendered { objects, applications: spec.sources.iter().map(|s| s.application.clone()).collect(), failed, converted, conversion_details, notes };
+    // Failures are not remembered: a download may come right. An application waiting for a kind
+    // is: the build does not change while it waits, only the cluster does.
+    if rendered.failed.is_empty() {
+        let mut memo = memo().lock().expect("render memo");
+        if memo.len() >= MEMO_ENTRIES {
+            memo.clear();
+        }
+        memo.insert(key, Arc::new(rendered.clone()));
+    }
+    hold_unserved::<C>(rendered, &owner, discovery, &namespace, &spec.sources).await
+}
+
+/// `rendered` (merged, as built) for install `owner`: its kinds learned, each application that
+/// renders a kind the cluster does not serve held back alone (failed, retryable), and the
+/// Namespaces its objects use added.
+async fn hold_unserved<C: Component + ?Sized>(mut rendered: Rendered, owner: &str, discovery: Discovery<'_>, namespace: &str, sources: &[KustomizeSource]) -> Result<Rendered, InvalidSpec> {
+    let component = C::Resource::COMPONENT.name();
+    let indexes: BTreeMap<&str, usize> = sources.iter().enumerate().map(|(i, s)| (s.application.as_str(), i)).collect();
+    let unserved = learn_kinds(component, owner, discovery, &rendered.objects).await?;
     let mut waiting: BTreeMap<String, (String, String)> = BTreeMap::new();
-    for object in &objects {
+    for object in &rendered.objects {
         let kind = (object["apiVersion"].as_str().unwrap_or_default().to_string(), object["kind"].as_str().unwrap_or_default().to_string());
         if unserved.contains(&kind) {
             let application = object["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().unwrap_or_default().to_string();
@@ -377,19 +394,11 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
     }
     for (application, (api_version, kind)) in &waiting {
         let message = format!("application {application:?} renders {kind} ({api_version}), which the cluster does not serve: install the CRD (or the component) that provides it first");
-        failed.push(ApplicationFailure { application: application.clone(), error: InvalidSpec::new(format!("spec.sources[{}]", indexes[application]), message).retryable() });
+        rendered.failed.push(ApplicationFailure { application: application.clone(), error: InvalidSpec::new(format!("spec.sources[{}]", indexes[application.as_str()]), message).retryable() });
     }
-    let objects = objects.into_iter().filter(|o| o["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_none_or(|a| !waiting.contains_key(a))).collect();
-    failed.sort_by_key(|f| indexes[&f.application]);
-    let rendered = Rendered { objects: with_namespaces(C::Resource::COMPONENT.name(), &owner, objects, &namespace), applications: spec.sources.iter().map(|s| s.application.clone()).collect(), failed, converted, conversion_details, notes };
-    // Failures are not remembered: a download or a missing kind may come right.
-    if rendered.failed.is_empty() {
-        let mut memo = memo().lock().expect("render memo");
-        if memo.len() >= MEMO_ENTRIES {
-            memo.clear();
-        }
-        memo.insert(key, Arc::new(rendered.clone()));
-    }
+    let objects = std::mem::take(&mut rendered.objects).into_iter().filter(|o| o["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str().is_none_or(|a| !waiting.contains_key(a))).collect();
+    rendered.failed.sort_by_key(|f| indexes[f.application.as_str()]);
+    rendered.objects = with_namespaces(component, owner, objects, namespace);
     Ok(rendered)
 }
 
