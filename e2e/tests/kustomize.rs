@@ -7,7 +7,7 @@
 //! overlay and a kustomize error each get a clear per-application reason and touch nothing else;
 //! deleting the resource removes everything but CRDs and namespaces. A package shaped like current
 //! kubeflow/manifests renders with kustomize v5, its webhook's backend ready before what the
-//! webhook admits.
+//! webhook admits; its install is deleted even after its CRD was deleted by hand.
 
 use std::collections::BTreeMap;
 
@@ -226,7 +226,16 @@ async fn a_webhook_backend_is_ready_before_what_it_admits() {
     let log = std::fs::read_to_string(&operator.log).unwrap();
     assert!(!log.contains("reconcile failed"), "a failed reconcile was logged: {}", operator.log.display());
 
+    // The install's CRD deleted by hand while the operator is down (its Issuer goes with it): the
+    // install is still deleted, an object of a kind no longer served counted as gone.
+    let mut operator = operator;
+    operator.kill();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.delete("issuers.demo.kubeflow.org", &DeleteParams::default()).await.unwrap();
+    gone(&crds, "issuers.demo.kubeflow.org").await;
     api.delete("certs", &DeleteParams::default()).await.unwrap();
+    let operator = OperatorProcess::start("kustomize-operator", &["--namespace", &ns.name, "--allow-fetch-from", "127.0.0.1"], &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap())]);
+    operator.wait_ready().await;
     gone(&api, "certs").await;
     gone(&webhooks, "demo-certs-validator").await;
     namespaces.delete("demo-certs", &DeleteParams::default()).await.unwrap();

@@ -1078,6 +1078,8 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
             // Kinds the operator does not watch it may not read either: the installer reads them.
             None => match match ctx.live.caches(info) { true => &api, false => &deleter }.get_opt(&entry.name).await {
                 Ok(object) => object.map(|o| serde_json::to_value(o).expect("objects serialise")),
+                // The kind is no longer served (its CRD was deleted): no object of it is left.
+                Err(kube::Error::Api(status)) if status.code == 404 => None,
                 Err(kube::Error::Api(status)) if status.code == 403 => {
                     denied.push(format!("{what} ({})", status.message));
                     continue;
