@@ -104,13 +104,9 @@ async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], 
     }
     let unpacked = tempfile_dir(archive);
     let root = unpack(&tarball, &unpacked);
-    let definitions: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (kind, name) in cleared {
         match kind.as_str() {
-            "CustomResourceDefinition" if definitions.get_opt(name).await.unwrap().is_some() => {
-                definitions.delete(name, &DeleteParams::default()).await.unwrap();
-                gone(&definitions, name).await;
-            }
+            "CustomResourceDefinition" => delete_crd(&client, name).await,
             "Namespace" if *name != namespace && namespaces.get_opt(name).await.unwrap().is_some() => {
                 // Its contents go first (hundreds of objects after v1.10.2): watched, bounded like an install.
                 let uid = namespaces.get(name).await.unwrap().metadata.uid.unwrap();
@@ -151,10 +147,21 @@ async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], 
     Installed { client, api, done, unpacked, root, namespace, roles_before, _stack: stack, server }
 }
 
+async fn delete_crd(client: &Client, name: &str) {
+    let definitions: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if definitions.get_opt(name).await.unwrap().is_some() {
+        definitions.delete(name, &DeleteParams::default()).await.unwrap();
+        gone(&definitions, name).await;
+    }
+}
+
 /// Deletes the KfDef and waits, the operators still running, until it is gone with what it
 /// installed: the KfDef goes first, each component resource once its cleanup has removed its
 /// objects (cert-manager's webhook configuration, which both releases install, is checked too).
-async fn uninstall(installed: Installed) {
+/// Then the CRDs among `cleared`, which an uninstall keeps labelled for the component that made
+/// them (v1.2.0's Katib CRDs for the generic one): the tests after this one install those kinds
+/// with other components, as on a cluster new to Kubeflow.
+async fn uninstall(installed: Installed, cleared: &[(String, String)]) {
     let uid = installed.done.metadata.uid.clone().unwrap();
     // The ClusterRoles the install made: deleted with it, and not made again by Kubernetes'
     // aggregation controller (`kubeflow-view` was, as a bare role the next install refused).
@@ -179,6 +186,9 @@ async fn uninstall(installed: Installed) {
         }
     }
     assert!(left.is_empty(), "ClusterRoles the install made are still there after it was deleted: {left:#?}");
+    for (_, name) in cleared.iter().filter(|(kind, _)| kind == "CustomResourceDefinition") {
+        delete_crd(&installed.client, name).await;
+    }
     let _ = std::fs::remove_dir_all(&installed.unpacked);
 }
 
@@ -246,7 +256,7 @@ async fn kubeflow_1_10_2_installs_from_its_kfdef_with_every_object_where_upstrea
     Api::<ConfigMap>::namespaced(client.clone(), "kubeflow").get("dashboard-extras").await.expect("the remote base's ConfigMap is installed");
     upgrades.delete("to-1-10-3", &DeleteParams::default()).await.unwrap();
 
-    uninstall(installed).await;
+    uninstall(installed, &cleared).await;
 }
 
 /// The names of the ClusterRoles an operator made (labelled with the component they are part of).
@@ -302,7 +312,7 @@ async fn kfctls_v1_2_0_kfdef_installs_with_every_application_ready() {
     let cleared = cluster_objects_of_v1_2_0().await;
     let installed = install("kfdef-1.2.0-istio-dex.yaml", "manifests-1.2.0.tar.gz", &cleared, BTreeMap::new(), false).await;
     assert!(installed.done.spec.applications.iter().any(|a| a.name == "kubeflow-apps"));
-    uninstall(installed).await;
+    uninstall(installed, &cleared).await;
 }
 
 /// The CRDs and namespaces among `objects`, `(kind, name)`.
