@@ -144,16 +144,7 @@ impl Component for DexComponent {
         let issuer = spec.issuer.clone().unwrap_or_else(|| default_issuer(&target_namespace::<DexComponent>(resource)));
         let client_secret = parameter(resource, "clientSecret").unwrap_or_else(|| DEFAULT_CLIENT_SECRET.to_string());
         let connectors = connectors(resource)?;
-        let passwords = match &spec.static_passwords_secret_ref {
-            None => None,
-            Some(reference) => {
-                // The framework has dereferenced it: a missing Secret or key never gets here.
-                let text = inputs.secret(reference).ok_or_else(|| {
-                    InvalidSpec::new(STATIC_PASSWORDS_FIELD, format!("Secret {:?} key {:?} has not been read yet", reference.name, reference.key)).retryable()
-                })?;
-                Some(static_passwords(reference, text)?)
-            }
-        };
+        let passwords = spec_static_passwords(resource, inputs)?;
         let built = dex_config(&issuer, &client_secret, redirect_uri(&spec.core.version), connectors, passwords);
         // `dexConfig` may be overridden wholesale; the checksum must follow what is installed.
         let installed = parameter(resource, "dexConfig").unwrap_or_else(|| built.clone());
@@ -189,15 +180,7 @@ const PACKAGE_CHECKSUM_ANNOTATION: &str = "components.kubeflow.org/config-checks
 /// oauth2-proxy trusts, as with the built-in release.
 fn patch_package(resource: &Dex, inputs: &Inputs, objects: &mut [Value]) -> Result<(), InvalidSpec> {
     let spec = &resource.spec;
-    let passwords = match &spec.static_passwords_secret_ref {
-        None => None,
-        Some(reference) => {
-            let text = inputs.secret(reference).ok_or_else(|| {
-                InvalidSpec::new(STATIC_PASSWORDS_FIELD, format!("Secret {:?} key {:?} has not been read yet", reference.name, reference.key)).retryable()
-            })?;
-            Some(static_passwords(reference, text)?)
-        }
-    };
+    let passwords = spec_static_passwords(resource, inputs)?;
     if spec.issuer.is_none() && spec.connectors.is_empty() && passwords.is_none() {
         return Ok(());
     }
@@ -346,6 +329,16 @@ fn connectors(resource: &Dex) -> Result<Vec<Yaml>, InvalidSpec> {
         out.push(mapping([("type", type_), ("id", connector.id.as_str().into()), ("name", connector.name.as_str().into()), ("config", config)]));
     }
     Ok(out)
+}
+
+/// The static passwords `spec.staticPasswordsSecretRef` names, if any.
+fn spec_static_passwords(resource: &Dex, inputs: &Inputs) -> Result<Option<Vec<Yaml>>, InvalidSpec> {
+    let Some(reference) = &resource.spec.static_passwords_secret_ref else { return Ok(None) };
+    // The framework has dereferenced it: a missing Secret or key never gets here.
+    let text = inputs.secret(reference).ok_or_else(|| {
+        InvalidSpec::new(STATIC_PASSWORDS_FIELD, format!("Secret {:?} key {:?} has not been read yet", reference.name, reference.key)).retryable()
+    })?;
+    static_passwords(reference, text).map(Some)
 }
 
 /// Dex `staticPasswords` from the referenced Secret key's text.
