@@ -21,7 +21,8 @@ use kube::{Client, Resource, ResourceExt};
 use kubeflow_crds::NameValue;
 use kubeflow_crds::component::{ComponentResource, KustomizeSource, RenderMode};
 use kubeflow_manifests::remote_bases::Mirror;
-use kubeflow_manifests::{AppSpec, Conversion, Mode, RenderContext, Renderer, RepoCache, RepoErrorReason, RepoSource};
+use futures::StreamExt;
+use kubeflow_manifests::{AppSpec, Conversion, FetchedRepo, Mode, RenderContext, Renderer, RepoCache, RepoError, RepoErrorReason, RepoSource};
 use serde_json::{Value, json};
 
 use crate::build::{APPLICATION_ANNOTATION, target_namespace};
@@ -224,20 +225,21 @@ async fn learn_kinds(component: &str, owner: &str, discovery: Discovery<'_>, obj
     Ok(unserved)
 }
 
-/// Renders one application: its repository fetched (or taken from the cache), its package built,
-/// objects of removed API versions converted (counted per kind).
-async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(String, String)>, repos: &RepoCache, mirrors: &[Mirror], renderer: &Renderer, context: &RenderContext) -> Result<(Vec<Value>, Vec<Conversion>), InvalidSpec> {
-    let (repo, mut app) = app_spec(index, source)?;
+/// Renders one application from its repository as fetched for every application of the spec
+/// (`fetched`, by repository and pin): its package built, objects of removed API versions
+/// converted (counted per kind).
+async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(String, String)>, fetched: &HashMap<(&str, Option<&str>), Result<FetchedRepo, RepoError>>, repos: &RepoCache, mirrors: &[Mirror], renderer: &Renderer, context: &RenderContext) -> Result<(Vec<Value>, Vec<Conversion>), InvalidSpec> {
+    let (_, mut app) = app_spec(index, source)?;
     app.components = components;
     // A download may fail for a while (network, server); the spec may be right: retry. A fenced
     // destination stays fenced until the spec (or the operator's flags) change.
-    let fetched = repos.fetch(&repo).await.map_err(|e| {
+    let fetched = fetched.get(&repo_key(source)).expect("every valid source's repository is fetched first").as_ref().map_err(|e| {
         let fenced = matches!(e.reason, RepoErrorReason::Fenced(_));
         let invalid = InvalidSpec::new(field(index, "repoUri"), e.to_string());
         if fenced { invalid } else { invalid.retryable() }
     })?;
     let remote = kubeflow_manifests::RemoteBases { cache: repos, mirrors };
-    let rendered = renderer.render_application(&fetched, &app, context, Some(remote)).await.map_err(|e| {
+    let rendered = renderer.render_application(fetched, &app, context, Some(remote)).await.map_err(|e| {
         let invalid = InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string());
         if e.is_transient() { invalid.retryable() } else { invalid }
     })?;
@@ -248,6 +250,18 @@ async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(
     }
     let objects = rendered.objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect();
     Ok((objects, rendered.conversions))
+}
+
+/// The repository a source renders from, as fetched: its archive and pin.
+fn repo_key(source: &KustomizeSource) -> (&str, Option<&str>) {
+    (source.repo_uri.as_deref().unwrap_or_default(), source.repo_sha256.as_deref())
+}
+
+/// How many applications of one resource render at a time: kustomize is a process of its own
+/// (here, or in the renderer pod), so a KfDef's 20-odd generic applications need not wait for
+/// each other; bounded so that one resource cannot take every core.
+fn render_concurrency() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get() * 2).clamp(2, 8)
 }
 
 /// Whether `resource` installs from packages: its `spec.sources` name them (a repository and a
@@ -338,12 +352,30 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
             Err(reason) => failed.push(ApplicationFailure { application: links[index].0.to_string(), error: InvalidSpec::new(field(index, "componentOf"), reason.clone()) }),
         }
     }
+    // Each repository once (a KfDef has one or two), then the applications side by side, their
+    // results taken in spec order: the order objects are merged and applied in.
+    let mut fetched: HashMap<(&str, Option<&str>), Result<FetchedRepo, RepoError>> = HashMap::new();
+    for (index, source) in spec.sources.iter().enumerate() {
+        let Ok((repo, _)) = app_spec(index, source) else { continue };
+        if source.component_of.is_some() {
+            continue;
+        }
+        if !fetched.contains_key(&repo_key(source)) {
+            fetched.insert(repo_key(source), repos.fetch(&repo).await);
+        }
+    }
+    // Collected first (not a lazy iterator's closures): the future must be `Send` for any lifetime.
+    let mut builds = Vec::new();
     for (index, source) in spec.sources.iter().enumerate() {
         if source.component_of.is_some() {
             continue;
         }
         let applied = components.remove(&index).unwrap_or_default();
-        let result = render_source(index, source, applied.clone(), &repos, &mirrors, &renderer, &context).await;
+        let (fetched, repos, mirrors, renderer, context) = (&fetched, &repos, &mirrors, &renderer, &context);
+        builds.push(async move { (index, source, applied.clone(), render_source(index, source, applied, fetched, repos, mirrors, renderer, context).await) });
+    }
+    let results: Vec<_> = futures::stream::iter(builds).buffered(render_concurrency()).collect().await;
+    for (index, source, applied, result) in results {
         // A Component fails with the application it is built with, and is Ready with it.
         if let Err(error) = &result {
             for (component, _) in &applied {
