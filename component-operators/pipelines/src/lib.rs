@@ -176,12 +176,25 @@ const PACKAGE_DB_SECRET: (&str, &str) = ("mysql-secret", "password");
 /// The package's own MySQL, which an external database replaces.
 const PACKAGE_MYSQL: [(&str, &str); 4] = [("Deployment", "mysql"), ("Service", "mysql"), ("PersistentVolumeClaim", "mysql-pv-claim"), ("ServiceAccount", "mysql")];
 
+/// The package's object store Secret and its two keys, which every workload of the package reads
+/// (the API server, the UI, the built-in MinIO, the profile controller that copies them into each
+/// profile's namespace for its runs and artifact server).
+const PACKAGE_STORE_SECRET: &str = "mlpipeline-minio-artifact";
+const PACKAGE_STORE_SECRET_KEY: &str = "secretkey";
+/// Argo's configuration, whose `artifactRepository` names the bucket runs write to.
+const PACKAGE_ARGO_CONFIG: &str = "workflow-controller-configmap";
+
+/// `spec.database` and `spec.objectStore` on upstream's package ([`patch_database`],
+/// [`patch_object_store`]).
+fn patch_package(resource: &Pipelines, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    patch_database(resource, objects)?;
+    patch_object_store(resource, objects)
+}
+
 /// `spec.database` on upstream's package: the host and port in its install config, every reference
 /// to its password pointed at `secretRef`, its own MySQL taken out. The user name stays the
-/// package's (`mysql-secret`'s `username`). `spec.objectStore` is not applied to packages: the
-/// store's endpoint and credentials are spread over Argo's, the UI's and the profile controller's
-/// configuration, and are set in the package.
-fn patch_package(resource: &Pipelines, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+/// package's (`mysql-secret`'s `username`).
+fn patch_database(resource: &Pipelines, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
     let db = &resource.spec.database;
     let Some(host) = &db.host else {
         if db.secret_ref.is_some() || db.port.is_some() {
@@ -203,6 +216,77 @@ fn patch_package(resource: &Pipelines, objects: &mut Vec<Value>) -> Result<(), I
     Ok(())
 }
 
+/// `spec.objectStore` on upstream's package, for its built-in store:
+/// - `secretRef`: every reference to the package's store Secret points at the spec's (the access
+///   key ID under `accesskey`, the secret key under `secretRef.key`), the built-in MinIO's own
+///   included, so the store and its clients share the credentials; the profile controller copies
+///   them into each profile's namespace.
+/// - `bucket`: the install config's `bucketName` (the API server's), Argo's artifact repository,
+///   the UI's log archive, and the v2 pipeline root (`minio://<bucket>/v2/artifacts`, which the
+///   profile controller writes into each profile's `kfp-launcher`).
+///
+/// An external `endpoint` is refused: upstream's profile controller (`sync.py`, code in a
+/// ConfigMap) gives each profile namespace an artifact server with the built-in store's address
+/// written in, so runs and the UI of every profile would keep reading the built-in store.
+fn patch_object_store(resource: &Pipelines, objects: &mut [Value]) -> Result<(), InvalidSpec> {
+    let store = &resource.spec.object_store;
+    if store.endpoint.is_some() {
+        return Err(InvalidSpec::new(
+            "spec.objectStore.endpoint",
+            "is not applied to upstream's package: its profile controller (sync.py) gives every profile namespace an artifact server that reads the built-in store's address, so set the endpoint in the package (e.g. its env/aws overlay); spec.objectStore.bucket and secretRef apply to the package's built-in store",
+        ));
+    }
+    if let Some(secret) = &store.secret_ref {
+        check_store_secret_key(secret)?;
+        let field = "spec.objectStore.secretRef";
+        let to_access = SecretKeyRef { name: secret.name.clone(), key: ACCESS_KEY_KEY.to_string() };
+        let moved = patch::retarget_secret_key_refs(objects, PACKAGE_STORE_SECRET, ACCESS_KEY_KEY, &to_access) + patch::retarget_secret_key_refs(objects, PACKAGE_STORE_SECRET, PACKAGE_STORE_SECRET_KEY, secret);
+        if moved == 0 {
+            return Err(InvalidSpec::new(field, format!("no workload of the package reads Secret {PACKAGE_STORE_SECRET}, where this setting goes; set it in the package instead")));
+        }
+    }
+    if let Some(bucket) = &store.bucket {
+        check_bucket(bucket)?;
+        let field = "spec.objectStore.bucket";
+        let config = patch::object_mut(objects, "ConfigMap", PACKAGE_CONFIG, field)?;
+        if config["data"]["bucketName"].is_null() {
+            return Err(InvalidSpec::new(field, format!("the package's ConfigMap {PACKAGE_CONFIG} has no bucketName, where this setting goes; set it in the package instead")));
+        }
+        patch::set_config_entries(objects, PACKAGE_CONFIG, &[("bucketName", bucket.clone()), ("defaultPipelineRoot", format!("minio://{bucket}/v2/artifacts"))], field)?;
+        let mut argo_bucket = Ok(());
+        patch::edit_yaml_entry(objects, PACKAGE_ARGO_CONFIG, "artifactRepository", field, |repository| match repository.get_mut("s3").and_then(Value::as_object_mut) {
+            Some(s3) => {
+                s3.insert("bucket".into(), Value::String(bucket.clone()));
+            }
+            None => argo_bucket = Err(InvalidSpec::new(field, format!("the artifactRepository of the package's ConfigMap {PACKAGE_ARGO_CONFIG} has no s3 store, where this setting goes; set it in the package instead"))),
+        })?;
+        argo_bucket?;
+        patch::set_env(objects, "Deployment", "ml-pipeline-ui", "ml-pipeline-ui", &[("ARGO_ARCHIVE_BUCKETNAME", Value::String(bucket.clone()))], field)?;
+    }
+    Ok(())
+}
+
+/// The access key ID is read from key `accesskey` of the store Secret: the secret key needs another.
+fn check_store_secret_key(secret: &SecretKeyRef) -> Result<(), InvalidSpec> {
+    if secret.key == ACCESS_KEY_KEY {
+        return Err(InvalidSpec::new(
+            "spec.objectStore.secretRef.key",
+            format!("names the key holding the secret access key; the access key ID is read from key {ACCESS_KEY_KEY:?} of the same Secret, so use another key (e.g. secretkey)"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_bucket(bucket: &str) -> Result<(), InvalidSpec> {
+    if !valid_bucket(bucket) {
+        return Err(InvalidSpec::new(
+            "spec.objectStore.bucket",
+            format!("{bucket:?} is not a valid S3 bucket name; allowed: 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit, no \"..\""),
+        ));
+    }
+    Ok(())
+}
+
 impl Component for PipelinesComponent {
     type Resource = Pipelines;
     const DEFAULT_NAMESPACE: &'static str = "kubeflow";
@@ -210,7 +294,7 @@ impl Component for PipelinesComponent {
     const INSTALLS: &'static str = "Kubeflow Pipelines: API server, UI, persistence agent, scheduled workflows, MySQL and object storage";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
-    const PACKAGE_FIELDS: &'static [&'static str] = &["database"];
+    const PACKAGE_FIELDS: &'static [&'static str] = &["database", "objectStore"];
 
     fn releases() -> &'static [Release] {
         &RELEASES
@@ -288,12 +372,7 @@ impl Component for PipelinesComponent {
         }
 
         if let Some(bucket) = &store.bucket {
-            if !valid_bucket(bucket) {
-                return Err(InvalidSpec::new(
-                    "spec.objectStore.bucket",
-                    format!("{bucket:?} is not a valid S3 bucket name; allowed: 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit, no \"..\""),
-                ));
-            }
+            check_bucket(bucket)?;
             p.insert("bucket".into(), bucket.clone());
         }
         match &store.endpoint {
@@ -316,12 +395,7 @@ impl Component for PipelinesComponent {
         p.insert("builtinSeaweedfs".into(), (builtin && server == Some("seaweedfs")).to_string());
         p.insert("objectStoreScheme".into(), if builtin { "minio" } else { "s3" }.into());
         if let Some(secret) = &store.secret_ref {
-            if secret.key == ACCESS_KEY_KEY {
-                return Err(InvalidSpec::new(
-                    "spec.objectStore.secretRef.key",
-                    format!("names the key holding the secret access key; the access key ID is read from key {ACCESS_KEY_KEY:?} of the same Secret, so use another key (e.g. secretkey)"),
-                ));
-            }
+            check_store_secret_key(secret)?;
             p.insert("objectStoreSecretName".into(), secret.name.clone());
             p.insert("objectStoreSecretKey".into(), secret.key.clone());
         }
@@ -370,8 +444,8 @@ mod tests {
     }
 
     /// A resource made from a KfDef names its application's package: the operator renders that
-    /// package. `database` is applied to it (`patch_package`); `objectStore` would not reach the
-    /// package's objects, so it is refused, naming the field; without a repository the built-in
+    /// package. `database` and `objectStore` are applied to it (`patch_package`), a field the
+    /// package would not get is refused, naming the field; without a repository the built-in
     /// release is installed.
     #[test]
     fn a_resource_that_names_packages_refuses_the_fields_only_the_built_in_release_applies() {
@@ -382,13 +456,50 @@ mod tests {
         assert_eq!(check_fields::<PipelinesComponent>(&from_kfdef), Ok(()), "core fields (overrides included) apply to packages");
         let with_database = pipelines(json!({"version": "2.5.0", "sources": source, "database": {"host": "mysql.example.com", "secretRef": {"name": "db", "key": "pw"}}}));
         assert_eq!(check_fields::<PipelinesComponent>(&with_database), Ok(()), "the database is patched into packages");
-        let with_store = pipelines(json!({"version": "2.5.0", "sources": source, "objectStore": {"endpoint": "s3.example.com", "secretRef": {"name": "s3", "key": "secretkey"}}}));
-        let refused = check_fields::<PipelinesComponent>(&with_store).unwrap_err();
-        assert_eq!(refused.field, "spec.objectStore");
-        assert!(refused.message.contains("built-in release only"), "{}", refused.message);
+        let with_store = pipelines(json!({"version": "2.5.0", "sources": source, "objectStore": {"bucket": "team", "secretRef": {"name": "s3", "key": "secretkey"}}}));
+        assert_eq!(check_fields::<PipelinesComponent>(&with_store), Ok(()), "the object store is patched into packages");
         // No repository: the built-in release, where the field applies.
         let built_in = pipelines(json!({"version": "2.5.0", "sources": [{"application": "pipeline", "path": "apps/pipeline"}], "objectStore": {"endpoint": "s3.example.com"}}));
         assert!(!names_packages(&built_in));
+    }
+
+    /// The store settings on a package, each where the package keeps it; what the package cannot
+    /// take (an external endpoint, a secret key under `accesskey`, a package without the store
+    /// Secret) is refused naming the field. Upstream's own package: `registry/tests/upstream.rs`.
+    #[test]
+    fn object_store_settings_on_a_package_land_where_the_package_keeps_them() {
+        let resource = |store: Value| pipelines(json!({"version": "2.5.0", "sources": [{"application": "pipeline", "repoUri": "https://example.com/m.tar.gz", "path": "p"}], "objectStore": store}));
+        let package = || {
+            let reads = |variable: &str, key: &str| json!({"name": variable, "valueFrom": {"secretKeyRef": {"name": "mlpipeline-minio-artifact", "key": key}}});
+            let deployment = |name: &str, env: Vec<Value>| json!({"kind": "Deployment", "metadata": {"name": name}, "spec": {"template": {"spec": {"containers": [{"name": name, "env": env}]}}}});
+            vec![
+                json!({"kind": "ConfigMap", "metadata": {"name": "pipeline-install-config"}, "data": {"bucketName": "mlpipeline", "defaultPipelineRoot": ""}}),
+                json!({"kind": "ConfigMap", "metadata": {"name": "workflow-controller-configmap"}, "data": {"artifactRepository": "s3:\n  bucket: mlpipeline\n  endpoint: minio-service.kubeflow:9000\n"}}),
+                deployment("ml-pipeline", vec![reads("OBJECTSTORECONFIG_ACCESSKEY", "accesskey"), reads("OBJECTSTORECONFIG_SECRETACCESSKEY", "secretkey")]),
+                deployment("ml-pipeline-ui", vec![]),
+            ]
+        };
+        let mut objects = package();
+        patch_package(&resource(json!({"bucket": "team", "secretRef": {"name": "s3", "key": "sk"}})), &mut objects).unwrap();
+        assert_eq!(objects[0]["data"], json!({"bucketName": "team", "defaultPipelineRoot": "minio://team/v2/artifacts"}));
+        assert_eq!(objects[1]["data"]["artifactRepository"], "s3:\n  bucket: team\n  endpoint: minio-service.kubeflow:9000\n");
+        let env = |o: &Value| o["spec"]["template"]["spec"]["containers"][0]["env"].clone();
+        assert_eq!(env(&objects[2])[0]["valueFrom"]["secretKeyRef"], json!({"name": "s3", "key": "accesskey"}));
+        assert_eq!(env(&objects[2])[1]["valueFrom"]["secretKeyRef"], json!({"name": "s3", "key": "sk"}));
+        assert_eq!(env(&objects[3]), json!([{"name": "ARGO_ARCHIVE_BUCKETNAME", "value": "team"}]));
+
+        for (store, field) in [
+            (json!({"endpoint": "s3.example.com"}), "spec.objectStore.endpoint"),
+            (json!({"secretRef": {"name": "s3", "key": "accesskey"}}), "spec.objectStore.secretRef.key"),
+            (json!({"bucket": "Not_A_Bucket"}), "spec.objectStore.bucket"),
+        ] {
+            let mut objects = package();
+            assert_eq!(patch_package(&resource(store.clone()), &mut objects).unwrap_err().field, field, "{store}");
+        }
+        let mut without_secret = package()[..2].to_vec();
+        let refused = patch_package(&resource(json!({"secretRef": {"name": "s3", "key": "sk"}})), &mut without_secret).unwrap_err();
+        assert_eq!(refused.field, "spec.objectStore.secretRef");
+        assert!(refused.message.contains("no workload of the package reads Secret mlpipeline-minio-artifact"), "{}", refused.message);
     }
 
     const COMMON: [&str; 9] = [

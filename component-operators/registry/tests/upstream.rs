@@ -179,6 +179,37 @@ async fn typed_spec_fields_are_applied_to_upstreams_packages() {
         assert!(find(&pipelines, kind, name).is_none(), "the package's MySQL ({kind} {name}) with an external database");
     }
 
+    // The object store: the spec's credentials for every reader of the package's store Secret
+    // (the built-in MinIO too), its bucket wherever the package names one; an external endpoint
+    // is refused, changing nothing.
+    let store = serde_json::json!({"objectStore": {"bucket": "team-artifacts", "secretRef": {"name": "kfp-store", "key": "secret"}}});
+    let pipelines = objects_of(ComponentKind::Pipelines, &spec(ComponentKind::Pipelines, store)).await;
+    for (deployment, variable, key) in [
+        ("ml-pipeline", "OBJECTSTORECONFIG_ACCESSKEY", "accesskey"),
+        ("ml-pipeline", "OBJECTSTORECONFIG_SECRETACCESSKEY", "secret"),
+        ("ml-pipeline-ui", "MINIO_ACCESS_KEY", "accesskey"),
+        ("ml-pipeline-ui", "MINIO_SECRET_KEY", "secret"),
+        ("minio", "MINIO_ACCESS_KEY", "accesskey"),
+        ("minio", "MINIO_SECRET_KEY", "secret"),
+        ("kubeflow-pipelines-profile-controller", "MINIO_ACCESS_KEY", "accesskey"),
+        ("kubeflow-pipelines-profile-controller", "MINIO_SECRET_KEY", "secret"),
+    ] {
+        assert_eq!(env(&pipelines, deployment, variable)["valueFrom"]["secretKeyRef"], serde_json::json!({"name": "kfp-store", "key": key}), "{deployment} {variable}");
+    }
+    let config = &find(&pipelines, "ConfigMap", "pipeline-install-config").unwrap()["data"];
+    assert_eq!([&config["bucketName"], &config["defaultPipelineRoot"]], ["team-artifacts", "minio://team-artifacts/v2/artifacts"]);
+    let repository: Value = serde_yaml_ng::from_str(find(&pipelines, "ConfigMap", "workflow-controller-configmap").unwrap()["data"]["artifactRepository"].as_str().unwrap()).unwrap();
+    assert_eq!(repository["s3"]["bucket"], "team-artifacts");
+    assert_eq!(repository["s3"]["endpoint"], "minio-service.kubeflow:9000", "the package's other settings stay");
+    assert_eq!(repository["s3"]["accessKeySecret"]["name"], "mlpipeline-minio-artifact", "runs in profile namespaces read the copy the profile controller makes there");
+    assert_eq!(env(&pipelines, "ml-pipeline-ui", "ARGO_ARCHIVE_BUCKETNAME")["value"], "team-artifacts");
+    let external = spec(ComponentKind::Pipelines, serde_json::json!({"objectStore": {"endpoint": "s3.example.com"}}));
+    let registry = kubeflow_component_registry::all();
+    let registered = registry.iter().find(|r| r.kind == ComponentKind::Pipelines).unwrap();
+    let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), external.clone(), FetchOptions { allow_local: true, ..Default::default() }).await.unwrap().unwrap();
+    let refused = (registered.render)("kubeflow", "kubeflow", &external, Some(rendered)).unwrap_err().to_string();
+    assert!(refused.starts_with("spec.objectStore.endpoint: is not applied to upstream's package"), "{refused}");
+
     let katib = objects_of(ComponentKind::Katib, &spec(ComponentKind::Katib, serde_json::json!({"database": {"type": "Postgres", "host": "pg.example.com", "secretRef": {"name": "katib-db", "key": "password"}}}))).await;
     assert_eq!(env(&katib, "katib-db-manager", "DB_NAME")["value"], "postgres");
     assert_eq!(env(&katib, "katib-db-manager", "KATIB_POSTGRESQL_DB_HOST")["value"], "pg.example.com");
