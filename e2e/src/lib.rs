@@ -440,7 +440,7 @@ pub fn log_excerpt(text: &str, lines: usize) -> String {
 }
 
 /// `line` without ANSI escape sequences (`ESC [ … letter`).
-fn strip_ansi(line: &str) -> String {
+pub fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars();
     while let Some(c) = chars.next() {

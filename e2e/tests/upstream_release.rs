@@ -104,19 +104,7 @@ async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], 
     }
     let unpacked = tempfile_dir(archive);
     let root = unpack(&tarball, &unpacked);
-    for (kind, name) in cleared {
-        match kind.as_str() {
-            "CustomResourceDefinition" => delete_crd(&client, name).await,
-            "Namespace" if *name != namespace && namespaces.get_opt(name).await.unwrap().is_some() => {
-                // Its contents go first (hundreds of objects after v1.10.2): watched, bounded like an install.
-                let uid = namespaces.get(name).await.unwrap().metadata.uid.unwrap();
-                namespaces.delete(name, &DeleteParams::default()).await.unwrap();
-                let deleted = await_condition(namespaces.clone(), name, kube::runtime::conditions::is_deleted(&uid));
-                tokio::time::timeout(INSTALL_WAIT, deleted).await.unwrap_or_else(|_| panic!("Namespace {name} not deleted after {INSTALL_WAIT:?}")).unwrap();
-            }
-            _ => {}
-        }
-    }
+    clear(&client, cleared, &namespace).await;
     let roles_before = roles_made(&client).await;
     let stack = OperatorStack::start(&client, &[]).await;
     let api: Api<KfDef> = Api::namespaced(client.clone(), &namespace);
@@ -145,6 +133,25 @@ async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], 
         assert!(drift.is_empty(), "drift reverted where nobody changed anything: {}\n{drift:#?}", process.log.display());
     }
     Installed { client, api, done, unpacked, root, namespace, roles_before, _stack: stack, server }
+}
+
+/// Deletes the CRDs and namespaces `cleared` names (`(kind, name)`), `kept` aside, waiting until
+/// each is gone.
+async fn clear(client: &Client, cleared: &[(String, String)], kept: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for (kind, name) in cleared {
+        match kind.as_str() {
+            "CustomResourceDefinition" => delete_crd(client, name).await,
+            "Namespace" if name != kept && namespaces.get_opt(name).await.unwrap().is_some() => {
+                // Its contents go first (hundreds of objects after v1.10.2): watched, bounded like an install.
+                let uid = namespaces.get(name).await.unwrap().metadata.uid.unwrap();
+                namespaces.delete(name, &DeleteParams::default()).await.unwrap();
+                let deleted = await_condition(namespaces.clone(), name, kube::runtime::conditions::is_deleted(&uid));
+                tokio::time::timeout(INSTALL_WAIT, deleted).await.unwrap_or_else(|_| panic!("Namespace {name} not deleted after {INSTALL_WAIT:?}")).unwrap();
+            }
+            _ => {}
+        }
+    }
 }
 
 async fn delete_crd(client: &Client, name: &str) {
@@ -313,6 +320,75 @@ async fn kfctls_v1_2_0_kfdef_installs_with_every_application_ready() {
     let installed = install("kfdef-1.2.0-istio-dex.yaml", "manifests-1.2.0.tar.gz", &cleared, BTreeMap::new(), false).await;
     assert!(installed.done.spec.applications.iter().any(|a| a.name == "kubeflow-apps"));
     uninstall(installed, &cleared).await;
+}
+
+/// A standalone Istio 1.24.3 (no `spec.sources`) on an operator run with `--release-archives`
+/// installs Istio as Kubeflow v1.10.2 ships it: the release's archive on github.com, fetched
+/// through the operator's `--remote-base-mirror` (an air-gapped cluster's copy, here on
+/// loopback), and every object upstream renders for Istio's three applications in the cluster,
+/// where upstream puts it; Ready at 1.24.3. Deleting the resource removes them.
+#[tokio::test]
+async fn a_standalone_resource_installs_its_release_from_upstreams_archive_through_a_mirror() {
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    let tarball = std::fs::read(fixtures::upstream_releases().join("manifests-1.10.2.tar.gz")).unwrap();
+    let scratch = tempfile_dir("istio-1.24.3");
+    let root = unpack(&tarball, &scratch);
+    let paths = ["common/istio/istio-crds/base", "common/istio/istio-install/overlays/oauth2-proxy", "common/istio/cluster-local-gateway/base"];
+    let mut rendered = Vec::new();
+    for path in paths {
+        rendered.extend(upstream_build(&root, path, &scratch).await);
+    }
+    let cleared = cluster_objects(rendered);
+    assert!(cleared.iter().any(|(kind, name)| kind == "CustomResourceDefinition" && name == "gateways.networking.istio.io"), "{cleared:?}");
+    let ns = TestNamespace::create(&client, "e2e-release-archive").await;
+    clear(&client, &cleared, &ns.name).await;
+
+    // Served where the mirror sends github.com's archive path; nothing else is.
+    let server = fixtures::Server::start(BTreeMap::from([("kubeflow/manifests/archive/v1.10.2.tar.gz".to_string(), tarball)])).await;
+    let mirror = format!("https://github.com/={}", server.url(""));
+    let kubeconfig = install_package(&client, "istio").await;
+    let cache = tempfile_dir("istio-cache");
+    let args = ["--namespace", &ns.name, "--allow-fetch-from", "127.0.0.1", "--release-archives", "--remote-base-mirror", &mirror];
+    let operator = OperatorProcess::start("istio-operator", &args, &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap())]);
+    operator.wait_ready().await;
+
+    let api: Api<kubeflow_crds::component::Istio> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &serde_json::from_value(json!({"apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Istio", "metadata": {"name": "istio"}, "spec": {"version": "1.24.3"}})).unwrap()).await.unwrap();
+    let ready = |istio: Option<&kubeflow_crds::component::Istio>| {
+        istio.and_then(|i| i.status.as_ref().map(|s| (s.phase.clone(), s.installed_version.clone(), s.observed_generation == i.metadata.generation)))
+            == Some((Some(kubeflow_crds::component::ComponentPhase::Ready), Some("1.24.3".to_string()), true))
+    };
+    if tokio::time::timeout(INSTALL_WAIT, await_condition(api.clone(), "istio", ready)).await.is_err() {
+        panic!("Istio 1.24.3 not Ready after {INSTALL_WAIT:?}: {:?}; log: {}", api.get("istio").await.unwrap().status, operator.log.display());
+    }
+    let mut missing = Vec::new();
+    for path in paths {
+        for (api_version, kind, namespace, name) in upstream_objects(&root, path, &scratch, &ns.name, &client).await {
+            let (resource, namespaced) = resource(&client, &api_version, &kind).await;
+            let objects: Api<DynamicObject> = if namespaced { Api::namespaced_with(client.clone(), &namespace, &resource) } else { Api::all_with(client.clone(), &resource) };
+            if objects.get_opt(&name).await.unwrap().is_none() {
+                missing.push(format!("{kind} {namespace}/{name}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "objects upstream renders are not where upstream puts them: {missing:#?}");
+    let text = std::fs::read_to_string(&operator.log).unwrap();
+    // Rendered from the package (the built-in template lacks some of those objects anyway).
+    for application in ["istio-crds", "istio-install", "cluster-local-gateway"] {
+        assert!(text.lines().map(strip_ansi).any(|l| l.contains(" rendered ") && l.contains(&format!("application={application} "))), "{application} not rendered from the archive:\n{}", log_excerpt(&text, 40));
+    }
+    assert!(!text.contains("reconcile failed"), "a failed reconcile was logged:\n{}", log_excerpt(&text, 40));
+
+    // Deleting the resource removes what it installed.
+    let uid = api.get("istio").await.unwrap().metadata.uid.unwrap();
+    api.delete("istio", &DeleteParams::default()).await.unwrap();
+    tokio::time::timeout(INSTALL_WAIT, await_condition(api.clone(), "istio", kube::runtime::conditions::is_deleted(&uid))).await.expect("the Istio resource is deleted").unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "istio-system");
+    assert!(deployments.get_opt("istiod").await.unwrap().is_none(), "istiod outlives its resource");
+    clear(&client, &cleared, &ns.name).await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&cache);
 }
 
 /// The CRDs and namespaces among `objects`, `(kind, name)`.

@@ -81,8 +81,13 @@ pub struct FetchOptions {
     pub allow_fetch_from: Vec<AllowEntry>,
     /// Most bytes the cache's unpacked repositories may hold together (default 4 GiB).
     pub max_cache_bytes: u64,
-    /// Mirrors of remote bases (`--remote-base-mirror`), after those a spec names.
+    /// Mirrors of remote bases (`--remote-base-mirror`), after those a spec names; they also
+    /// rewrite the release archives of [`FetchOptions::release_archives`].
     pub remote_base_mirrors: Vec<crate::remote_bases::Mirror>,
+    /// Whether a component resource that names no repository renders its release's package from
+    /// the archive of the Kubeflow release that ships it (`--release-archives`), rather than the
+    /// operator's built-in template.
+    pub release_archives: bool,
 }
 
 /// Default of [`FetchOptions::max_cache_bytes`]: four repositories of the largest size accepted.
@@ -100,6 +105,7 @@ impl Default for FetchOptions {
             allow_fetch_from: Vec::new(),
             max_cache_bytes: DEFAULT_MAX_CACHE_BYTES,
             remote_base_mirrors: Vec::new(),
+            release_archives: false,
         }
     }
 }

@@ -116,6 +116,13 @@ impl Component for DexComponent {
     const INSTALLS: &'static str = "Dex, the OpenID Connect provider Kubeflow authenticates users with";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    /// The release's packages in Kubeflow's archive (paths as in its `example/kustomization.yaml`).
+    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[component_framework::UpstreamRelease {
+        version: "v2.41.1",
+        archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
+        era: component_framework::api::kfdef::Era::Upstream,
+        applications: &[("dex", "common/dex/overlays/oauth2-proxy")],
+    }];
     const PACKAGE_FIELDS: &'static [&'static str] = &["issuer", "connectors", "staticPasswordsSecretRef"];
 
     fn test_spec() -> Value {
@@ -152,7 +159,7 @@ impl Component for DexComponent {
     }
 
     fn customize(resource: &Dex, inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
-        if component_framework::package::names_packages(resource) {
+        if inputs.from_packages() {
             return patch_package(resource, inputs, objects);
         }
         follow_issuer_in_health_checks(objects);
@@ -830,12 +837,14 @@ mod tests {
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dex"}, "spec": {"template": {"spec": {"containers": [{"name": "dex", "image": "dex"}]}}}}),
         ];
         let mut objects = package();
-        let refused = DexComponent::customize(&resource, &inputs("dex-users", "users.yaml", PASSWORDS), &mut objects).unwrap_err();
+        // Built from the package: the objects are rendered ones.
+        let from_package = |inputs: Inputs| Inputs { rendered: Some(Default::default()), ..inputs };
+        let refused = DexComponent::customize(&resource, &from_package(inputs("dex-users", "users.yaml", PASSWORDS)), &mut objects).unwrap_err();
         assert_eq!(refused.field, "spec.staticPasswordsSecretRef");
         assert!(refused.message.contains("dex-passwords"), "{}", refused.message);
         assert_eq!(objects, package(), "nothing is changed");
         // Not read yet: retried, not refused.
-        let waiting = DexComponent::customize(&resource, &Inputs::default(), &mut package()).unwrap_err();
+        let waiting = DexComponent::customize(&resource, &from_package(Inputs::default()), &mut package()).unwrap_err();
         assert!(waiting.retry, "{waiting:?}");
     }
 }

@@ -34,6 +34,27 @@ impl Release {
     }
 }
 
+/// Where upstream ships one of a component's releases: the archive of the Kubeflow release
+/// (kubeflow/manifests) and the component's applications in it. A resource that names no
+/// repository renders these when the operator runs with `--release-archives`
+/// ([`crate::package::render_for`]), the archive rewritten by the remote base mirrors (an
+/// air-gapped cluster's copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamRelease {
+    /// The component's version ([`Release::version`]).
+    pub version: &'static str,
+    /// The Kubeflow release's archive.
+    pub archive: &'static str,
+    /// The rules its packages are built by.
+    pub era: kubeflow_crds::kfdef::Era,
+    /// `(KfDef application, path in the archive)`, in install order.
+    pub applications: &'static [(&'static str, &'static str)],
+}
+
+/// Kubeflow v1.10.2's kubeflow/manifests archive: Istio 1.24.3, Dex v2.41.1, KServe v0.15.0,
+/// Katib v0.18.0 and Pipelines 2.5.0 as that release ships them.
+pub const KUBEFLOW_V1_10_2_ARCHIVE: &str = "https://github.com/kubeflow/manifests/archive/v1.10.2.tar.gz";
+
 /// An HTTP endpoint an operator serves besides health and metrics (e.g. an API for users).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Endpoint {
@@ -102,6 +123,13 @@ pub struct Inputs {
 }
 
 impl Inputs {
+    /// Whether the objects being built are upstream's packages ([`Inputs::rendered`]: the
+    /// resource's sources, or its release's archive) rather than the built-in template; a
+    /// component's typed spec is then written where the package keeps each setting.
+    pub fn from_packages(&self) -> bool {
+        self.rendered.is_some()
+    }
+
     pub fn secret(&self, reference: &SecretKeyRef) -> Option<&str> {
         self.secrets.get(&(reference.name.clone(), reference.key.clone())).map(String::as_str)
     }
@@ -155,6 +183,9 @@ pub trait Component: Send + Sync + 'static {
     /// deploy/all then runs its renderer beside it, a pod with no credential and no network
     /// (`kubeflow_manifests::remote`), and the operator sends every build there.
     const RENDERS_PACKAGES: bool = false;
+
+    /// Where upstream ships the component's releases, for those it knows ([`UpstreamRelease`]).
+    const UPSTREAM_RELEASES: &'static [UpstreamRelease] = &[];
 
     /// Endpoints the operator serves besides health and metrics; deploy/ exposes each one.
     const ENDPOINTS: &'static [Endpoint] = &[];

@@ -32,7 +32,7 @@ pub mod run;
 pub mod status;
 pub mod webhook_gate;
 
-pub use component::{Component, Endpoint, InvalidSpec, Inputs, Release};
+pub use component::{Component, Endpoint, InvalidSpec, Inputs, Release, UpstreamRelease};
 pub use manifest::Params;
 pub use run::run;
 

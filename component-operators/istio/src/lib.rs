@@ -217,6 +217,13 @@ impl Component for IstioComponent {
     const INSTALLS: &'static str = "the Istio control plane and ingress gateways Kubeflow routes through";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    /// The release's packages in Kubeflow's archive (paths as in its `example/kustomization.yaml`).
+    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[component_framework::UpstreamRelease {
+        version: "1.24.3",
+        archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
+        era: component_framework::api::kfdef::Era::Upstream,
+        applications: &[("istio-crds", "common/istio/istio-crds/base"), ("istio-install", "common/istio/istio-install/overlays/oauth2-proxy"), ("cluster-local-gateway", "common/istio/cluster-local-gateway/base")],
+    }];
     const PACKAGE_FIELDS: &'static [&'static str] = &["gateway"];
 
     fn test_spec() -> Value {
@@ -279,8 +286,8 @@ impl Component for IstioComponent {
 
     /// The cluster-local gateway's Deployment differs per release, so its documents are kept by the
     /// release flags; it goes with the gateway's Service, which `clusterLocalGateway` keeps.
-    fn customize(resource: &Istio, _inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
-        if component_framework::package::names_packages(resource) {
+    fn customize(resource: &Istio, inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+        if inputs.from_packages() {
             return patch_package(resource, objects);
         }
         let is = |o: &Value, kind: &str| o["kind"] == kind && o["metadata"]["name"] == "cluster-local-gateway";
@@ -338,18 +345,20 @@ mod tests {
                 {"name": "status-port", "port": 15021, "targetPort": 15021}, {"name": "http2", "port": 80, "targetPort": 8080}, {"name": "https", "port": 443, "targetPort": 8443},
             ]}})]
         };
+        // Built from the package: the objects are rendered ones.
+        let packages = Inputs { rendered: Some(Default::default()), ..Default::default() };
         let mut objects = service();
-        IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source})), &Inputs::default(), &mut objects).unwrap();
+        IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source})), &packages, &mut objects).unwrap();
         assert_eq!(objects, service(), "the default gateway leaves the package's Service as it is");
-        IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"serviceType": "NodePort", "httpPort": 8081}})), &Inputs::default(), &mut objects).unwrap();
+        IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"serviceType": "NodePort", "httpPort": 8081}})), &packages, &mut objects).unwrap();
         assert_eq!(objects[0]["spec"]["type"], "NodePort");
         assert_eq!(objects[0]["spec"]["ports"][1], json!({"name": "http2", "port": 8081, "targetPort": 8080}));
         assert_eq!(objects[0]["spec"]["ports"][2]["port"], 443);
 
-        let refused = IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"httpsPort": 15021}})), &Inputs::default(), &mut service()).unwrap_err();
+        let refused = IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"httpsPort": 15021}})), &packages, &mut service()).unwrap_err();
         assert_eq!(refused.field, "spec.gateway.httpsPort");
         assert!(refused.message.contains("status-port"), "{}", refused.message);
-        let refused = IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"serviceType": "NodePort"}})), &Inputs::default(), &mut Vec::new()).unwrap_err();
+        let refused = IstioComponent::customize(&istio(json!({"version": "1.24.3", "sources": source, "gateway": {"serviceType": "NodePort"}})), &packages, &mut Vec::new()).unwrap_err();
         assert_eq!(refused.field, "spec.gateway");
         assert!(refused.message.contains("no Service istio-ingressgateway"), "{}", refused.message);
     }

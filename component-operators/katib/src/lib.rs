@@ -123,6 +123,13 @@ impl Component for KatibComponent {
     const INSTALLS: &'static str = "Katib, hyperparameter tuning and neural architecture search (Experiment, Trial, Suggestion)";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    /// The release's packages in Kubeflow's archive (paths as in its `example/kustomization.yaml`).
+    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[component_framework::UpstreamRelease {
+        version: "v0.18.0",
+        archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
+        era: component_framework::api::kfdef::Era::Upstream,
+        applications: &[("katib", "applications/katib/upstream/installs/katib-with-kubeflow")],
+    }];
     const PACKAGE_FIELDS: &'static [&'static str] = &["database"];
 
     fn releases() -> &'static [Release] {
@@ -146,8 +153,8 @@ impl Component for KatibComponent {
         ])
     }
 
-    fn customize(resource: &Katib, _inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
-        if component_framework::package::names_packages(resource) {
+    fn customize(resource: &Katib, inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+        if inputs.from_packages() {
             patch_package(resource, objects)?;
         }
         Ok(())

@@ -213,6 +213,13 @@ impl Component for KFServingComponent {
         "KFServing and its successor KServe, serverless model inference (InferenceService) with its controller, webhooks and model servers";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    /// The release's packages in Kubeflow's archive (paths as in its `example/kustomization.yaml`).
+    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[component_framework::UpstreamRelease {
+        version: "v0.15.0",
+        archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
+        era: component_framework::api::kfdef::Era::Upstream,
+        applications: &[("kserve", "applications/kserve/kserve"), ("models-web-app", "applications/kserve/models-web-app/overlays/kubeflow")],
+    }];
     const PACKAGE_FIELDS: &'static [&'static str] = &["ingressDomain", "ingressGateway"];
 
     fn test_spec() -> Value {
@@ -267,7 +274,7 @@ impl Component for KFServingComponent {
 
     /// Parameters from KfDef applications and `spec.overrides.parameters` bypass [`Self::parameters`];
     /// those that end up inside JSON strings are checked here, and the JSON itself last of all.
-    fn customize(resource: &KFServing, _inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+    fn customize(resource: &KFServing, inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
         let core = &resource.spec.core;
         let sources = core.sources.iter().enumerate().flat_map(|(i, s)| {
             s.parameters.iter().enumerate().map(move |(j, p)| (format!("spec.sources[{i}].parameters[{j}]"), p))
@@ -286,7 +293,7 @@ impl Component for KFServingComponent {
         }
         // The built-in release's configuration is JSON its parameters are written into; upstream's
         // package keeps non-JSON entries (`_example`), which KServe ignores.
-        let from_package = component_framework::package::names_packages(resource);
+        let from_package = inputs.from_packages();
         if from_package {
             patch_package(resource, objects)?;
         }

@@ -294,6 +294,13 @@ impl Component for PipelinesComponent {
     const INSTALLS: &'static str = "Kubeflow Pipelines: API server, UI, persistence agent, scheduled workflows, MySQL and object storage";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    /// The release's packages in Kubeflow's archive (paths as in its `example/kustomization.yaml`).
+    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[component_framework::UpstreamRelease {
+        version: "2.5.0",
+        archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
+        era: component_framework::api::kfdef::Era::Upstream,
+        applications: &[("pipeline", "applications/pipeline/upstream/env/cert-manager/platform-agnostic-multi-user")],
+    }];
     const PACKAGE_FIELDS: &'static [&'static str] = &["database", "objectStore"];
 
     fn releases() -> &'static [Release] {
@@ -402,8 +409,8 @@ impl Component for PipelinesComponent {
         Ok(p)
     }
 
-    fn customize(resource: &Pipelines, _inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
-        if component_framework::package::names_packages(resource) {
+    fn customize(resource: &Pipelines, inputs: &Inputs, objects: &mut Vec<Value>) -> Result<(), InvalidSpec> {
+        if inputs.from_packages() {
             patch_package(resource, objects)?;
         }
         Ok(())

@@ -147,6 +147,48 @@ async fn built_in_components_install_upstreams_objects_with_only_their_labels_an
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// A standalone resource (no `spec.sources`) of a release upstream ships, on an operator run with
+/// `--release-archives`: it renders the component's packages in the Kubeflow release's archive,
+/// fetched through the mirror, exactly as the resource the KfDef's plan makes for the same
+/// applications does (which the test above compares with upstream's build). A release with no
+/// known archive keeps the built-in template, and an application the release lacks is refused.
+#[tokio::test]
+async fn standalone_resources_render_their_release_from_upstreams_archive() {
+    let (_, archive, plan) = v1_10_2();
+    let registry = kubeflow_component_registry::all();
+    // The archive on github.com, served from the local copy (an air-gapped cluster's mirror).
+    let mirrored = |release_archives: bool| FetchOptions {
+        allow_local: true,
+        release_archives,
+        remote_base_mirrors: vec![kubeflow_manifests::remote_bases::Mirror { prefix: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE.into(), uri: archive.display().to_string() }],
+        ..Default::default()
+    };
+    let mut compared = Vec::new();
+    for (component, planned) in plan.components.iter().filter(|(c, _)| **c != ComponentKind::GENERIC && **c != ComponentKind::ProfileController) {
+        let registered = registry.iter().find(|r| r.kind == *component).unwrap();
+        let standalone = serde_json::json!({"version": planned.spec["version"]});
+        let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(true)).await.unwrap_or_else(|| panic!("{component}: no package for {standalone}")).unwrap();
+        assert!(rendered.failed.is_empty(), "{component}: {:?}", rendered.failed);
+        let ours = (registered.render)("kubeflow", "kubeflow", &standalone, Some(rendered)).unwrap();
+        let from_kfdef = objects_of(*component, &planned.spec).await;
+        assert_eq!(ours.iter().map(identity).collect::<Vec<_>>(), from_kfdef.iter().map(identity).collect::<Vec<_>>(), "{component}: not the KfDef's objects");
+        for (object, expected) in ours.iter().zip(&from_kfdef) {
+            assert_eq!(first_difference(object, expected, String::new()), None, "{component}: {:?}", identity(object));
+        }
+        // Without the option, or at a release no archive is known for: the built-in template.
+        assert!((registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone, mirrored(false)).await.is_none(), "{component}");
+        let first = registered.releases.first().unwrap().version.clone();
+        assert!((registered.render_packages)("kubeflow".into(), "kubeflow".into(), serde_json::json!({"version": first}), mirrored(true)).await.is_none(), "{component} {first}");
+        compared.push(component.to_string());
+    }
+    assert_eq!(compared.len(), 5, "{compared:?}");
+    let katib = registry.iter().find(|r| r.kind == ComponentKind::Katib).unwrap();
+    let unknown = serde_json::json!({"version": "v0.18.0", "sources": [{"application": "katib-db"}]});
+    let refused = (katib.render_packages)("kubeflow".into(), "kubeflow".into(), unknown, mirrored(true)).await.unwrap().unwrap_err();
+    assert_eq!(refused.field, "spec.sources[0].application");
+    assert!(refused.message.contains("known: katib"), "{}", refused.message);
+}
+
 fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
     objects.iter().find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
 }

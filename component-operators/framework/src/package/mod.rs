@@ -272,16 +272,69 @@ pub fn names_packages<K: ComponentResource>(resource: &K) -> bool {
 
 /// What component `C` renders from packages for `resource`, if anything: the spec's packages when
 /// the component renders packages and the spec names them (always, for a component without
-/// releases), after refusing a component-specific field they would not apply ([`check_fields`]).
-/// The operators ([`Component::render_external`]) and `kfop` (the registry) both decide here.
+/// releases); else, with `fetch.release_archives`, the packages of its release in the Kubeflow
+/// release's archive ([`release_sources`]); after refusing a component-specific field they would
+/// not apply ([`check_fields`]). `None`: the built-in release. The operators
+/// ([`Component::render_external`]) and `kfop` (the registry) both decide here.
 pub async fn render_for<C: Component + ?Sized>(resource: &C::Resource, discovery: Discovery<'_>, fetch: FetchOptions) -> Option<Result<Rendered, InvalidSpec>> {
-    if !(C::RENDERS_PACKAGES && (C::releases().is_empty() || names_packages(resource))) {
+    if !C::RENDERS_PACKAGES {
         return None;
     }
+    let defaulted;
+    let resource = if C::releases().is_empty() || names_packages(resource) {
+        resource
+    } else if fetch.release_archives {
+        match release_sources::<C>(resource, &fetch.remote_base_mirrors)? {
+            Ok(with_sources) => {
+                defaulted = with_sources;
+                &defaulted
+            }
+            Err(invalid) => return Some(Err(invalid)),
+        }
+    } else {
+        return None;
+    };
     if let Err(unapplied) = check_fields::<C>(resource) {
         return Some(Err(unapplied));
     }
     Some(render::<C>(resource, discovery, fetch).await)
+}
+
+/// `resource` (which names no repository) with the sources of its release as upstream ships it
+/// ([`Component::UPSTREAM_RELEASES`]): every application of that release, or those `spec.sources`
+/// names, each at its path in the Kubeflow release's archive, rewritten by the resource's then the
+/// operator's mirrors (`operator_mirrors`). `None` when the operator knows no archive for the
+/// version: it installs its built-in release.
+pub fn release_sources<C: Component + ?Sized>(resource: &C::Resource, operator_mirrors: &[Mirror]) -> Option<Result<C::Resource, InvalidSpec>> {
+    let spec = resource.core();
+    let upstream = C::UPSTREAM_RELEASES.iter().find(|u| u.version == spec.version)?;
+    Some((|| {
+        let mirrors = kubeflow_manifests::remote_bases::merged(&spec.remote_base_mirrors, operator_mirrors).map_err(|(index, reason)| InvalidSpec::new(format!("spec.remoteBaseMirrors[{index}]"), reason))?;
+        let archive = kubeflow_manifests::remote_bases::mirrored(upstream.archive, &mirrors);
+        let source = |application: &str, path: &str, named: Option<&KustomizeSource>| KustomizeSource {
+            application: application.to_string(),
+            repo_uri: Some(archive.clone()),
+            path: Some(path.to_string()),
+            ..named.cloned().unwrap_or_default()
+        };
+        let sources: Vec<KustomizeSource> = if spec.sources.is_empty() {
+            upstream.applications.iter().map(|(application, path)| source(application, path, None)).collect()
+        } else {
+            let known: Vec<&str> = upstream.applications.iter().map(|(application, _)| *application).collect();
+            spec.sources
+                .iter()
+                .enumerate()
+                .map(|(index, named)| match upstream.applications.iter().find(|(application, _)| *application == named.application) {
+                    Some((application, path)) => Ok(source(application, path, Some(named))),
+                    None => Err(InvalidSpec::new(field(index, "application"), format!("{:?} is not an application of release {} as Kubeflow ships it; known: {}", named.application, upstream.version, known.join(", ")))),
+                })
+                .collect::<Result<_, _>>()?
+        };
+        let mut value = serde_json::to_value(resource).expect("resources serialise");
+        value["spec"]["sources"] = serde_json::to_value(&sources).expect("sources serialise");
+        value["spec"]["era"] = serde_json::to_value(upstream.era).expect("eras serialise");
+        serde_json::from_value(value).map_err(|e| InvalidSpec::new("spec.sources", format!("the release's sources do not fit the resource: {e}")))
+    })())
 }
 
 /// Refuses a component-specific spec field that `resource` (which names packages) sets to other
