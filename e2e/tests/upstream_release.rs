@@ -3,7 +3,8 @@
 //! no drift reverted; for v1.10.2, each object upstream's `kustomize build` renders for any
 //! application (those the built-in components install too) is in the cluster, in the namespace
 //! upstream puts it, and a KfUpgrade to a later release built on its archive (images moved on, a pinned remote
-//! base added) is planned, approved and applied; kfctl's v1.2.0 KfDef installs too.
+//! base added) is planned, approved and applied; kfctl's v1.2.0 KfDef installs too; and a
+//! standalone Istio installs its release from v1.10.2's archive through a mirror.
 //!
 //! The environment answers for the webhook backends kwok's pods cannot run (e2e/env's pods'
 //! network stand-in), so cert-manager's, Istio's, Knative's and KServe's `failurePolicy: Fail`
