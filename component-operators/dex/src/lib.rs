@@ -116,13 +116,24 @@ impl Component for DexComponent {
     const INSTALLS: &'static str = "Dex, the OpenID Connect provider Kubeflow authenticates users with";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
-    /// The release's packages in Kubeflow's archive (paths as in its `example/kustomization.yaml`).
-    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[component_framework::UpstreamRelease {
-        version: "v2.41.1",
-        archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
-        era: component_framework::api::kfdef::Era::Upstream,
-        applications: &[("dex", "common/dex/overlays/oauth2-proxy")],
-    }];
+    /// The releases' packages in Kubeflow's archives (paths as kfctl's v1.2.0 `kfctl_istio_dex`
+    /// KfDef and v1.10.2's `example/kustomization.yaml` list them).
+    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[
+        component_framework::UpstreamRelease {
+            version: "v2.22.0",
+            archive: component_framework::component::KUBEFLOW_V1_2_0_ARCHIVE,
+            era: component_framework::api::kfdef::Era::Kfctl,
+            mode: component_framework::api::component::RenderMode::Stacks,
+            applications: &[("dex", "stacks/kubernetes/application/dex-auth")],
+        },
+        component_framework::UpstreamRelease {
+            version: "v2.41.1",
+            archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
+            era: component_framework::api::kfdef::Era::Upstream,
+            mode: component_framework::api::component::RenderMode::PerApplication,
+            applications: &[("dex", "common/dex/overlays/oauth2-proxy")],
+        },
+    ];
     const PACKAGE_FIELDS: &'static [&'static str] = &["issuer", "connectors", "staticPasswordsSecretRef"];
 
     fn test_spec() -> Value {

@@ -47,9 +47,15 @@ pub struct UpstreamRelease {
     pub archive: &'static str,
     /// The rules its packages are built by.
     pub era: kubeflow_crds::kfdef::Era,
+    /// How kfctl built them (its stacks for Kubeflow 1.1 and 1.2; unused for upstream's era).
+    pub mode: kubeflow_crds::component::RenderMode,
     /// `(KfDef application, path in the archive)`, in install order.
     pub applications: &'static [(&'static str, &'static str)],
 }
+
+/// Kubeflow v1.2.0's kubeflow/manifests archive (kfctl's era, built as its stacks): Istio 1.3.1,
+/// Dex v2.22.0 and KFServing v0.4.1 as kfctl's `kfctl_istio_dex` KfDef of that release lists them.
+pub const KUBEFLOW_V1_2_0_ARCHIVE: &str = "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz";
 
 /// Kubeflow v1.10.2's kubeflow/manifests archive: Istio 1.24.3, Dex v2.41.1, KServe v0.15.0,
 /// Katib v0.18.0 and Pipelines 2.5.0 as that release ships them.

@@ -217,13 +217,24 @@ impl Component for IstioComponent {
     const INSTALLS: &'static str = "the Istio control plane and ingress gateways Kubeflow routes through";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
-    /// The release's packages in Kubeflow's archive (paths as in its `example/kustomization.yaml`).
-    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[component_framework::UpstreamRelease {
-        version: "1.24.3",
-        archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
-        era: component_framework::api::kfdef::Era::Upstream,
-        applications: &[("istio-crds", "common/istio/istio-crds/base"), ("istio-install", "common/istio/istio-install/overlays/oauth2-proxy"), ("cluster-local-gateway", "common/istio/cluster-local-gateway/base")],
-    }];
+    /// The releases' packages in Kubeflow's archives (paths as kfctl's v1.2.0 `kfctl_istio_dex`
+    /// KfDef and v1.10.2's `example/kustomization.yaml` list them).
+    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[
+        component_framework::UpstreamRelease {
+            version: "1.3.1",
+            archive: component_framework::component::KUBEFLOW_V1_2_0_ARCHIVE,
+            era: component_framework::api::kfdef::Era::Kfctl,
+            mode: component_framework::api::component::RenderMode::Stacks,
+            applications: &[("istio-stack", "stacks/kubernetes/application/istio-1-3-1-stack"), ("cluster-local-gateway", "stacks/kubernetes/application/cluster-local-gateway-1-3-1"), ("istio", "istio/istio/base")],
+        },
+        component_framework::UpstreamRelease {
+            version: "1.24.3",
+            archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
+            era: component_framework::api::kfdef::Era::Upstream,
+            mode: component_framework::api::component::RenderMode::PerApplication,
+            applications: &[("istio-crds", "common/istio/istio-crds/base"), ("istio-install", "common/istio/istio-install/overlays/oauth2-proxy"), ("cluster-local-gateway", "common/istio/cluster-local-gateway/base")],
+        },
+    ];
     const PACKAGE_FIELDS: &'static [&'static str] = &["gateway"];
 
     fn test_spec() -> Value {

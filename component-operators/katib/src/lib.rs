@@ -128,6 +128,7 @@ impl Component for KatibComponent {
         version: "v0.18.0",
         archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
         era: component_framework::api::kfdef::Era::Upstream,
+        mode: component_framework::api::component::RenderMode::PerApplication,
         applications: &[("katib", "applications/katib/upstream/installs/katib-with-kubeflow")],
     }];
     const PACKAGE_FIELDS: &'static [&'static str] = &["database"];

@@ -213,13 +213,24 @@ impl Component for KFServingComponent {
         "KFServing and its successor KServe, serverless model inference (InferenceService) with its controller, webhooks and model servers";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
-    /// The release's packages in Kubeflow's archive (paths as in its `example/kustomization.yaml`).
-    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[component_framework::UpstreamRelease {
-        version: "v0.15.0",
-        archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
-        era: component_framework::api::kfdef::Era::Upstream,
-        applications: &[("kserve", "applications/kserve/kserve"), ("models-web-app", "applications/kserve/models-web-app/overlays/kubeflow")],
-    }];
+    /// The releases' packages in Kubeflow's archives (paths as kfctl's v1.2.0 `kfctl_istio_dex`
+    /// KfDef and v1.10.2's `example/kustomization.yaml` list them).
+    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[
+        component_framework::UpstreamRelease {
+            version: "v0.4.1",
+            archive: component_framework::component::KUBEFLOW_V1_2_0_ARCHIVE,
+            era: component_framework::api::kfdef::Era::Kfctl,
+            mode: component_framework::api::component::RenderMode::Stacks,
+            applications: &[("kfserving", "kfserving/installs/generic")],
+        },
+        component_framework::UpstreamRelease {
+            version: "v0.15.0",
+            archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
+            era: component_framework::api::kfdef::Era::Upstream,
+            mode: component_framework::api::component::RenderMode::PerApplication,
+            applications: &[("kserve", "applications/kserve/kserve"), ("models-web-app", "applications/kserve/models-web-app/overlays/kubeflow")],
+        },
+    ];
     const PACKAGE_FIELDS: &'static [&'static str] = &["ingressDomain", "ingressGateway"];
 
     fn test_spec() -> Value {

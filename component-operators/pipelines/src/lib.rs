@@ -299,6 +299,7 @@ impl Component for PipelinesComponent {
         version: "2.5.0",
         archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
         era: component_framework::api::kfdef::Era::Upstream,
+        mode: component_framework::api::component::RenderMode::PerApplication,
         applications: &[("pipeline", "applications/pipeline/upstream/env/cert-manager/platform-agnostic-multi-user")],
     }];
     const PACKAGE_FIELDS: &'static [&'static str] = &["database", "objectStore"];

@@ -147,41 +147,65 @@ async fn built_in_components_install_upstreams_objects_with_only_their_labels_an
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// Kfctl's v1.2.0 KfDef (Istio, Dex, KFServing and the `kubeflow-apps` stacks), over the local
+/// archive, and the meta-operator's plan of it.
+fn v1_2_0() -> (std::path::PathBuf, meta_operator::plan::Plan) {
+    let dir = kubeflow_manifests::fixtures::upstream_releases();
+    let archive = dir.join("manifests-1.2.0.tar.gz");
+    let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("kfdef-1.2.0-istio-dex.yaml")).unwrap()).unwrap();
+    kfdef.spec.repos[0].uri = archive.display().to_string();
+    let mut catalog = meta_operator::catalog::Catalog::default();
+    for component in kubeflow_component_registry::all() {
+        catalog.learn(component.kind, component.releases.clone());
+    }
+    let plan = meta_operator::plan::plan(&kfdef, Platform::Kubernetes, &catalog).unwrap();
+    (archive, plan)
+}
+
 /// A standalone resource (no `spec.sources`) of a release upstream ships, on an operator run with
 /// `--release-archives`: it renders the component's packages in the Kubeflow release's archive,
-/// fetched through the mirror, exactly as the resource the KfDef's plan makes for the same
-/// applications does (which the test above compares with upstream's build). A release with no
-/// known archive keeps the built-in template, and an application the release lacks is refused.
+/// fetched through the mirror, exactly as the resource the release's KfDef's plan makes for the
+/// same applications does (compared with upstream's and kfctl's builds by the tests above and in
+/// manifests/tests/upstream.rs): v1.10.2's five built-ins, and kfctl v1.2.0's Istio, Dex and
+/// KFServing (its stacks). A release with no known archive (Kubeflow 1.3's) keeps the built-in
+/// template, and an application the release lacks is refused.
 #[tokio::test]
 async fn standalone_resources_render_their_release_from_upstreams_archive() {
-    let (_, archive, plan) = v1_10_2();
+    let (_, archive_1_10, plan_1_10) = v1_10_2();
+    let (archive_1_2, plan_1_2) = v1_2_0();
     let registry = kubeflow_component_registry::all();
-    // The archive on github.com, served from the local copy (an air-gapped cluster's mirror).
+    // The archives on github.com, served from the local copies (an air-gapped cluster's mirror).
     let mirrored = |release_archives: bool| FetchOptions {
         allow_local: true,
         release_archives,
-        remote_base_mirrors: vec![kubeflow_manifests::remote_bases::Mirror { prefix: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE.into(), uri: archive.display().to_string() }],
+        remote_base_mirrors: vec![
+            kubeflow_manifests::remote_bases::Mirror { prefix: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE.into(), uri: archive_1_10.display().to_string() },
+            kubeflow_manifests::remote_bases::Mirror { prefix: component_framework::component::KUBEFLOW_V1_2_0_ARCHIVE.into(), uri: archive_1_2.display().to_string() },
+        ],
         ..Default::default()
     };
     let mut compared = Vec::new();
-    for (component, planned) in plan.components.iter().filter(|(c, _)| **c != ComponentKind::GENERIC && **c != ComponentKind::ProfileController) {
-        let registered = registry.iter().find(|r| r.kind == *component).unwrap();
-        let standalone = serde_json::json!({"version": planned.spec["version"]});
-        let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(true)).await.unwrap_or_else(|| panic!("{component}: no package for {standalone}")).unwrap();
-        assert!(rendered.failed.is_empty(), "{component}: {:?}", rendered.failed);
-        let ours = (registered.render)("kubeflow", "kubeflow", &standalone, Some(rendered)).unwrap();
-        let from_kfdef = objects_of(*component, &planned.spec).await;
-        assert_eq!(ours.iter().map(identity).collect::<Vec<_>>(), from_kfdef.iter().map(identity).collect::<Vec<_>>(), "{component}: not the KfDef's objects");
-        for (object, expected) in ours.iter().zip(&from_kfdef) {
-            assert_eq!(first_difference(object, expected, String::new()), None, "{component}: {:?}", identity(object));
+    for plan in [&plan_1_10, &plan_1_2] {
+        for (component, planned) in plan.components.iter().filter(|(c, _)| **c != ComponentKind::GENERIC && **c != ComponentKind::ProfileController) {
+            let registered = registry.iter().find(|r| r.kind == *component).unwrap();
+            let standalone = serde_json::json!({"version": planned.spec["version"]});
+            let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(true)).await.unwrap_or_else(|| panic!("{component}: no package for {standalone}")).unwrap();
+            assert!(rendered.failed.is_empty(), "{component}: {:?}", rendered.failed);
+            let ours = (registered.render)("kubeflow", "kubeflow", &standalone, Some(rendered)).unwrap();
+            let from_kfdef = objects_of(*component, &planned.spec).await;
+            assert_eq!(ours.iter().map(identity).collect::<Vec<_>>(), from_kfdef.iter().map(identity).collect::<Vec<_>>(), "{component} {standalone}: not the KfDef's objects");
+            for (object, expected) in ours.iter().zip(&from_kfdef) {
+                assert_eq!(first_difference(object, expected, String::new()), None, "{component} {standalone}: {:?}", identity(object));
+            }
+            // Without the option, or at a release no archive is known for: the built-in template.
+            assert!((registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(false)).await.is_none(), "{component}");
+            let kubeflow_1_3 = registered.releases.iter().find(|r| r.kubeflow.iter().any(|k| k == "1.3")).unwrap().version.clone();
+            assert!((registered.render_packages)("kubeflow".into(), "kubeflow".into(), serde_json::json!({"version": kubeflow_1_3}), mirrored(true)).await.is_none(), "{component} {kubeflow_1_3}");
+            compared.push(format!("{component} {}", planned.spec["version"].as_str().unwrap()));
         }
-        // Without the option, or at a release no archive is known for: the built-in template.
-        assert!((registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone, mirrored(false)).await.is_none(), "{component}");
-        let first = registered.releases.first().unwrap().version.clone();
-        assert!((registered.render_packages)("kubeflow".into(), "kubeflow".into(), serde_json::json!({"version": first}), mirrored(true)).await.is_none(), "{component} {first}");
-        compared.push(component.to_string());
     }
-    assert_eq!(compared.len(), 5, "{compared:?}");
+    compared.sort();
+    assert_eq!(compared, ["dex v2.22.0", "dex v2.41.1", "istio 1.24.3", "istio 1.3.1", "katib v0.18.0", "kfserving v0.15.0", "kfserving v0.4.1", "pipelines 2.5.0"]);
     let katib = registry.iter().find(|r| r.kind == ComponentKind::Katib).unwrap();
     let unknown = serde_json::json!({"version": "v0.18.0", "sources": [{"application": "katib-db"}]});
     let refused = (katib.render_packages)("kubeflow".into(), "kubeflow".into(), unknown, mirrored(true)).await.unwrap().unwrap_err();

@@ -333,6 +333,7 @@ pub fn release_sources<C: Component + ?Sized>(resource: &C::Resource, operator_m
         let mut value = serde_json::to_value(resource).expect("resources serialise");
         value["spec"]["sources"] = serde_json::to_value(&sources).expect("sources serialise");
         value["spec"]["era"] = serde_json::to_value(upstream.era).expect("eras serialise");
+        value["spec"]["mode"] = serde_json::to_value(upstream.mode).expect("modes serialise");
         serde_json::from_value(value).map_err(|e| InvalidSpec::new("spec.sources", format!("the release's sources do not fit the resource: {e}")))
     })())
 }
