@@ -78,11 +78,7 @@ fn v1_10_2() -> (KfDef, std::path::PathBuf, meta_operator::plan::Plan) {
     let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("kfdef-1.10.2.yaml")).unwrap()).unwrap();
     kfdef.metadata.namespace = Some("kubeflow".into());
     kfdef.spec.repos[0].uri = archive.display().to_string();
-    let mut catalog = meta_operator::catalog::Catalog::default();
-    for component in kubeflow_component_registry::all() {
-        catalog.learn(component.kind, component.releases.clone());
-    }
-    let plan = meta_operator::plan::plan(&kfdef, Platform::Kubernetes, &catalog).unwrap();
+    let plan = plan_of(&kfdef);
     (kfdef, archive, plan)
 }
 
@@ -147,6 +143,15 @@ async fn built_in_components_install_upstreams_objects_with_only_their_labels_an
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// The meta-operator's plan of `kfdef`, every registered component's releases known.
+fn plan_of(kfdef: &KfDef) -> meta_operator::plan::Plan {
+    let mut catalog = meta_operator::catalog::Catalog::default();
+    for component in kubeflow_component_registry::all() {
+        catalog.learn(component.kind, component.releases.clone());
+    }
+    meta_operator::plan::plan(kfdef, Platform::Kubernetes, &catalog).unwrap()
+}
+
 /// Kfctl's v1.2.0 KfDef (Istio, Dex, KFServing and the `kubeflow-apps` stacks), over the local
 /// archive, and the meta-operator's plan of it.
 fn v1_2_0() -> (std::path::PathBuf, meta_operator::plan::Plan) {
@@ -154,11 +159,7 @@ fn v1_2_0() -> (std::path::PathBuf, meta_operator::plan::Plan) {
     let archive = dir.join("manifests-1.2.0.tar.gz");
     let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("kfdef-1.2.0-istio-dex.yaml")).unwrap()).unwrap();
     kfdef.spec.repos[0].uri = archive.display().to_string();
-    let mut catalog = meta_operator::catalog::Catalog::default();
-    for component in kubeflow_component_registry::all() {
-        catalog.learn(component.kind, component.releases.clone());
-    }
-    let plan = meta_operator::plan::plan(&kfdef, Platform::Kubernetes, &catalog).unwrap();
+    let plan = plan_of(&kfdef);
     (archive, plan)
 }
 
