@@ -150,6 +150,8 @@ pub fn desired_bucket(component: ComponentKind) -> String {
 pub enum Identity {
     MetaOperator,
     Component(ComponentKind),
+    /// A spoke cluster's relay to the hub ([`crate::fleet`]).
+    FleetAgent,
 }
 
 /// Subjects an identity may publish to and subscribe to (NATS wildcards); everything else is
@@ -161,9 +163,9 @@ pub struct Permissions {
 }
 
 impl Identity {
-    /// Every identity of the contract: the meta-operator and one per component.
+    /// Every identity of the contract: the meta-operator, one per component and the fleet agent.
     pub fn all() -> Vec<Identity> {
-        std::iter::once(Identity::MetaOperator).chain(ComponentKind::ALL.into_iter().map(Identity::Component)).collect()
+        std::iter::once(Identity::MetaOperator).chain(ComponentKind::ALL.into_iter().map(Identity::Component)).chain([Identity::FleetAgent]).collect()
     }
 
     /// NATS user name, also the operator's name.
@@ -171,6 +173,7 @@ impl Identity {
         match self {
             Identity::MetaOperator => "meta-operator".into(),
             Identity::Component(c) => format!("{}-operator", c.name()),
+            Identity::FleetAgent => "fleet-agent".into(),
         }
     }
 
@@ -217,6 +220,18 @@ impl Identity {
                     subscribe: vec![inbox],
                 }
             }
+            Identity::FleetAgent => Permissions {
+                // A spoke cluster's bus owner in the meta-operator's place: it makes the buckets
+                // and writes every component's desired state as the hub says. Towards the hub:
+                // its domain's API and flow control, which the hub's leaf permissions narrow to
+                // the cluster's own buckets (`crate::fleet::leaf_permissions`), where a
+                // compromised spoke cannot widen them.
+                publish: ["$JS.API.>".to_string(), "$JS.FC.>".into(), format!("$JS.{}.API.>", crate::fleet::HUB_DOMAIN)]
+                    .into_iter()
+                    .chain(ComponentKind::ALL.into_iter().map(|c| format!("$KV.{}.>", desired_bucket(c))))
+                    .collect(),
+                subscribe: vec![inbox],
+            },
         }
     }
 }
@@ -251,7 +266,7 @@ mod tests {
         let meta = Identity::MetaOperator.permissions();
         assert!(meta.publish.contains(&"$KV.kubeflow-desired-istio.>".to_string()), "{:?}", meta.publish);
         assert!(!meta.publish.iter().any(|p| p.starts_with("$KV.kubeflow-status")), "{:?}", meta.publish);
-        assert_eq!(Identity::all().len(), ComponentKind::ALL.len() + 1);
+        assert_eq!(Identity::all().len(), ComponentKind::ALL.len() + 2);
     }
 
     #[test]

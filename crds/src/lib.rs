@@ -4,6 +4,7 @@
 //! * [`kfupgrade`]: `KfUpgrade` (`kfupgrade.apps.kubeflow.org/v1alpha1`).
 //! * [`profile`]: Kubeflow's `Profile` (`kubeflow.org/v1`), which the profiles component installs.
 //! * [`bus`]: the NATS contract between the meta-operator and the component operators.
+//! * [`fleet`]: the contract between a hub cluster's bus and its spoke clusters' (NATS leaf nodes).
 //! * [`component`]: the component resources (`components.kubeflow.org/v1alpha1`) with their
 //!   shared spec/status core.
 //!
@@ -14,6 +15,7 @@ pub mod bus;
 pub mod common;
 pub mod component;
 pub mod crdgen;
+pub mod fleet;
 pub mod kfdef;
 pub mod kfupgrade;
 pub mod profile;

@@ -551,6 +551,21 @@ impl NatsServer {
         server
     }
 
+    /// One node whose configuration `adjust` changes first (a fleet's hub or spoke: its JetStream
+    /// domain and leaf nodes).
+    pub async fn start_configured(adjust: impl FnOnce(&mut operator_runtime::bus_security::ServerConfig)) -> Self {
+        let dir = std::env::temp_dir().join(unique_name("nats"));
+        let bus = LocalBus::create(&dir).expect("write the bus material");
+        let (port, monitor_port) = (free_port(), free_port());
+        let mut config = bus.server_config("nats-0", port, Some(monitor_port), &dir.join("nats-0"), None).expect("the server configuration");
+        adjust(&mut config);
+        let config = bus.write("nats-0", &config).expect("write the server configuration");
+        let mut server = Self { port, bus, nodes: vec![NatsNode { port, monitor_port, config, child: None }] };
+        server.resume().await;
+        server.await_jetstream(0).await;
+        server
+    }
+
     /// The client URLs of every node, comma-separated (a client fails over between them).
     pub fn url(&self) -> String {
         self.nodes.iter().map(|n| format!("tls://127.0.0.1:{}", n.port)).collect::<Vec<_>>().join(",")

@@ -95,6 +95,8 @@ pub fn server_config(namespace: &str, replicas: usize) -> String {
         ca_file: "/etc/nats/tls/ca.crt".into(),
         public_keys: PublicKeys::FromEnv,
         cluster,
+        jetstream_domain: None,
+        leaf_nodes: None,
     })
 }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use kubeflow_crds::bus::Identity;
+use kubeflow_crds::fleet::{self, ClusterName};
 
 /// A fresh NKey user seed (the private half of an identity).
 pub fn new_seed() -> String {
@@ -88,6 +89,32 @@ pub struct ServerConfig {
     pub ca_file: String,
     pub public_keys: PublicKeys,
     pub cluster: Option<Cluster>,
+    /// The JetStream domain ([`kubeflow_crds::fleet`]): the hub's, or a spoke's (its cluster
+    /// name); none for a single cluster.
+    pub jetstream_domain: Option<String>,
+    pub leaf_nodes: Option<LeafNodes>,
+}
+
+/// A fleet's leaf node connections ([`kubeflow_crds::fleet`]).
+#[derive(Clone, Debug)]
+pub enum LeafNodes {
+    /// The hub: accepts one leaf connection per registered cluster, each as the cluster's NKey
+    /// user (its public key here) with [`fleet::leaf_permissions`]; those keys are refused on the
+    /// client port, and the operators' keys on the leaf port.
+    Hub { port: u16, clusters: Vec<(ClusterName, String)> },
+    /// A spoke: connects out to the hub at `hub_url` (`tls://host:port`) with the cluster's seed,
+    /// checking the hub's certificate against `hub_ca_file`.
+    Spoke { hub_url: String, seed: Seed, hub_ca_file: String },
+}
+
+/// Where a spoke's server reads its cluster's NKey seed: nats-server takes the seed itself, not a
+/// file.
+#[derive(Clone, Debug)]
+pub enum Seed {
+    /// From the named environment variable (the deployed server, from a Secret).
+    FromEnv(String),
+    /// Written into the configuration (a local bus; the file is the owner's only).
+    Literal(String),
 }
 
 fn quoted(s: &str) -> String {
@@ -112,25 +139,48 @@ pub fn server_config(config: &ServerConfig) -> String {
     if let Some(monitor) = config.monitor_port {
         out += &format!("http_port: {monitor}\n");
     }
-    out += &format!("jetstream {{\n  store_dir: {}\n}}\n", quoted(&config.store_dir));
+    let domain = config.jetstream_domain.as_deref().map_or_else(String::new, |d| format!("\n  domain: {}", quoted(d)));
+    out += &format!("jetstream {{\n  store_dir: {}{domain}\n}}\n", quoted(&config.store_dir));
     out += &format!("{}\n", tls_block(config, false));
     if let Some(cluster) = &config.cluster {
         // Routes authenticate each other with the server certificate (the same CA on both ends).
         out += &format!("cluster {{\n  name: {}\n  port: {}\n  routes: {}\n  {}\n}}\n", quoted(&cluster.name), cluster.port, quoted_list(&cluster.routes), tls_block(config, true));
     }
+    let hub_clusters = match &config.leaf_nodes {
+        Some(LeafNodes::Hub { port, clusters }) => {
+            out += &format!("leafnodes {{\n  host: {}\n  port: {port}\n  {}\n}}\n", quoted(&config.host), tls_block(config, false));
+            Some(clusters)
+        }
+        Some(LeafNodes::Spoke { hub_url, seed, hub_ca_file }) => {
+            let seed = match seed {
+                Seed::FromEnv(variable) => format!("${variable}"),
+                Seed::Literal(seed) => quoted(seed),
+            };
+            out += &format!("leafnodes {{\n  remotes: [{{url: {}, nkey: {seed}, tls: {{ca_file: {}, timeout: 5}}}}]\n}}\n", quoted(hub_url), quoted(hub_ca_file));
+            None
+        }
+        None => None,
+    };
+    // On a hub, each key may connect only as what it is: an operator as a client, a cluster as a
+    // leaf node.
+    let only = |kind: &str| if hub_clusters.is_some() { format!("allowed_connection_types: [{}], ", quoted(kind)) } else { String::new() };
+    let user = |comment: &str, key: String, kind: String, permissions: &kubeflow_crds::bus::Permissions| {
+        format!("    # {comment}\n    {{nkey: {key}, {kind}permissions: {{publish: {{allow: {}}}, subscribe: {{allow: {}}}}}}}\n", quoted_list(&permissions.publish), quoted_list(&permissions.subscribe))
+    };
     out += "authorization {\n  users: [\n";
     for identity in Identity::all() {
         let key = match &config.public_keys {
             PublicKeys::FromEnv => format!("${}", public_key_env(identity)),
             PublicKeys::Literal(keys) => keys.get(&identity).map_or_else(|| quoted("missing"), |k| quoted(k)),
         };
-        let permissions = identity.permissions();
-        out += &format!(
-            "    # {}\n    {{nkey: {key}, permissions: {{publish: {{allow: {}}}, subscribe: {{allow: {}}}}}}}\n",
-            identity.user(),
-            quoted_list(&permissions.publish),
-            quoted_list(&permissions.subscribe),
-        );
+        let permissions = match (identity, hub_clusters) {
+            (Identity::MetaOperator, Some(clusters)) => fleet::hub_meta_operator_permissions(&clusters.iter().map(|(c, _)| c.clone()).collect::<Vec<_>>()),
+            _ => identity.permissions(),
+        };
+        out += &user(&identity.user(), key, only("STANDARD"), &permissions);
+    }
+    for (cluster, key) in hub_clusters.into_iter().flatten() {
+        out += &user(&format!("cluster {cluster}"), quoted(key), only("LEAFNODE"), &fleet::leaf_permissions(cluster));
     }
     out += "  ]\n}\n";
     out
@@ -174,13 +224,20 @@ impl LocalBus {
 
     /// Writes the configuration of server `name` (listening on 127.0.0.1) and returns its path.
     pub fn write_server_config(&self, name: &str, port: u16, monitor_port: Option<u16>, store_dir: &Path, cluster: Option<Cluster>) -> std::io::Result<PathBuf> {
+        let config = self.server_config(name, port, monitor_port, store_dir, cluster)?;
+        self.write(name, &config)
+    }
+
+    /// The configuration of server `name` listening on 127.0.0.1, to adjust (a fleet's domain and
+    /// leaf nodes) before [`LocalBus::write`].
+    pub fn server_config(&self, name: &str, port: u16, monitor_port: Option<u16>, store_dir: &Path, cluster: Option<Cluster>) -> std::io::Result<ServerConfig> {
         let mut keys = BTreeMap::new();
         for identity in Identity::all() {
             let seed = std::fs::read_to_string(self.seed_file(identity))?;
             keys.insert(identity, public_key(&seed).map_err(std::io::Error::other)?);
         }
         let path = |f: &str| self.dir.join(f).to_string_lossy().into_owned();
-        let config = ServerConfig {
+        Ok(ServerConfig {
             host: "127.0.0.1".into(),
             port,
             monitor_port,
@@ -191,9 +248,16 @@ impl LocalBus {
             ca_file: path("ca.crt"),
             public_keys: PublicKeys::Literal(keys),
             cluster,
-        };
+            jetstream_domain: None,
+            leaf_nodes: None,
+        })
+    }
+
+    /// Writes `config` as server `name`'s (readable by the owner only: it may hold a seed) and
+    /// returns the file's path.
+    pub fn write(&self, name: &str, config: &ServerConfig) -> std::io::Result<PathBuf> {
         let file = self.dir.join(format!("{name}.conf"));
-        write_private(&file, &server_config(&config))?;
+        write_private(&file, &server_config(config))?;
         Ok(file)
     }
 }
@@ -220,9 +284,9 @@ mod tests {
         assert!(public_key(&account).unwrap_err().contains("not a user NKey"));
     }
 
-    #[test]
-    fn the_configuration_names_every_identity_and_reads_keys_from_the_environment() {
-        let config = ServerConfig {
+    /// A deployed server's configuration: keys from the environment, no fleet.
+    fn deployed() -> ServerConfig {
+        ServerConfig {
             host: "0.0.0.0".into(),
             port: 4222,
             monitor_port: Some(8222),
@@ -233,13 +297,49 @@ mod tests {
             ca_file: "/tls/ca.crt".into(),
             public_keys: PublicKeys::FromEnv,
             cluster: None,
-        };
-        let text = server_config(&config);
+            jetstream_domain: None,
+            leaf_nodes: None,
+        }
+    }
+
+    #[test]
+    fn the_configuration_names_every_identity_and_reads_keys_from_the_environment() {
+        let text = server_config(&deployed());
         assert!(text.contains("{nkey: $KFOP_NKEY_KATIB_OPERATOR, permissions: {publish: {allow: [\"$JS.API.INFO\""), "{text}");
         assert!(text.contains("subscribe: {allow: [\"_INBOX.katib-operator.>\"]}"), "{text}");
         assert!(text.contains("$KFOP_NKEY_META_OPERATOR"));
         assert!(text.contains("server_name: $SERVER_NAME"));
         assert!(!text.contains("no_auth_user") && !text.contains("cluster {"), "{text}");
+    }
+
+    #[test]
+    fn a_hub_fences_each_clusters_leaf_and_a_spoke_dials_out_with_its_seed() {
+        let base = ServerConfig {
+            jetstream_domain: Some("hub".into()),
+            leaf_nodes: Some(LeafNodes::Hub { port: 7422, clusters: vec![("spoke-a".parse().unwrap(), "UAKEY".into())] }),
+            ..deployed()
+        };
+        let hub = server_config(&base);
+        assert!(hub.contains("jetstream {\n  store_dir: \"/data\"\n  domain: \"hub\"\n}"), "{hub}");
+        assert!(hub.contains("leafnodes {\n  host: \"0.0.0.0\"\n  port: 7422\n  tls {cert_file: \"/tls/tls.crt\""), "{hub}");
+        // The cluster's key: a leaf connection only, with the cluster's own permissions.
+        assert!(hub.contains("# cluster spoke-a\n    {nkey: \"UAKEY\", allowed_connection_types: [\"LEAFNODE\"], permissions: {publish: {allow: [\"$JS.hub.API.STREAM.INFO.KV_kubeflow-fleet-desired-spoke-a\""), "{hub}");
+        assert!(hub.contains("subscribe: {allow: [\"_INBOX.fleet-agent.spoke-a.>\"]}"), "{hub}");
+        // The operators' keys: clients only; the meta-operator writes the cluster's desired state.
+        assert!(hub.contains("{nkey: $KFOP_NKEY_KATIB_OPERATOR, allowed_connection_types: [\"STANDARD\"]"), "{hub}");
+        let meta = hub.lines().find(|l| l.contains("$KFOP_NKEY_META_OPERATOR")).unwrap();
+        assert!(meta.contains("\"$KV.kubeflow-fleet-desired-spoke-a.>\""), "{meta}");
+
+        let spoke = server_config(&ServerConfig {
+            jetstream_domain: Some("spoke-a".into()),
+            leaf_nodes: Some(LeafNodes::Spoke { hub_url: "tls://hub.example.com:7422".into(), seed: Seed::FromEnv("KFOP_FLEET_SEED".into()), hub_ca_file: "/hub/ca.crt".into() }),
+            ..base.clone()
+        });
+        assert!(spoke.contains("domain: \"spoke-a\""), "{spoke}");
+        assert!(spoke.contains("remotes: [{url: \"tls://hub.example.com:7422\", nkey: $KFOP_FLEET_SEED, tls: {ca_file: \"/hub/ca.crt\", timeout: 5}}]"), "{spoke}");
+        assert!(!spoke.contains("allowed_connection_types") && !spoke.contains("cluster spoke-a") && !spoke.contains("fleet-desired"), "{spoke}");
+        let literal = server_config(&ServerConfig { leaf_nodes: Some(LeafNodes::Spoke { hub_url: "tls://h:1".into(), seed: Seed::Literal("SUSEED".into()), hub_ca_file: "/ca".into() }), ..base });
+        assert!(literal.contains("nkey: \"SUSEED\""), "{literal}");
     }
 
     #[test]

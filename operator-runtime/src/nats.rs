@@ -33,6 +33,13 @@ pub struct BusCredentials {
 /// Connects as `identity`, retrying forever, and reports connection events on the returned
 /// channel (a `Connected` after a `Disconnected` tells consumers to relist).
 pub async fn connect(url: &str, identity: Identity, credentials: &BusCredentials) -> Result<(async_nats::Client, tokio::sync::watch::Receiver<u64>), async_nats::ConnectError> {
+    connect_with_inbox(url, identity, &identity.inbox_prefix(), credentials).await
+}
+
+/// [`connect`] with replies under `inbox_prefix`, which must lie under the identity's
+/// ([`Identity::inbox_prefix`]): a fleet agent's replies from the hub name its cluster
+/// ([`kubeflow_crds::fleet::agent_inbox_prefix`]).
+pub async fn connect_with_inbox(url: &str, identity: Identity, inbox_prefix: &str, credentials: &BusCredentials) -> Result<(async_nats::Client, tokio::sync::watch::Receiver<u64>), async_nats::ConnectError> {
     let (tx, rx) = tokio::sync::watch::channel(0u64);
     let mut options = match credentials.nkey_file.clone() {
         Some(file) => async_nats::ConnectOptions::with_auth_callback(move |nonce| {
@@ -46,7 +53,7 @@ pub async fn connect(url: &str, identity: Identity, credentials: &BusCredentials
     }
     let client = options
         .name(identity.user())
-        .custom_inbox_prefix(identity.inbox_prefix())
+        .custom_inbox_prefix(inbox_prefix)
         .retry_on_initial_connect()
         .event_callback(move |event| {
             let tx = tx.clone();
@@ -106,6 +113,13 @@ pub async fn ensure_buckets(js: &jetstream::Context, replicas: usize) -> Result<
         ensure_bucket(js, STATUS_BUCKET, 1, Duration::ZERO, replicas).await?,
         ensure_bucket(js, OPERATORS_BUCKET, 1, HEARTBEAT_STALE * 4, replicas).await?,
     ))
+}
+
+/// The hub's buckets of a spoke `cluster` ([`kubeflow_crds::fleet`]): its desired state and its
+/// reports, created when missing with `replicas` copies each.
+pub async fn ensure_fleet_buckets(js: &jetstream::Context, cluster: &kubeflow_crds::fleet::ClusterName, replicas: usize) -> Result<(kv::Store, kv::Store), BusError> {
+    use kubeflow_crds::fleet;
+    Ok((ensure_bucket(js, &fleet::desired_bucket(cluster), 5, Duration::ZERO, replicas).await?, ensure_bucket(js, &fleet::status_bucket(cluster), 1, Duration::ZERO, replicas).await?))
 }
 
 /// A component operator's buckets (its desired bucket, status, operators), which the
