@@ -1,6 +1,7 @@
 //! Helpers shared by the end-to-end tests. They talk to the environment `e2e/env/up.sh` started,
 //! found through `KUBECONFIG` and `NATS_URL` (both written to `$STATE_DIR/env`).
 
+pub mod fleet;
 pub mod olm;
 
 use std::collections::BTreeMap;
@@ -551,15 +552,16 @@ impl NatsServer {
         server
     }
 
-    /// One node whose configuration `adjust` changes first (a fleet's hub or spoke: its JetStream
-    /// domain and leaf nodes).
-    pub async fn start_configured(adjust: impl FnOnce(&mut operator_runtime::bus_security::ServerConfig)) -> Self {
+    /// One node named `name` whose configuration `adjust` changes first (a fleet's hub or spoke:
+    /// its JetStream domain and leaf nodes). Servers joined by leaf nodes need distinct names: the
+    /// hub refuses a second leaf connection from a name it already has.
+    pub async fn start_configured(name: &str, adjust: impl FnOnce(&mut operator_runtime::bus_security::ServerConfig)) -> Self {
         let dir = std::env::temp_dir().join(unique_name("nats"));
         let bus = LocalBus::create(&dir).expect("write the bus material");
         let (port, monitor_port) = (free_port(), free_port());
-        let mut config = bus.server_config("nats-0", port, Some(monitor_port), &dir.join("nats-0"), None).expect("the server configuration");
+        let mut config = bus.server_config(name, port, Some(monitor_port), &dir.join(name), None).expect("the server configuration");
         adjust(&mut config);
-        let config = bus.write("nats-0", &config).expect("write the server configuration");
+        let config = bus.write(name, &config).expect("write the server configuration");
         let mut server = Self { port, bus, nodes: vec![NatsNode { port, monitor_port, config, child: None }] };
         server.resume().await;
         server.await_jetstream(0).await;
@@ -623,6 +625,14 @@ impl NatsServer {
     pub async fn await_jetstream(&self, i: usize) {
         let url = format!("http://127.0.0.1:{}/healthz", self.nodes[i].monitor_port);
         eventually(&format!("JetStream healthy on node {i}"), || async { http_get(&url).await.map(|_| ()) }).await;
+    }
+
+    /// Node `i`'s monitor's answer at `path` (e.g. `/leafz`), decoded; a large answer comes in
+    /// chunks, around the one JSON object.
+    pub async fn monitor(&self, i: usize, path: &str) -> Result<serde_json::Value, String> {
+        let body = http_get(&format!("http://127.0.0.1:{}{path}", self.nodes[i].monitor_port)).await?;
+        let json = body.find('{').zip(body.rfind('}')).map(|(a, b)| &body[a..=b]).ok_or_else(|| format!("no JSON object in {body:?}"))?;
+        serde_json::from_str(json).map_err(|e| e.to_string())
     }
 
     /// Clients connected to node `i` (its monitor's `/connz`).

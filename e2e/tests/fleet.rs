@@ -8,58 +8,9 @@ use async_nats::jetstream::{self, kv};
 use futures::StreamExt;
 use kubeflow_crds::ComponentKind;
 use kubeflow_crds::bus::{DesiredComponent, Identity, KfDefRef, StatusReport};
-use kubeflow_crds::fleet::{self, AgentHeartbeat, ClusterName};
-use kubeflow_e2e::{NatsServer, OperatorProcess, eventually, free_port};
-use operator_runtime::bus_security::{LeafNodes, Seed, new_seed, public_key};
-
-struct Spoke {
-    name: ClusterName,
-    seed: String,
-    server: NatsServer,
-    // Runs for as long as the spoke (killed on drop).
-    _agent: OperatorProcess,
-}
-
-struct Fleet {
-    hub: NatsServer,
-    spokes: Vec<Spoke>,
-}
-
-impl Fleet {
-    /// A hub registering `names`, a server per spoke joined to it, and each spoke's agent.
-    async fn start(names: &[&str]) -> Fleet {
-        let clusters: Vec<(ClusterName, String)> = names.iter().map(|n| (n.parse().unwrap(), new_seed())).collect();
-        let leaf_port = free_port();
-        let registered: Vec<(ClusterName, String)> = clusters.iter().map(|(c, seed)| (c.clone(), public_key(seed).unwrap())).collect();
-        let hub = NatsServer::start_configured(|config| {
-            config.jetstream_domain = Some(fleet::HUB_DOMAIN.into());
-            config.leaf_nodes = Some(LeafNodes::Hub { port: leaf_port, clusters: registered });
-        })
-        .await;
-        let js = jetstream::new(hub.client(Identity::MetaOperator).await);
-        for (cluster, _) in &clusters {
-            operator_runtime::nats::ensure_fleet_buckets(&js, cluster, 1).await.unwrap();
-        }
-        let mut spokes = Vec::new();
-        for (name, seed) in clusters {
-            let hub_ca = hub.bus.ca_file().to_string_lossy().into_owned();
-            let leaf_seed = seed.clone();
-            let domain = name.to_string();
-            let server = NatsServer::start_configured(|config| {
-                config.jetstream_domain = Some(domain);
-                config.leaf_nodes = Some(LeafNodes::Spoke { hub_url: format!("tls://127.0.0.1:{leaf_port}"), seed: Seed::Literal(leaf_seed), hub_ca_file: hub_ca });
-            })
-            .await;
-            let agent = OperatorProcess::on_bus("fleet-agent", &server, Identity::FleetAgent, &["--cluster", name.as_str()], &[]);
-            spokes.push(Spoke { name, seed, server, _agent: agent });
-        }
-        Fleet { hub, spokes }
-    }
-
-    async fn hub_bucket(&self, bucket: String) -> kv::Store {
-        jetstream::new(self.hub.client(Identity::MetaOperator).await).get_key_value(bucket).await.unwrap()
-    }
-}
+use kubeflow_crds::fleet::{self, AgentHeartbeat};
+use kubeflow_e2e::eventually;
+use kubeflow_e2e::fleet::{Fleet, spoke_buckets};
 
 fn desired(component: ComponentKind, name: &str, version: &str) -> DesiredComponent {
     DesiredComponent {
@@ -98,14 +49,6 @@ async fn await_entry(store: &kv::Store, key: &str, what: &str, found: impl Fn(Op
 
 fn is<T: serde::de::DeserializeOwned + PartialEq>(expected: T) -> impl Fn(Option<&[u8]>) -> bool {
     move |value| value.and_then(|v| serde_json::from_slice::<T>(v).ok()).is_some_and(|v| v == expected)
-}
-
-/// The desired buckets and status bucket of a spoke, as its component operators see them.
-async fn spoke_buckets(spoke: &Spoke, component: ComponentKind) -> (kv::Store, kv::Store) {
-    let js = jetstream::new(spoke.server.client(Identity::Component(component)).await);
-    // The agent makes them, as the meta-operator does in a single cluster.
-    let (desired, status, _) = eventually("the spoke's buckets", || async { operator_runtime::nats::component_buckets(&js, component).await.map_err(|e| e.to_string()) }).await;
-    (desired, status)
 }
 
 /// What the hub writes for a cluster reaches that cluster's component operators and no other; a

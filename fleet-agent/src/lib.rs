@@ -161,7 +161,9 @@ pub async fn relay_status(cluster: ClusterName, hub: jetstream::Context, local: 
                 continue;
             }
         };
-        let mut flush = tokio::time::interval(Duration::from_millis(500));
+        let mut retry_tick = tokio::time::interval(Duration::from_millis(500));
+        // Not polled while nothing is pending: no burst of missed ticks when something is again.
+        retry_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut heartbeat = tokio::time::interval(fleet::AGENT_HEARTBEAT_EVERY);
         loop {
             tokio::select! {
@@ -178,34 +180,40 @@ pub async fn relay_status(cluster: ClusterName, hub: jetstream::Context, local: 
                     let beat = AgentHeartbeat { cluster: cluster.clone(), version: env!("CARGO_PKG_VERSION").into(), at: nats::now_unix() };
                     outbox.set(StatusKey::Agent.key(), Some(serde_json::to_vec(&beat).expect("heartbeats serialise")));
                 }
-                _ = flush.tick() => {
-                    let pending = outbox.pending();
-                    if pending.is_empty() {
-                        continue;
-                    }
-                    if hub_status.is_none() {
-                        hub_status = hub.get_key_value(&bucket).await.map_err(|error| warn!(%error, %bucket, "the hub's status bucket is not reachable")).ok();
-                    }
-                    let Some(store) = &hub_status else { continue };
-                    for (key, value) in pending {
-                        let written = match &value {
-                            Some(bytes) => store.put(&key, bytes.clone().into()).await.map(drop).map_err(|e| e.to_string()),
-                            None => store.delete(&key).await.map_err(|e| e.to_string()),
-                        };
-                        match written {
-                            Ok(()) => outbox.sent(key, value),
-                            Err(error) => {
-                                warn!(%error, %key, "the hub did not take a status entry; writing everything again once it does");
-                                outbox.failed();
-                                hub_status = None;
-                                break;
-                            }
-                        }
-                    }
-                }
+                _ = retry_tick.tick(), if !outbox.pending().is_empty() => {}
             }
+            // Sent as soon as it changed; what the hub did not take, again on the next tick.
+            flush(&hub, &bucket, &mut hub_status, &mut outbox).await;
         }
         tokio::time::sleep(delays.next_backoff().unwrap_or(retry::MAX)).await;
+    }
+}
+
+/// Writes what the hub lacks into its status `bucket`, opening it first when needed; on a failed
+/// write, stops and forgets what the hub was known to hold.
+async fn flush(hub: &jetstream::Context, bucket: &str, hub_status: &mut Option<kv::Store>, outbox: &mut Outbox) {
+    let pending = outbox.pending();
+    if pending.is_empty() {
+        return;
+    }
+    if hub_status.is_none() {
+        *hub_status = hub.get_key_value(bucket).await.map_err(|error| warn!(%error, %bucket, "the hub's status bucket is not reachable")).ok();
+    }
+    let Some(store) = hub_status.as_ref() else { return };
+    for (key, value) in pending {
+        let written = match &value {
+            Some(bytes) => store.put(&key, bytes.clone().into()).await.map(drop).map_err(|e| e.to_string()),
+            None => store.delete(&key).await.map_err(|e| e.to_string()),
+        };
+        match written {
+            Ok(()) => outbox.sent(key, value),
+            Err(error) => {
+                warn!(%error, %key, "the hub did not take a status entry; writing everything again once it does");
+                outbox.failed();
+                *hub_status = None;
+                return;
+            }
+        }
     }
 }
 
