@@ -284,6 +284,12 @@ impl Drop for TestNamespace {
     }
 }
 
+/// The `p` quantile (0–1) of `sorted` samples, for the benchmarks: the smallest sample with at
+/// least that share of the samples at or below it.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
 /// Directory holding the built operator binaries (`KFOP_BIN_DIR`, else where the one build,
 /// `hack/cargo.sh build`, puts them in the workspace's target directory).
 pub fn bin_dir() -> std::path::PathBuf {
@@ -637,9 +643,7 @@ impl NatsServer {
 
     /// Clients connected to node `i` (its monitor's `/connz`).
     pub async fn connections(&self, i: usize) -> usize {
-        let url = format!("http://127.0.0.1:{}/connz?limit=1", self.nodes[i].monitor_port);
-        let body = http_get(&url).await.unwrap_or_default();
-        serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["num_connections"].as_u64()).unwrap_or(0) as usize
+        self.monitor(i, "/connz?limit=1").await.ok().and_then(|v| v["num_connections"].as_u64()).unwrap_or(0) as usize
     }
 }
 

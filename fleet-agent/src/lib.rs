@@ -73,6 +73,11 @@ impl Outbox {
         self.current.insert(key, value);
     }
 
+    /// Whether the hub has every entry.
+    pub fn settled(&self) -> bool {
+        self.current.iter().all(|(k, v)| self.sent.get(k) == Some(v))
+    }
+
     /// The entries the hub does not have yet, in key order.
     pub fn pending(&self) -> Vec<(String, Option<Vec<u8>>)> {
         self.current.iter().filter(|(k, v)| self.sent.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -180,7 +185,7 @@ pub async fn relay_status(cluster: ClusterName, hub: jetstream::Context, local: 
                     let beat = AgentHeartbeat { cluster: cluster.clone(), version: env!("CARGO_PKG_VERSION").into(), at: nats::now_unix() };
                     outbox.set(StatusKey::Agent.key(), Some(serde_json::to_vec(&beat).expect("heartbeats serialise")));
                 }
-                _ = retry_tick.tick(), if !outbox.pending().is_empty() => {}
+                _ = retry_tick.tick(), if !outbox.settled() => {}
             }
             // Sent as soon as it changed; what the hub did not take, again on the next tick.
             flush(&hub, &bucket, &mut hub_status, &mut outbox).await;
@@ -192,15 +197,14 @@ pub async fn relay_status(cluster: ClusterName, hub: jetstream::Context, local: 
 /// Writes what the hub lacks into its status `bucket`, opening it first when needed; on a failed
 /// write, stops and forgets what the hub was known to hold.
 async fn flush(hub: &jetstream::Context, bucket: &str, hub_status: &mut Option<kv::Store>, outbox: &mut Outbox) {
-    let pending = outbox.pending();
-    if pending.is_empty() {
+    if outbox.settled() {
         return;
     }
     if hub_status.is_none() {
         *hub_status = hub.get_key_value(bucket).await.map_err(|error| warn!(%error, %bucket, "the hub's status bucket is not reachable")).ok();
     }
     let Some(store) = hub_status.as_ref() else { return };
-    for (key, value) in pending {
+    for (key, value) in outbox.pending() {
         let written = match &value {
             Some(bytes) => store.put(&key, bytes.clone().into()).await.map(drop).map_err(|e| e.to_string()),
             None => store.delete(&key).await.map_err(|e| e.to_string()),
@@ -263,7 +267,7 @@ mod tests {
         assert_eq!(outbox.pending(), [("a".to_string(), Some(b"1".to_vec())), ("b".to_string(), None)]);
         outbox.sent("a".into(), Some(b"1".to_vec()));
         outbox.sent("b".into(), None);
-        assert!(outbox.pending().is_empty());
+        assert!(outbox.pending().is_empty() && outbox.settled());
         // The same value again is not written again; a new one is.
         outbox.set("a".into(), Some(b"1".to_vec()));
         assert!(outbox.pending().is_empty());

@@ -69,10 +69,6 @@ async fn install<C: Component>(client: &Client, ns: &str, binary: &str, spec: se
     Installed { name, operator, deployments, touch, remove, ready }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
-
 /// A watch of Deployment `name`, returned once established (its current state delivered), so no
 /// later change is missed.
 async fn watch_one(api: &Api<Deployment>, name: &str) -> futures::stream::BoxStream<'static, Deployment> {

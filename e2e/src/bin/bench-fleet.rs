@@ -18,12 +18,9 @@ use kubeflow_crds::ComponentKind;
 use kubeflow_crds::bus::{DesiredComponent, Identity, KfDefRef, StatusReport};
 use kubeflow_crds::fleet;
 use kubeflow_e2e::fleet::{Fleet, spoke_buckets};
+use kubeflow_e2e::percentile;
 
 const KEY: &str = "katib.kubeflow.kubeflow";
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)

@@ -17,10 +17,6 @@ use kubeflow_crds::kfdef::KfDefPhase;
 use kubeflow_e2e::*;
 use serde_json::json;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
-
 #[tokio::main]
 async fn main() {
     let edits: usize = std::env::var("BENCH_EDITS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);

@@ -523,10 +523,6 @@ fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
-
 fn per(count: u64, n: usize) -> String {
     format!("{:.1}", count as f64 / n as f64)
 }
