@@ -78,6 +78,11 @@ pub struct DesiredComponent {
     /// operator reports what applying it would change in [`StatusReport::plan`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview: Option<Preview>,
+    /// The fleet cluster this spec is placed on ([`crate::fleet`]), set by a hub: the KfDef lives
+    /// on the hub, so the component resource is made without an owner reference to it, and a
+    /// spoke's agent relays only the specs placed on its own cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 /// A spec to plan, with the hash the plan is reported under.

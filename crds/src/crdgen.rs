@@ -22,7 +22,7 @@ pub enum CrdgenError {
 
 /// Every CRD the project defines.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![KfDef::crd(), KfUpgrade::crd()];
+    let mut crds = vec![KfDef::crd(), KfUpgrade::crd(), crate::fleet_cluster::FleetCluster::crd()];
     crds.extend(ComponentKind::ALL.map(ComponentKind::crd));
     crds
 }

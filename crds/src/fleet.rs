@@ -189,10 +189,11 @@ pub fn hub_meta_operator_permissions(clusters: &[ClusterName]) -> Permissions {
     permissions
 }
 
-/// What a spoke agent may relay: a hub desired-state entry is written to the spoke only when its
-/// key is one of the contract's and its value a [`crate::bus::DesiredComponent`] of that key's
-/// component and KfDef. The hub is trusted to say what to install, not to be well-formed.
-pub fn check_desired(key: &str, value: &[u8]) -> Result<ComponentKind, String> {
+/// What `cluster`'s agent may relay: a hub desired-state entry is written to the spoke only when
+/// its key is one of the contract's and its value a [`crate::bus::DesiredComponent`] of that key's
+/// component and KfDef, placed on `cluster`. The hub is trusted to say what to install, not to be
+/// well-formed.
+pub fn check_desired(cluster: &ClusterName, key: &str, value: &[u8]) -> Result<ComponentKind, String> {
     let (component, namespace, name) = crate::bus::parse_key(key).ok_or_else(|| format!("key {key:?} is not <component>.<namespace>.<name>"))?;
     let desired: crate::bus::DesiredComponent = serde_json::from_slice(value).map_err(|e| format!("key {key:?}: not a desired component spec: {e}"))?;
     if desired.component != component || desired.kfdef.namespace != namespace || desired.kfdef.name != name {
@@ -202,6 +203,9 @@ pub fn check_desired(key: &str, value: &[u8]) -> Result<ComponentKind, String> {
             desired.kfdef.namespace,
             desired.kfdef.name
         ));
+    }
+    if desired.cluster.as_deref() != Some(cluster.as_str()) {
+        return Err(format!("key {key:?}: field cluster is {:?}; allowed: {:?}, the cluster whose bucket holds it", desired.cluster, cluster.as_str()));
     }
     Ok(component)
 }
@@ -282,7 +286,7 @@ mod tests {
         assert!(!meta.publish.iter().any(|p| p.contains("fleet-status")), "{:?}", meta.publish);
     }
 
-    fn desired(component: ComponentKind, namespace: &str, name: &str) -> Vec<u8> {
+    fn desired(component: ComponentKind, namespace: &str, name: &str, cluster: &str) -> Vec<u8> {
         let value = DesiredComponent {
             kfdef: KfDefRef { namespace: namespace.into(), name: name.into(), uid: "u".into(), generation: 1 },
             component,
@@ -290,18 +294,22 @@ mod tests {
             spec: serde_json::json!({"version": "v1"}),
             traceparent: None,
             preview: None,
+            cluster: Some(cluster.into()),
         };
         serde_json::to_vec(&value).unwrap()
     }
 
     #[test]
     fn only_a_keys_own_desired_spec_is_relayed() {
-        assert_eq!(check_desired("katib.kubeflow.kf", &desired(ComponentKind::Katib, "kubeflow", "kf")), Ok(ComponentKind::Katib));
-        let other_component = check_desired("katib.kubeflow.kf", &desired(ComponentKind::Istio, "kubeflow", "kf")).unwrap_err();
+        let a = cluster("spoke-a");
+        assert_eq!(check_desired(&a, "katib.kubeflow.kf", &desired(ComponentKind::Katib, "kubeflow", "kf", "spoke-a")), Ok(ComponentKind::Katib));
+        let other_component = check_desired(&a, "katib.kubeflow.kf", &desired(ComponentKind::Istio, "kubeflow", "kf", "spoke-a")).unwrap_err();
         assert!(other_component.contains("holds the spec of istio kubeflow/kf"), "{other_component}");
-        assert!(check_desired("katib.kubeflow.kf", &desired(ComponentKind::Katib, "team", "kf")).unwrap_err().contains("own component's spec"));
-        assert!(check_desired("seldon.kubeflow.kf", b"{}").unwrap_err().contains("is not <component>"));
-        assert!(check_desired("katib.kubeflow.kf", b"{\"spec\": 1}").unwrap_err().contains("not a desired component spec"));
+        assert!(check_desired(&a, "katib.kubeflow.kf", &desired(ComponentKind::Katib, "team", "kf", "spoke-a")).unwrap_err().contains("own component's spec"));
+        let other_cluster = check_desired(&a, "katib.kubeflow.kf", &desired(ComponentKind::Katib, "kubeflow", "kf", "spoke-b")).unwrap_err();
+        assert!(other_cluster.contains("field cluster is Some(\"spoke-b\"); allowed: \"spoke-a\""), "{other_cluster}");
+        assert!(check_desired(&a, "seldon.kubeflow.kf", b"{}").unwrap_err().contains("is not <component>"));
+        assert!(check_desired(&a, "katib.kubeflow.kf", b"{\"spec\": 1}").unwrap_err().contains("not a desired component spec"));
     }
 
     #[test]

@@ -67,6 +67,10 @@ pub struct KfDefSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = crate::validation::MIRRORS_MAX), inner(length(max = crate::validation::URI_MAX_LENGTH), regex(pattern = crate::validation::MIRROR)))]
     pub remote_base_mirrors: Vec<String>,
+    /// The hub's registered clusters to install this KfDef on ([`crate::fleet_cluster`]) instead
+    /// of this cluster. Not in kfctl's format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<crate::fleet_cluster::Placement>,
 }
 
 /// The ServiceAccount a KfDef's packages are installed as when it names none: in the KfDef's own
@@ -288,6 +292,11 @@ pub struct KfDefStatus {
     /// Detected platform, e.g. `Kubernetes` or `OpenShift`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<String>,
+    /// With a placement: one entry per selected cluster (and per named cluster that cannot be
+    /// used), the KfDef's state there. `components` and `applications` stay empty then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub clusters: Vec<crate::fleet_cluster::ClusterPlacementStatus>,
     /// kfctl's cache of downloaded repositories, kept for compatibility.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub repos_cache: BTreeMap<String, RepoCache>,

@@ -5,6 +5,8 @@
 //! * [`profile`]: Kubeflow's `Profile` (`kubeflow.org/v1`), which the profiles component installs.
 //! * [`bus`]: the NATS contract between the meta-operator and the component operators.
 //! * [`fleet`]: the contract between a hub cluster's bus and its spoke clusters' (NATS leaf nodes).
+//! * [`fleet_cluster`]: `FleetCluster` (`fleet.kubeflow.org/v1alpha1`), a registered spoke cluster,
+//!   and a KfDef's placement on them.
 //! * [`component`]: the component resources (`components.kubeflow.org/v1alpha1`) with their
 //!   shared spec/status core.
 //!
@@ -16,6 +18,7 @@ pub mod common;
 pub mod component;
 pub mod crdgen;
 pub mod fleet;
+pub mod fleet_cluster;
 pub mod kfdef;
 pub mod kfupgrade;
 pub mod profile;

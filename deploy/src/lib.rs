@@ -296,7 +296,8 @@ pub fn operator_rbac(name: &str, rules: &[k8s_openapi::api::rbac::v1::PolicyRule
 }
 
 /// The meta-operator's ClusterRole: it reads and finalizes KfDefs and KfUpgrades and writes
-/// their status and Events. It needs nothing on the components' objects.
+/// their status and Events, and reads fleet clusters' registrations and writes their status. It
+/// needs nothing on the components' objects.
 pub fn meta_operator_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
     let rule = |group: &str, resources: &[&str], verbs: &[&str]| k8s_openapi::api::rbac::v1::PolicyRule {
         api_groups: Some(vec![group.into()]),
@@ -309,6 +310,8 @@ pub fn meta_operator_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
         rule("kfdef.apps.kubeflow.org", &["kfdefs/status", "kfdefs/finalizers"], &["get", "patch", "update"]),
         rule("kfupgrade.apps.kubeflow.org", &["kfupgrades"], &["get", "list", "watch", "patch", "update"]),
         rule("kfupgrade.apps.kubeflow.org", &["kfupgrades/status", "kfupgrades/finalizers"], &["get", "patch", "update"]),
+        rule("fleet.kubeflow.org", &["fleetclusters"], &["get", "list", "watch"]),
+        rule("fleet.kubeflow.org", &["fleetclusters/status"], &["get", "patch", "update"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]
 }

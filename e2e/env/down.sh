@@ -2,30 +2,56 @@
 # Stops every process the environment and `make demo` started, by the pid each recorded under
 # $STATE_DIR/pids (operators and the demo's stand-in manifests server first, then the control
 # plane and NATS), and removes the environment's state (etcd data, NATS store, certificates,
-# logs). Built binaries stay cached.
+# logs). Built binaries stay cached. Every spoke cluster (`KFOP_ENV_CLUSTER=<name> up.sh`, pids
+# under $STATE_DIR/clusters/<name>/pids) is stopped too, each cluster in parallel with the others.
+# With KFOP_ENV_CLUSTER=<name>, stops and removes that spoke cluster alone.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
 
 PIDS=$STATE_DIR/pids
 ENVIRONMENT=(kwok kube-scheduler kube-controller-manager kube-apiserver nats-server etcd)
-stop() { # name: TERM, wait up to 5 s, then KILL
-  local name=$1 pid
-  [[ -f $PIDS/$name ]] || return 0
-  pid=$(cat "$PIDS/$name")
+stop() { # pids-dir name: TERM, wait up to 5 s, then KILL
+  local dir=$1 name=$2 pid label=${1%/pids}
+  label=${label#"$CLUSTERS_DIR"/}
+  [[ $label == "$STATE_DIR" ]] && label= || label=" $label"
+  [[ -f $dir/$name ]] || return 0
+  pid=$(cat "$dir/$name")
   if kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
-    printf '[env] stopped %s (pid %s)\n' "$name" "$pid" >&2
+    printf '[env%s] stopped %s (pid %s)\n' "$label" "$name" "$pid" >&2
   fi
-  rm -f "$PIDS/$name"
+  rm -f "$dir/$name"
 }
-# Whatever else recorded a pid (operators, the stand-in server) goes before what it talks to.
-for pidfile in "$PIDS"/*; do
-  [[ -f $pidfile ]] || continue
-  name=${pidfile##*/}
-  [[ " ${ENVIRONMENT[*]} " == *" $name "* ]] || stop "$name" &
+stop_all() { # pids-dir
+  local pidfile name
+  # Whatever else recorded a pid (operators, the stand-in server, the pods' network) goes before
+  # what it talks to.
+  for pidfile in "$1"/*; do
+    [[ -f $pidfile ]] || continue
+    name=${pidfile##*/}
+    [[ " ${ENVIRONMENT[*]} " == *" $name "* ]] || stop "$1" "$name" &
+  done
+  wait
+  for name in "${ENVIRONMENT[@]}"; do stop "$1" "$name"; done
+}
+
+if [[ -n ${KFOP_ENV_CLUSTER:-} ]]; then
+  [[ $KFOP_ENV_CLUSTER =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || { echo "[env] ERROR: KFOP_ENV_CLUSTER=$KFOP_ENV_CLUSTER is not a DNS label" >&2; exit 1; }
+  dir=$CLUSTERS_DIR/$KFOP_ENV_CLUSTER
+  stop_all "$dir/pids"
+  rm -f "$(pod_network_socket "$dir")"
+  rm -rf "$dir"
+  exit 0
+fi
+
+# The clusters are independent: each spoke and the main cluster stop at once.
+for dir in "$CLUSTERS_DIR"/*/; do
+  [[ -d $dir/pids ]] || continue
+  dir=${dir%/}
+  { stop_all "$dir/pids"; rm -f "$(pod_network_socket "$dir")"; } &
 done
+stop_all "$PIDS" &
 wait
-for name in "${ENVIRONMENT[@]}"; do stop "$name"; done
 rm -rf "$STATE_DIR"

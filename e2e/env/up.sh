@@ -3,15 +3,66 @@
 # kube-scheduler, kwok with fake nodes, and nats-server with JetStream, all on loopback.
 # Writes $STATE_DIR/kubeconfig and $STATE_DIR/env (source it for KUBECONFIG, NATS_URL,
 # KFOP_BUS_DIR — the bus's CA and each operator's NKey seed — and PATH).
+#
+# A spoke cluster (multi-cluster tests): with KFOP_ENV_CLUSTER=<name> (a DNS label) it starts (or
+# reuses) a second, independent control plane instead — its own etcd, kube-apiserver,
+# controller-manager, scheduler, pods' network and kwok with fake nodes, but no nats-server (the
+# tests run a spoke's NATS themselves) — with its state under $STATE_DIR/clusters/<name>, where
+# it writes `kubeconfig` and `env`. Its ports are the main cluster's plus 100 × its index
+# (KFOP_ENV_CLUSTER_INDEX, 1–9; versions.sh); without one it keeps the index it was started with,
+# or takes the lowest no other spoke holds. `KFOP_ENV_CLUSTER=<name> down.sh` stops it; plain
+# `down.sh` stops every spoke with the main cluster. A spoke builds nothing already built.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
 
-log() { printf '[env] %s\n' "$*" >&2; }
+CLUSTER=${KFOP_ENV_CLUSTER:-}
+log() { printf '[env%s] %s\n' "${CLUSTER:+ $CLUSTER}" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 "$ENV_DIR/build.sh"
+ROOT_DIR=$(cd "$(dirname "$0")/../.." && pwd)
 
-PKI=$STATE_DIR/pki LOGS=$STATE_DIR/logs PIDS=$STATE_DIR/pids
+# The directory of this cluster's state: the environment's, or the spoke's.
+RUN_DIR=$STATE_DIR
+if [[ -n $CLUSTER ]]; then
+  [[ $CLUSTER =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || die "KFOP_ENV_CLUSTER=$CLUSTER is not a DNS label"
+  RUN_DIR=$CLUSTERS_DIR/$CLUSTER
+  mkdir -p "$CLUSTERS_DIR"
+  # One spoke start at a time (index choice, and two tests asking for the same spoke); the
+  # processes started below do not inherit the lock (start closes fd 9).
+  exec 9>"$CLUSTERS_DIR/.up.lock"
+  flock 9
+  spoke_running() { # state-dir
+    local pidfile
+    for pidfile in "$1"/pids/*; do
+      if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then return 0; fi
+    done
+    return 1
+  }
+  recorded=$(cat "$RUN_DIR/index" 2>/dev/null || true)
+  INDEX=${KFOP_ENV_CLUSTER_INDEX:-$recorded}
+  if [[ -z $INDEX ]]; then
+    for i in 1 2 3 4 5 6 7 8 9; do
+      if ! grep -qsx "$i" "$CLUSTERS_DIR"/*/index; then INDEX=$i; break; fi
+    done
+    [[ -n $INDEX ]] || die "every spoke index (1–9) is taken under $CLUSTERS_DIR; stop one (KFOP_ENV_CLUSTER=<name> $ENV_DIR/down.sh)"
+  fi
+  [[ $INDEX =~ ^[1-9]$ ]] || die "KFOP_ENV_CLUSTER_INDEX=$INDEX: expected 1–9"
+  if [[ -n $recorded && $recorded != "$INDEX" ]]; then
+    die "spoke $CLUSTER was started with index $recorded (its ports and etcd data); ask for index $recorded or stop it first (KFOP_ENV_CLUSTER=$CLUSTER $ENV_DIR/down.sh)"
+  fi
+  for other in "$CLUSTERS_DIR"/*/; do
+    other=${other%/}
+    [[ $other != "$RUN_DIR" && $(cat "$other/index" 2>/dev/null || true) == "$INDEX" ]] || continue
+    if spoke_running "$other"; then die "spoke ${other##*/} runs with index $INDEX (the same ports); pick another KFOP_ENV_CLUSTER_INDEX"; fi
+  done
+  mkdir -p "$RUN_DIR"
+  echo "$INDEX" >"$RUN_DIR/index"
+  spoke_ports "$INDEX"
+  KUBECONFIG_FILE=$RUN_DIR/kubeconfig ENV_FILE=$RUN_DIR/env
+fi
+
+PKI=$RUN_DIR/pki LOGS=$RUN_DIR/logs PIDS=$RUN_DIR/pids
 mkdir -p "$PKI" "$LOGS" "$PIDS"
 
 # --- certificates and tokens (created once per state directory) -----------------------------
@@ -45,11 +96,14 @@ if [[ ! -f $PKI/tokens.csv ]]; then
 fi
 ADMIN_TOKEN=$(cut -d, -f1 "$PKI/tokens.csv")
 
-cat >"$KUBECONFIG_FILE" <<KCFG
+# Written aside and moved in, so a client reading it while a second call rewrites it never sees
+# half a file.
+CONTEXT=${CLUSTER:-local}
+cat >"$KUBECONFIG_FILE.tmp" <<KCFG
 apiVersion: v1
 kind: Config
 clusters:
-- name: local
+- name: $CONTEXT
   cluster:
     server: https://127.0.0.1:$APISERVER_PORT
     certificate-authority-data: $(base64 -w0 <"$PKI/ca.crt")
@@ -58,11 +112,12 @@ users:
   user:
     token: $ADMIN_TOKEN
 contexts:
-- name: local
-  context: {cluster: local, user: admin}
-current-context: local
+- name: $CONTEXT
+  context: {cluster: $CONTEXT, user: admin}
+current-context: $CONTEXT
 KCFG
-chmod 600 "$KUBECONFIG_FILE"
+chmod 600 "$KUBECONFIG_FILE.tmp"
+mv -f "$KUBECONFIG_FILE.tmp" "$KUBECONFIG_FILE"
 
 # --- process helpers -------------------------------------------------------------------------
 running() { [[ -f $PIDS/$1 ]] && kill -0 "$(cat "$PIDS/$1")" 2>/dev/null; }
@@ -70,7 +125,7 @@ start() { # name command...
   local name=$1; shift
   if running "$name"; then log "$name already running (pid $(cat "$PIDS/$name"))"; return 0; fi
   log "starting $name"
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null 9>&- &
   echo $! >"$PIDS/$name"
 }
 wait_for() { # name seconds command...
@@ -86,30 +141,35 @@ healthz() { curl -sfk --max-time 2 -H "Authorization: Bearer $ADMIN_TOKEN" "$1" 
 KUBECTL=("$KUBE_BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE")
 
 # --- etcd ------------------------------------------------------------------------------------
-start etcd "$KUBE_BIN/etcd" --name local --data-dir "$STATE_DIR/etcd" \
+start etcd "$KUBE_BIN/etcd" --name local --data-dir "$RUN_DIR/etcd" \
   --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
 wait_for etcd 30 sh -c "curl -sf http://127.0.0.1:$ETCD_PORT/health | grep -q '\"health\":\"true\"'"
 
-# --- nats-server -----------------------------------------------------------------------------
+# --- nats-server (not for a spoke) -----------------------------------------------------------
 # Secured as deployed: TLS, one NKey per operator, the bus contract's permissions
 # (`kfop local-bus`; the material is made once per state directory).
 # kfop of the one build (hack/cargo.sh): a plain `cargo run` would compile the workspace a second
 # time with other flags (it cost `make test` five minutes).
-ROOT_DIR=$(cd "$(dirname "$0")/../.." && pwd)
-"$ROOT_DIR/hack/cargo.sh" build-bins --quiet
-"$("$ROOT_DIR/hack/cargo.sh" bin-dir)/kfop" local-bus "$STATE_DIR/bus" --port "$NATS_PORT" --monitor-port "$NATS_MONITOR_PORT" \
-  --store-dir "$STATE_DIR/nats" >/dev/null
-start nats-server "$NATS_BIN/nats-server" -c "$STATE_DIR/bus/nats.conf"
-wait_for nats-server 30 curl -sf "http://127.0.0.1:$NATS_MONITOR_PORT/healthz?js-enabled-only=true"
+BIN_DIR=$("$ROOT_DIR/hack/cargo.sh" bin-dir)
+if [[ -z $CLUSTER ]]; then
+  "$ROOT_DIR/hack/cargo.sh" build-bins --quiet
+  "$BIN_DIR/kfop" local-bus "$STATE_DIR/bus" --port "$NATS_PORT" --monitor-port "$NATS_MONITOR_PORT" \
+    --store-dir "$STATE_DIR/nats" >/dev/null
+  start nats-server "$NATS_BIN/nats-server" -c "$STATE_DIR/bus/nats.conf"
+  wait_for nats-server 30 curl -sf "http://127.0.0.1:$NATS_MONITOR_PORT/healthz?js-enabled-only=true"
+elif [[ ! -x $BIN_DIR/pod-network ]]; then
+  # A spoke has no NATS and needs only pod-network of the one build, as built if it is.
+  "$ROOT_DIR/hack/cargo.sh" build-bins --quiet --bin pod-network
+fi
 
 # --- kube-apiserver --------------------------------------------------------------------------
 # What the API server sends into the cluster (Service-backed admission and conversion webhooks,
 # aggregated APIs) goes through the pods' network stand-in (below), since kwok's pods answer
 # nothing.
-POD_NETWORK_SOCKET=$STATE_DIR/pod-network.sock
-cat >"$STATE_DIR/egress-selector.yaml" <<EGRESS
+POD_NETWORK_SOCKET=$(pod_network_socket "$RUN_DIR")
+cat >"$RUN_DIR/egress-selector.yaml" <<EGRESS
 apiVersion: apiserver.k8s.io/v1beta1
 kind: EgressSelectorConfiguration
 egressSelections:
@@ -134,14 +194,14 @@ start kube-apiserver "$KUBE_BIN/kube-apiserver" \
   --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
   --requestheader-extra-headers-prefix X-Remote-Extra- \
   --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
-  --enable-aggregator-routing=true --egress-selector-config-file "$STATE_DIR/egress-selector.yaml" \
+  --enable-aggregator-routing=true --egress-selector-config-file "$RUN_DIR/egress-selector.yaml" \
   --profiling=false
 wait_for kube-apiserver 90 healthz "https://127.0.0.1:$APISERVER_PORT/readyz"
 
 # --- the pods' network -----------------------------------------------------------------------
 # Answers for the webhook backends at pod and Service addresses (kwok's CIDR below, the Service
 # range above) and injects its CA into their webhook configurations: e2e/src/bin/pod-network.rs.
-start pod-network env KUBECONFIG="$KUBECONFIG_FILE" "$("$ROOT_DIR/hack/cargo.sh" bin-dir)/pod-network" \
+start pod-network env KUBECONFIG="$KUBECONFIG_FILE" "$BIN_DIR/pod-network" \
   "$POD_NETWORK_SOCKET" 10.244.0.0/16 10.96.0.0/16
 wait_for pod-network 30 test -S "$POD_NETWORK_SOCKET"
 
@@ -175,6 +235,24 @@ wait_for kwok 60 "${KUBECTL[@]}" wait --for=condition=Ready node --all --timeout
 # need it, so wait for it as proof that the controllers run.
 wait_for kube-controller-manager 60 "${KUBECTL[@]}" -n default get serviceaccount default
 
+if [[ -n $CLUSTER ]]; then
+  # No KFOP_ENV_CLUSTER in it: sourcing it must not turn a later up.sh or down.sh into the spoke's.
+  cat >"$ENV_FILE" <<ENVF
+# Spoke cluster $CLUSTER (index $INDEX): API server $APISERVER_PORT, etcd $ETCD_PORT (peer $ETCD_PEER_PORT),
+# controller-manager $KCM_PORT, scheduler $SCHEDULER_PORT, kwok $KWOK_PORT, pods' network $POD_NETWORK_SOCKET.
+export KUBECONFIG=$KUBECONFIG_FILE
+export KFOP_SPOKE_CLUSTER=$CLUSTER
+export KFOP_SPOKE_INDEX=$INDEX
+export KFOP_SPOKE_SERVER=https://127.0.0.1:$APISERVER_PORT
+export KFOP_STATE_DIR=$STATE_DIR
+export KFOP_KUBE_BIN=$KUBE_BIN
+export KFOP_KUBE_VERSION=$KUBE_VERSION
+export PATH=$KUBE_BIN:\$PATH
+ENVF
+  log "spoke cluster ready: $("${KUBECTL[@]}" version -o json | grep -m1 gitVersion | tr -d ' ,"') API server https://127.0.0.1:$APISERVER_PORT (index $INDEX)"
+  log "use it with: source $ENV_FILE"
+  exit 0
+fi
 cat >"$ENV_FILE" <<ENVF
 export KUBECONFIG=$KUBECONFIG_FILE
 export NATS_URL=tls://127.0.0.1:$NATS_PORT

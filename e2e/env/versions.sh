@@ -40,3 +40,24 @@ KWOK_PORT=${KFOP_KWOK_PORT:-26250}
 # Files a running environment exposes to tests and operators.
 KUBECONFIG_FILE=$STATE_DIR/kubeconfig
 ENV_FILE=$STATE_DIR/env
+
+# Spoke clusters: `KFOP_ENV_CLUSTER=<name> e2e/env/up.sh` starts another control plane (no
+# nats-server) with its state, kubeconfig and env file under $CLUSTERS_DIR/<name>. Its ports are
+# the ones above plus 100 × its index (KFOP_ENV_CLUSTER_INDEX, 1–9): the main cluster and nine
+# spokes never share one, and all stay within 23790–27343, below the range the e2e tests take
+# free ports from (29000–32767, e2e/src/lib.rs).
+CLUSTERS_DIR=$STATE_DIR/clusters
+SPOKE_PORT_STEP=100
+spoke_ports() { # index: moves the ports above to spoke `index`'s
+  local offset=$((SPOKE_PORT_STEP * $1))
+  ETCD_PORT=$((ETCD_PORT + offset)) ETCD_PEER_PORT=$((ETCD_PEER_PORT + offset))
+  APISERVER_PORT=$((APISERVER_PORT + offset)) KCM_PORT=$((KCM_PORT + offset))
+  SCHEDULER_PORT=$((SCHEDULER_PORT + offset)) KWOK_PORT=$((KWOK_PORT + offset))
+}
+# The pods' network socket of the cluster whose state is in directory $1; under /tmp when that
+# path is too long for a Unix socket (108 bytes), which a long spoke name makes it.
+pod_network_socket() { # state-dir
+  local socket=$1/pod-network.sock
+  ((${#socket} < 100)) || socket=/tmp/kfop-pod-network-$(printf %s "$1" | sha256sum | cut -c1-12).sock
+  echo "$socket"
+}

@@ -81,3 +81,67 @@ pub async fn spoke_buckets(spoke: &Spoke, component: ComponentKind) -> (kv::Stor
     (desired, status)
 }
 
+/// A second Kubernetes control plane of the local environment (`e2e/env/up.sh` with KFOP_ENV_CLUSTER).
+pub struct SpokeCluster {
+    pub name: String,
+    pub kubeconfig: std::path::PathBuf,
+}
+
+impl SpokeCluster {
+    /// Starts (or reuses) the control plane `name`; returns once its API server answers and its nodes are Ready.
+    ///
+    /// `index` (1–9) places its ports (e2e/env/versions.sh): clusters running at once need distinct
+    /// ones, and a running cluster keeps the index it was started with. Stopped by `e2e/env/down.sh`
+    /// (`KFOP_ENV_CLUSTER=<name>` for this one alone), not on drop: a later test reuses it.
+    pub async fn up(name: &str, index: u8) -> SpokeCluster {
+        assert!((1..=9).contains(&index), "spoke cluster {name}: index {index} is not in 1–9");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("env/up.sh");
+        let output = tokio::process::Command::new(&script)
+            .env("KFOP_ENV_CLUSTER", name)
+            .env("KFOP_ENV_CLUSTER_INDEX", index.to_string())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+        assert!(
+            output.status.success(),
+            "{} for spoke cluster {name} (index {index}) failed ({}):\n{}",
+            script.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let spoke = SpokeCluster { name: name.to_string(), kubeconfig: env_state_dir().join("clusters").join(name).join("kubeconfig") };
+        assert!(spoke.kubeconfig.is_file(), "{} started spoke cluster {name} but wrote no {}", script.display(), spoke.kubeconfig.display());
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(spoke.client().await);
+        eventually(&format!("spoke cluster {name}'s API server and Ready nodes"), || async {
+            let list = nodes.list(&Default::default()).await.map_err(|e| e.to_string())?;
+            let ready = |node: &k8s_openapi::api::core::v1::Node| {
+                node.status.as_ref().and_then(|s| s.conditions.as_ref()).into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+            };
+            let not_ready: Vec<String> = list.items.iter().filter(|n| !ready(n)).filter_map(|n| n.metadata.name.clone()).collect();
+            if !list.items.is_empty() && not_ready.is_empty() { Ok(()) } else { Err(format!("{} nodes, not Ready: {not_ready:?}", list.items.len())) }
+        })
+        .await;
+        spoke
+    }
+
+    /// An admin client for it.
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap_or_else(|e| panic!("read {}: {e}", self.kubeconfig.display()));
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("client config of spoke cluster {}: {e}", self.name));
+        kube::Client::try_from(config).unwrap_or_else(|e| panic!("client of spoke cluster {}: {e}", self.name))
+    }
+}
+
+/// The environment's state directory, as e2e/env/versions.sh chooses it.
+fn env_state_dir() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("KFOP_STATE_DIR") {
+        return dir.into();
+    }
+    let cache = std::env::var_os("KFOP_CACHE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME is not set")).join(".cache/kubeflow-operator"));
+    cache.join("run")
+}

@@ -12,7 +12,12 @@ use kubeflow_crds::fleet::{self, AgentHeartbeat};
 use kubeflow_e2e::eventually;
 use kubeflow_e2e::fleet::{Fleet, spoke_buckets};
 
+/// `component`'s spec for KfDef `kubeflow/<name>`, placed on spoke-a (where the tests put it).
 fn desired(component: ComponentKind, name: &str, version: &str) -> DesiredComponent {
+    placed(component, name, version, "spoke-a")
+}
+
+fn placed(component: ComponentKind, name: &str, version: &str, cluster: &str) -> DesiredComponent {
     DesiredComponent {
         kfdef: KfDefRef { namespace: "kubeflow".into(), name: name.into(), uid: format!("uid-{name}"), generation: 1 },
         component,
@@ -20,6 +25,7 @@ fn desired(component: ComponentKind, name: &str, version: &str) -> DesiredCompon
         spec: serde_json::json!({"version": version}),
         traceparent: None,
         preview: None,
+        cluster: Some(cluster.into()),
     }
 }
 
@@ -61,17 +67,19 @@ async fn a_clusters_desired_state_reaches_that_cluster_only_and_its_status_comes
     let hub_a = fleet.hub_bucket(fleet::desired_bucket(&a.name)).await;
     let hub_b = fleet.hub_bucket(fleet::desired_bucket(&b.name)).await;
     put(&hub_a, "katib.kubeflow.kf", &desired(ComponentKind::Katib, "kf", "v0.11.0")).await;
-    put(&hub_b, "katib.kubeflow.other", &desired(ComponentKind::Katib, "other", "v0.10.0")).await;
+    put(&hub_b, "katib.kubeflow.other", &placed(ComponentKind::Katib, "other", "v0.10.0", "spoke-b")).await;
     let (a_katib, a_status) = spoke_buckets(a, ComponentKind::Katib).await;
     let (b_katib, _) = spoke_buckets(b, ComponentKind::Katib).await;
     await_entry(&a_katib, "katib.kubeflow.kf", "spoke-a's Katib spec on spoke-a", is(desired(ComponentKind::Katib, "kf", "v0.11.0"))).await;
-    await_entry(&b_katib, "katib.kubeflow.other", "spoke-b's Katib spec on spoke-b", is(desired(ComponentKind::Katib, "other", "v0.10.0"))).await;
+    await_entry(&b_katib, "katib.kubeflow.other", "spoke-b's Katib spec on spoke-b", is(placed(ComponentKind::Katib, "other", "v0.10.0", "spoke-b"))).await;
     assert_eq!(keys(&a_katib).await, ["katib.kubeflow.kf"], "spoke-a holds only its own desired state");
     assert_eq!(keys(&b_katib).await, ["katib.kubeflow.other"], "spoke-b holds only its own desired state");
 
-    // Istio's spec under a Katib key is refused; the agent relays the hub's entries in order, so
-    // once the Dex spec written after it has arrived, the refused one would have too.
+    // Istio's spec under a Katib key, and a spec placed on spoke-b in spoke-a's bucket, are
+    // refused; the agent relays the hub's entries in order, so once the Dex spec written after
+    // them has arrived, the refused ones would have too.
     put(&hub_a, "katib.kubeflow.forged", &desired(ComponentKind::Istio, "forged", "1.9.6")).await;
+    put(&hub_a, "katib.kubeflow.misplaced", &placed(ComponentKind::Katib, "misplaced", "v0.11.0", "spoke-b")).await;
     put(&hub_a, "dex.kubeflow.kf", &desired(ComponentKind::Dex, "kf", "v2.24.0")).await;
     let (a_dex, _) = spoke_buckets(a, ComponentKind::Dex).await;
     await_entry(&a_dex, "dex.kubeflow.kf", "spoke-a's Dex spec", is(desired(ComponentKind::Dex, "kf", "v2.24.0"))).await;
@@ -112,7 +120,7 @@ async fn a_spokes_credentials_are_refused_on_another_spokes_subjects() {
     let fleet = Fleet::start(&["spoke-a", "spoke-b"]).await;
     let (a, b) = (&fleet.spokes[0], &fleet.spokes[1]);
     let hub_b = fleet.hub_bucket(fleet::desired_bucket(&b.name)).await;
-    put(&hub_b, "katib.kubeflow.kf", &desired(ComponentKind::Katib, "kf", "v0.10.0")).await;
+    put(&hub_b, "katib.kubeflow.kf", &placed(ComponentKind::Katib, "kf", "v0.10.0", "spoke-b")).await;
     let hub_a = fleet.hub_bucket(fleet::desired_bucket(&a.name)).await;
     put(&hub_a, "katib.kubeflow.kf", &desired(ComponentKind::Katib, "kf", "v0.11.0")).await;
 
@@ -139,7 +147,7 @@ async fn a_spokes_credentials_are_refused_on_another_spokes_subjects() {
     assert!(delete.is_err(), "spoke-a deleted a hub stream: {:?}", delete.map(|m| m.payload));
     // The hub still holds what it wrote, and spoke-b's status bucket nothing.
     assert_eq!(hub_a.get("katib.kubeflow.kf").await.unwrap().map(|v| serde_json::from_slice::<DesiredComponent>(&v).unwrap()), Some(desired(ComponentKind::Katib, "kf", "v0.11.0")));
-    assert_eq!(hub_b.get("katib.kubeflow.kf").await.unwrap().map(|v| serde_json::from_slice::<DesiredComponent>(&v).unwrap()), Some(desired(ComponentKind::Katib, "kf", "v0.10.0")));
+    assert_eq!(hub_b.get("katib.kubeflow.kf").await.unwrap().map(|v| serde_json::from_slice::<DesiredComponent>(&v).unwrap()), Some(placed(ComponentKind::Katib, "kf", "v0.10.0", "spoke-b")));
     let status_b = fleet.hub_bucket(fleet::status_bucket(&b.name)).await;
     assert!(status_b.get("katib.kubeflow.kf").await.unwrap().is_none(), "spoke-a's forged report is in spoke-b's bucket");
 

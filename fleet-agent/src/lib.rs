@@ -35,10 +35,10 @@ pub enum LocalChange {
     Refused(String),
 }
 
-/// The change a hub entry (`key`, a put of `value` or a delete) makes in the cluster's buckets.
-pub fn desired_change(key: &str, operation: kv::Operation, value: &[u8]) -> LocalChange {
+/// The change a hub entry (`key`, a put of `value` or a delete) makes in `cluster`'s buckets.
+pub fn desired_change(cluster: &ClusterName, key: &str, operation: kv::Operation, value: &[u8]) -> LocalChange {
     match operation {
-        kv::Operation::Put => match fleet::check_desired(key, value) {
+        kv::Operation::Put => match fleet::check_desired(cluster, key, value) {
             Ok(component) => LocalChange::Put { component, key: key.to_string(), value: value.to_vec() },
             Err(reason) => LocalChange::Refused(reason),
         },
@@ -127,7 +127,7 @@ pub async fn relay_desired(cluster: ClusterName, hub: jetstream::Context, local:
                 }
             };
             delays.reset();
-            let written = match desired_change(&entry.key, entry.operation, &entry.value) {
+            let written = match desired_change(&cluster, &entry.key, entry.operation, &entry.value) {
                 LocalChange::Put { component, key, value } => locals[&component].put(&key, value.into()).await.map(drop).map_err(|e| e.to_string()),
                 LocalChange::Delete { component, key } => locals[&component].delete(&key).await.map_err(|e| e.to_string()),
                 LocalChange::Refused(reason) => {
@@ -226,7 +226,7 @@ mod tests {
     use super::*;
     use kubeflow_crds::bus::{DesiredComponent, KfDefRef};
 
-    fn desired(component: ComponentKind) -> Vec<u8> {
+    fn desired(component: ComponentKind, cluster: &str) -> Vec<u8> {
         let value = DesiredComponent {
             kfdef: KfDefRef { namespace: "kubeflow".into(), name: "kf".into(), uid: "u".into(), generation: 3 },
             component,
@@ -234,20 +234,24 @@ mod tests {
             spec: serde_json::json!({"version": "v0.11.0"}),
             traceparent: None,
             preview: None,
+            cluster: Some(cluster.into()),
         };
         serde_json::to_vec(&value).unwrap()
     }
 
     #[test]
     fn a_hub_entry_lands_in_its_components_bucket_or_nowhere() {
-        let value = desired(ComponentKind::Katib);
-        assert_eq!(desired_change("katib.kubeflow.kf", kv::Operation::Put, &value), LocalChange::Put { component: ComponentKind::Katib, key: "katib.kubeflow.kf".into(), value: value.clone() });
-        assert_eq!(desired_change("katib.kubeflow.kf", kv::Operation::Delete, b""), LocalChange::Delete { component: ComponentKind::Katib, key: "katib.kubeflow.kf".into() });
-        assert_eq!(desired_change("katib.kubeflow.kf", kv::Operation::Purge, b""), LocalChange::Delete { component: ComponentKind::Katib, key: "katib.kubeflow.kf".into() });
-        // Another component's spec under Katib's key, garbage, an unknown key: nothing written.
-        assert!(matches!(desired_change("katib.kubeflow.kf", kv::Operation::Put, &desired(ComponentKind::Istio)), LocalChange::Refused(r) if r.contains("holds the spec of istio")));
-        assert!(matches!(desired_change("katib.kubeflow.kf", kv::Operation::Put, b"\xff"), LocalChange::Refused(_)));
-        assert!(matches!(desired_change("agent", kv::Operation::Delete, b""), LocalChange::Refused(r) if r.contains("\"agent\"")));
+        let a: ClusterName = "spoke-a".parse().unwrap();
+        let value = desired(ComponentKind::Katib, "spoke-a");
+        assert_eq!(desired_change(&a, "katib.kubeflow.kf", kv::Operation::Put, &value), LocalChange::Put { component: ComponentKind::Katib, key: "katib.kubeflow.kf".into(), value: value.clone() });
+        assert_eq!(desired_change(&a, "katib.kubeflow.kf", kv::Operation::Delete, b""), LocalChange::Delete { component: ComponentKind::Katib, key: "katib.kubeflow.kf".into() });
+        assert_eq!(desired_change(&a, "katib.kubeflow.kf", kv::Operation::Purge, b""), LocalChange::Delete { component: ComponentKind::Katib, key: "katib.kubeflow.kf".into() });
+        // Another component's spec under Katib's key, another cluster's spec, garbage, an unknown
+        // key: nothing written.
+        assert!(matches!(desired_change(&a, "katib.kubeflow.kf", kv::Operation::Put, &desired(ComponentKind::Istio, "spoke-a")), LocalChange::Refused(r) if r.contains("holds the spec of istio")));
+        assert!(matches!(desired_change(&a, "katib.kubeflow.kf", kv::Operation::Put, &desired(ComponentKind::Katib, "spoke-b")), LocalChange::Refused(r) if r.contains("field cluster")));
+        assert!(matches!(desired_change(&a, "katib.kubeflow.kf", kv::Operation::Put, b"\xff"), LocalChange::Refused(_)));
+        assert!(matches!(desired_change(&a, "agent", kv::Operation::Delete, b""), LocalChange::Refused(r) if r.contains("\"agent\"")));
     }
 
     #[test]

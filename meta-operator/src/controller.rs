@@ -18,7 +18,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_crds::bus::{self, DesiredComponent, Heartbeat, KfDefRef, StatusReport};
 use kubeflow_crds::component::{ComponentKind, Platform};
+use kubeflow_crds::fleet::{self, ClusterName};
+use kubeflow_crds::fleet_cluster::{FleetCluster, Placement};
 use kubeflow_crds::kfdef::{KfDef, KfDefPhase};
+use kube::runtime::reflector::Store;
 use operator_runtime::finalizer::{Step, with_finalizer};
 use operator_runtime::metrics::Metrics;
 use operator_runtime::nats;
@@ -29,6 +32,7 @@ use tracing::{info, instrument, warn};
 
 use crate::aggregate::{self, Observed};
 use crate::catalog::Catalog;
+use crate::fleet::{self as placement, ClusterObserved, Selected};
 use crate::plan::{self, PINNED_BY_ANNOTATION, PINS_ANNOTATION};
 use crate::publish::{self, Publication, Published};
 use crate::upgrade::{self, EditRefused};
@@ -69,6 +73,8 @@ pub enum Error {
     Finalizer { kfdef: String, source: kube::Error },
     #[error(transparent)]
     Upgrade(#[from] upgrade_controller::UpgradeError),
+    #[error("cannot withdraw desired state from a fleet cluster: {0}")]
+    Fleet(String),
 }
 
 impl Error {
@@ -80,6 +86,7 @@ impl Error {
             Error::Unpin { .. } => "pins",
             Error::Finalizer { .. } => "finalizer",
             Error::Upgrade(_) => "upgrade",
+            Error::Fleet(_) => "fleet",
         }
     }
 }
@@ -98,6 +105,43 @@ impl Bus {
     }
 }
 
+/// A bucket a KfDef's desired specs are written to: this cluster's bucket of each component, or
+/// the hub's bucket of a fleet cluster, holding every component's.
+enum Desired<'a> {
+    Local(&'a Bus),
+    Cluster { js: &'a jetstream::Context, cluster: &'a ClusterName, store: &'a kv::Store },
+}
+
+impl Desired<'_> {
+    fn store(&self, component: ComponentKind) -> &kv::Store {
+        match self {
+            Desired::Local(bus) => bus.desired(component),
+            Desired::Cluster { store, .. } => store,
+        }
+    }
+
+    fn js(&self) -> &jetstream::Context {
+        match self {
+            Desired::Local(bus) => &bus.js,
+            Desired::Cluster { js, .. } => js,
+        }
+    }
+
+    fn bucket(&self, component: ComponentKind) -> String {
+        match self {
+            Desired::Local(_) => bus::desired_bucket(component),
+            Desired::Cluster { cluster, .. } => fleet::desired_bucket(cluster),
+        }
+    }
+
+    fn cluster(&self) -> Option<&str> {
+        match self {
+            Desired::Local(_) => None,
+            Desired::Cluster { cluster, .. } => Some(cluster.as_str()),
+        }
+    }
+}
+
 /// What the bus watcher learned, shared with reconciles.
 #[derive(Default)]
 pub struct BusState {
@@ -107,6 +151,10 @@ pub struct BusState {
     pub heartbeats: RwLock<BTreeMap<ComponentKind, u64>>,
     /// Releases each component operator announced; kept when its heartbeat goes stale.
     pub catalog: RwLock<Catalog>,
+    /// What each registered fleet cluster reported ([`crate::fleet`]).
+    pub fleet: RwLock<BTreeMap<ClusterName, ClusterObserved>>,
+    /// Each registered fleet cluster's desired bucket on the hub, once made.
+    pub fleet_desired: RwLock<BTreeMap<ClusterName, kv::Store>>,
 }
 
 pub struct Context {
@@ -117,6 +165,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Retry delays per object (namespace, name) after failed reconciles.
     pub backoffs: Backoffs<(String, String)>,
+    /// The fleet clusters registered on this hub (none on a single cluster).
+    pub clusters: Store<FleetCluster>,
 }
 
 fn object_key<K: Resource>(object: &K) -> (String, String) {
@@ -175,8 +225,12 @@ pub fn error_policy<K: Resource>(object: Arc<K>, error: &Error, ctx: Arc<Context
 }
 
 async fn apply(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
+    if let Some(placement) = &kfdef.spec.placement {
+        return apply_placed(kfdef, placement, ctx).await;
+    }
     let catalog = ctx.state.catalog.read().await.clone();
     let plan = plan::plan(kfdef, ctx.platform, &catalog);
+    let bus = ctx.state.bus.read().await.clone();
     let mut bus_error = None;
     let mut edit_refused = None;
     if let Ok(plan) = &plan {
@@ -190,7 +244,11 @@ async fn apply(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
             }),
             false => None,
         };
-        match publish(kfdef, plan, preview.as_ref(), &catalog, ctx).await {
+        let published = match &bus {
+            Some(bus) => publish(kfdef, &Desired::Local(bus), plan, preview.as_ref(), &catalog).await,
+            None => Err(BusError::NotConnected),
+        };
+        match published {
             Ok(refused) => edit_refused = refused,
             // Shown in status; the bus watcher triggers the KfDef again once NATS is back.
             Err(e) => bus_error = Some(e.to_string()),
@@ -199,6 +257,20 @@ async fn apply(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
             remove_redundant_pins(kfdef, plan, ctx).await?;
         }
     }
+    // Placed on fleet clusters before: taken off them (what its status lists), as it is now
+    // installed here instead.
+    let placed_on: Vec<String> = kfdef.status.iter().flat_map(|s| s.clusters.iter().map(|c| c.name.clone())).collect();
+    let withdrawn = match &bus {
+        _ if placed_on.is_empty() => true,
+        Some(bus) => match withdraw_from_clusters(kfdef, &placed_on, bus, ctx).await {
+            Ok(()) => true,
+            Err(error) => {
+                bus_error.get_or_insert(error);
+                false
+            }
+        },
+        None => false,
+    };
     let key = object_key(kfdef);
     let reports = ctx.state.reports.read().await.get(&key).cloned().unwrap_or_default();
     let heartbeats = ctx.state.heartbeats.read().await.clone();
@@ -207,18 +279,97 @@ async fn apply(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
     let observed = Observed { reports: &reports, heartbeats: &heartbeats, now_unix: nats::now_unix(), bus_error, edit_refused: edit_refused.as_ref(), pinned_drift };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let platform = format!("{:?}", ctx.platform);
-    let next = aggregate::kfdef_status(kfdef.status.as_ref(), kfdef.meta().generation, plan.as_ref(), &observed, &platform, &now);
-    if kfdef.status.as_ref() != Some(&next) {
-        let api: Api<KfDef> = Api::namespaced(ctx.client.clone(), &key.0);
-        let patch = json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "status": next});
-        api.patch_status(&key.1, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-            .await
-            .map_err(|source| Error::Status { kfdef: format!("{}/{}", key.0, key.1), source })?;
-        announce(kfdef, &next, ctx).await;
+    let mut next = aggregate::kfdef_status(kfdef.status.as_ref(), kfdef.meta().generation, plan.as_ref(), &observed, &platform, &now);
+    if withdrawn {
+        next.clusters.clear();
     }
+    write_status(kfdef, next.clone(), ctx).await?;
     // Status reports and operator heartbeats arrive as triggers; the requeue notices operators
     // that stop sending heartbeats.
     Ok(Action::requeue(if next.phase == Some(KfDefPhase::Available) { Duration::from_secs(30) } else { Duration::from_secs(5) }))
+}
+
+/// Writes `next` as the KfDef's status unless it already is, and announces a phase change.
+async fn write_status(kfdef: &KfDef, next: kubeflow_crds::kfdef::KfDefStatus, ctx: &Context) -> Result<(), Error> {
+    if kfdef.status.as_ref() == Some(&next) {
+        return Ok(());
+    }
+    let (namespace, name) = object_key(kfdef);
+    let api: Api<KfDef> = Api::namespaced(ctx.client.clone(), &namespace);
+    let patch = json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "status": next});
+    api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(|source| Error::Status { kfdef: format!("{namespace}/{name}"), source })?;
+    announce(kfdef, &next, ctx).await;
+    Ok(())
+}
+
+/// A KfDef with `spec.placement`: its components' desired specs go to each selected fleet
+/// cluster's bucket on the hub, planned against the releases that cluster's operators announced;
+/// none stay in this cluster's buckets, nor in those of clusters it no longer selects. Its status
+/// sums up what each cluster reports.
+async fn apply_placed(kfdef: &KfDef, placement: &Placement, ctx: &Context) -> Result<Action, Error> {
+    let key = object_key(kfdef);
+    let generation = kfdef.meta().generation;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let now_unix = nats::now_unix();
+    let previous = kfdef.status.as_ref();
+    let registrations: Vec<FleetCluster> = ctx.clusters.state().iter().map(|c| (**c).clone()).collect();
+    let selection = match placement::select(&key.0, placement, &registrations) {
+        Ok(selection) => selection,
+        Err(invalid) => {
+            write_status(kfdef, placement::placed_status(previous, generation, Err(invalid), None, &now), ctx).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let bus = ctx.state.bus.read().await.clone();
+    let mut bus_error = None;
+    let stores = ctx.state.fleet_desired.read().await.clone();
+    if let Some(bus) = &bus {
+        let used: Vec<&ClusterName> = selection.iter().filter_map(|s| if let Selected::Use { cluster, .. } = s { Some(cluster) } else { None }).collect();
+        let left: Vec<String> = previous.iter().flat_map(|s| s.clusters.iter().map(|c| c.name.clone())).filter(|name| !used.iter().any(|c| c.as_str() == name)).collect();
+        if let Err(e) = withdraw(kfdef, &Desired::Local(bus)).await {
+            bus_error = Some(e.to_string());
+        }
+        if let Err(e) = withdraw_from_clusters(kfdef, &left, bus, ctx).await {
+            bus_error = Some(e);
+        }
+    } else {
+        bus_error = Some(BusError::NotConnected.to_string());
+    }
+    let mut clusters = Vec::new();
+    for selected in selection {
+        let (cluster, platform) = match selected {
+            Selected::Unusable(status) => {
+                clusters.push(status);
+                continue;
+            }
+            Selected::Use { cluster, platform } => (cluster, platform),
+        };
+        let observed = ctx.state.fleet.read().await.get(&cluster).cloned().unwrap_or_default();
+        let plan = plan::plan(kfdef, platform, &observed.catalog);
+        let previous_entry = previous.and_then(|s| s.clusters.iter().find(|c| c.name == cluster.as_str()));
+        let mut entry = placement::cluster_status(&cluster, &key, generation, plan.as_ref(), &observed, previous_entry, now_unix, &now);
+        if let (Ok(plan), Some(bus)) = (&plan, &bus) {
+            let published = match stores.get(&cluster) {
+                Some(store) => publish(kfdef, &Desired::Cluster { js: &bus.js, cluster: &cluster, store }, plan, None, &observed.catalog).await.map_err(|e| e.to_string()),
+                None => Err(format!("the hub's bucket {} is not made yet", fleet::desired_bucket(&cluster))),
+            };
+            match published {
+                Ok(Some(refused)) => {
+                    entry.state = kubeflow_crds::fleet_cluster::ClusterState::Degraded;
+                    entry.message = refused.to_string();
+                }
+                Ok(None) => {}
+                Err(e) => bus_error = Some(format!("cluster {cluster}: {e}")),
+            }
+        }
+        clusters.push(entry);
+    }
+    let next = placement::placed_status(previous, generation, Ok(clusters), bus_error.as_deref(), &now);
+    write_status(kfdef, next, ctx).await?;
+    // Reports arrive as triggers; the requeue notices a cluster whose agent falls silent.
+    Ok(Action::requeue(Duration::from_secs(10)))
 }
 
 /// An Event when the phase changes, and a Warning when a version change is newly refused.
@@ -266,44 +417,73 @@ async fn remove_redundant_pins(kfdef: &KfDef, plan: &plan::Plan, ctx: &Context) 
     Ok(())
 }
 
-/// Publishes each component's desired spec unless NATS already holds it, and deletes the desired
-/// state of components that left the KfDef — unless the versions changed outside a KfUpgrade in a
-/// way a KfUpgrade would refuse: then nothing is written and the refusal returned.
-async fn publish(kfdef: &KfDef, plan: &plan::Plan, preview: Option<&plan::Plan>, catalog: &Catalog, ctx: &Context) -> Result<Option<EditRefused>, BusError> {
-    let bus = ctx.state.bus.read().await.clone().ok_or(BusError::NotConnected)?;
+/// What `desired` holds for each component of the KfDef.
+async fn read_published(kfdef: &KfDef, desired: &Desired<'_>) -> Result<BTreeMap<ComponentKind, Published>, BusError> {
     let (namespace, name) = object_key(kfdef);
     let mut published = BTreeMap::new();
     for component in ComponentKind::ALL {
         let key = bus::key(component, &namespace, &name);
-        let entry = bus.desired(component).entry(&key).await.map_err(|source| BusError::Read { key: key.clone(), source })?;
+        let entry = desired.store(component).entry(&key).await.map_err(|source| BusError::Read { key: key.clone(), source })?;
         let revision = entry.as_ref().map_or(0, |e| e.revision);
-        let desired = entry.filter(|e| e.operation == kv::Operation::Put).and_then(|e| match serde_json::from_slice::<DesiredComponent>(&e.value) {
+        let value = entry.filter(|e| e.operation == kv::Operation::Put).and_then(|e| match serde_json::from_slice::<DesiredComponent>(&e.value) {
             Ok(d) => Some(d),
             Err(error) => {
                 warn!(%key, %error, "published desired state is undecodable; it will be replaced");
                 None
             }
         });
-        published.insert(component, Published { revision, desired });
+        published.insert(component, Published { revision, desired: value });
     }
-    if let Err(refused) = upgrade::check_edit(plan, &publish::published_versions(&published), catalog) {
-        warn!(%refused, "version change refused; nothing published");
-        return Ok(Some(refused));
-    }
-    let kfdef_ref = KfDefRef { namespace, name, uid: kfdef.uid().unwrap_or_default(), generation: kfdef.meta().generation.unwrap_or(0) };
-    for write in publish::publications(&kfdef_ref, plan, preview, &published, nats::current_traceparent()) {
+    Ok(published)
+}
+
+fn kfdef_ref(kfdef: &KfDef) -> KfDefRef {
+    let (namespace, name) = object_key(kfdef);
+    KfDefRef { namespace, name, uid: kfdef.uid().unwrap_or_default(), generation: kfdef.meta().generation.unwrap_or(0) }
+}
+
+async fn write(desired: &Desired<'_>, writes: Vec<Publication>) -> Result<(), BusError> {
+    for write in writes {
         match write {
             Publication::Put { key, msg_id, message } => {
-                nats::put_with_id(&bus.js, &bus::desired_bucket(message.component), &key, &msg_id, &message).await.map_err(|source| BusError::Publish { key: key.clone(), source })?;
-                info!(%key, version = %message.spec["version"], "published desired state");
+                nats::put_with_id(desired.js(), &desired.bucket(message.component), &key, &msg_id, &message).await.map_err(|source| BusError::Publish { key: key.clone(), source })?;
+                info!(%key, cluster = desired.cluster(), version = %message.spec["version"], "published desired state");
             }
             Publication::Delete { component, key } => {
-                bus.desired(component).delete(&key).await.map_err(|source| BusError::Delete { key: key.clone(), source })?;
-                info!(%key, "component left the KfDef; desired state deleted");
+                desired.store(component).delete(&key).await.map_err(|source| BusError::Delete { key: key.clone(), source })?;
+                info!(%key, cluster = desired.cluster(), "desired state withdrawn");
             }
         }
     }
+    Ok(())
+}
+
+/// Publishes each component's desired spec to `desired` unless it already holds it, and deletes
+/// the desired state of components that left the KfDef — unless the versions changed outside a
+/// KfUpgrade in a way a KfUpgrade would refuse: then nothing is written and the refusal returned.
+async fn publish(kfdef: &KfDef, desired: &Desired<'_>, plan: &plan::Plan, preview: Option<&plan::Plan>, catalog: &Catalog) -> Result<Option<EditRefused>, BusError> {
+    let published = read_published(kfdef, desired).await?;
+    if let Err(refused) = upgrade::check_edit(plan, &publish::published_versions(&published), catalog) {
+        warn!(%refused, cluster = desired.cluster(), "version change refused; nothing published");
+        return Ok(Some(refused));
+    }
+    write(desired, publish::publications(&kfdef_ref(kfdef), desired.cluster(), plan, preview, &published, nats::current_traceparent())).await?;
     Ok(None)
+}
+
+/// Takes the KfDef out of `desired`: the entries it wrote there, and no other.
+async fn withdraw(kfdef: &KfDef, desired: &Desired<'_>) -> Result<(), BusError> {
+    let published = read_published(kfdef, desired).await?;
+    write(desired, publish::withdrawals(&kfdef_ref(kfdef), &published)).await
+}
+
+/// [`withdraw`] from each of the fleet clusters `names` whose bucket the hub has.
+async fn withdraw_from_clusters(kfdef: &KfDef, names: &[String], bus: &Bus, ctx: &Context) -> Result<(), String> {
+    let stores = ctx.state.fleet_desired.read().await.clone();
+    for (cluster, store) in stores.iter().filter(|(c, _)| names.iter().any(|n| n == c.as_str())) {
+        withdraw(kfdef, &Desired::Cluster { js: &bus.js, cluster, store }).await.map_err(|e| format!("cluster {cluster}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// KfDef deleted: withdraw every component's desired state. The component resources are owned by
@@ -316,6 +496,9 @@ async fn cleanup(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
             bus.desired(component).delete(&key).await.map_err(|source| BusError::Delete { key: key.clone(), source })?;
         }
     }
+    // From every fleet cluster: what this KfDef wrote there.
+    let clusters: Vec<String> = ctx.state.fleet_desired.read().await.keys().map(|c| c.to_string()).collect();
+    withdraw_from_clusters(kfdef, &clusters, &bus, ctx).await.map_err(Error::Fleet)?;
     info!("KfDef deleted; desired state of its components withdrawn");
     Ok(Action::await_change())
 }

@@ -1,10 +1,13 @@
 //! The meta-operator's logic as a library: the pure steps ([`catalog`] of announced component
-//! releases, [`plan`] of a KfDef, [`aggregate`] status, [`upgrade`] decisions) and the
-//! controllers that drive them.
+//! releases, [`plan`] of a KfDef, [`aggregate`] status, [`upgrade`] decisions, [`fleet`]
+//! placement) and the controllers that drive them ([`controller`], [`upgrade_controller`],
+//! [`fleet_controller`]).
 
 pub mod aggregate;
 pub mod catalog;
 pub mod controller;
+pub mod fleet;
+pub mod fleet_controller;
 pub mod plan;
 pub mod provision;
 pub mod publish;

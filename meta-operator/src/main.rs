@@ -1,7 +1,7 @@
 //! The meta-operator: splits each KfDef into one desired spec per component, publishes them over
 //! NATS JetStream to the component operators, and folds their status reports into the KfDef.
 
-use meta_operator::{controller, upgrade_controller};
+use meta_operator::{controller, fleet_controller, upgrade_controller};
 
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
 use kube::runtime::reflector::ObjectRef;
 use kube::core::DeserializeGuard;
+use kubeflow_crds::fleet_cluster::FleetCluster;
 use kubeflow_crds::{KfDef, KfUpgrade};
 use tokio::sync::mpsc;
 
@@ -102,6 +103,10 @@ async fn main() -> std::process::ExitCode {
     let state = Arc::new(controller::BusState::default());
     let (report_tx, mut report_rx) = mpsc::unbounded_channel::<ObjectRef<DeserializeGuard<KfDef>>>();
     let (all_tx, all_rx) = mpsc::unbounded_channel();
+    let fleet_triggers = {
+        let (cluster_tx, cluster_rx) = mpsc::unbounded_channel();
+        (fleet_controller::Triggers { kfdef: report_tx.clone(), all_kfdefs: all_tx.clone(), cluster: cluster_tx }, cluster_rx)
+    };
     tokio::spawn(controller::watch_bus(cli.nats_url.clone(), cli.nats_credentials.clone(), cli.nats_replicas, state.clone(), report_tx, all_tx));
 
     // Decoded through `DeserializeGuard`: an object the types cannot read is reported and
@@ -115,10 +120,25 @@ async fn main() -> std::process::ExitCode {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let ctx = Arc::new(controller::Context { client: client.clone(), state, platform, metrics: metrics.clone(), recorder, backoffs: Default::default() });
     // The controllers are built on watches of our own, so readiness can be told without waiting
     // on a controller's store (see `operator_runtime::synced`).
     let mut synced = WatchesSynced::default();
+    // Fleet clusters registered on this hub; none on a single cluster.
+    let registrations: Api<FleetCluster> = Api::all(client.clone());
+    let (cluster_store, cluster_changes) = synced.reflect(registrations.clone(), watcher::Config::default().any_semantic());
+    let ctx = Arc::new(controller::Context { client: client.clone(), state, platform, metrics: metrics.clone(), recorder, backoffs: Default::default(), clusters: cluster_store.clone() });
+    let (fleet_triggers, cluster_rx) = fleet_triggers;
+    let fleet_ctx = Arc::new(fleet_controller::FleetContext::new(ctx.clone(), cli.nats_replicas, fleet_triggers));
+    let cluster_controller = Controller::for_stream(cluster_changes, cluster_store)
+        .reconcile_on(receiver_stream(cluster_rx))
+        .trigger_backoff(watches::backoff())
+        .shutdown_on_signal()
+        .run(fleet_controller::reconcile, fleet_controller::error_policy, fleet_ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "FleetCluster reconcile ended with an error");
+            }
+        });
     let (upgrade_store, upgrade_changes) = synced.reflect(upgrades, watcher::Config::default().any_semantic());
     let upgrade_controller = Controller::for_stream(upgrade_changes, upgrade_store.clone());
     // A component's report (status, or the plan of a preview) concerns its KfDef and the
@@ -153,13 +173,17 @@ async fn main() -> std::process::ExitCode {
             }
         });
     let (kfdef_store, kfdef_changes) = synced.reflect(kfdefs, watcher::Config::default().any_semantic());
-    let kfdef_controller = Controller::for_stream(kfdef_changes, kfdef_store);
+    let kfdef_controller = Controller::for_stream(kfdef_changes, kfdef_store.clone());
     // Ready once both controllers have listed what they watch.
     tokio::spawn(async move {
         synced.wait().await;
         metrics.set_ready();
     });
+    // A registration's change (labels, namespaces) concerns every KfDef placed by a selector or name.
     let kfdef_controller = kfdef_controller
+        .watches(registrations, watcher::Config::default().any_semantic(), move |_: FleetCluster| {
+            kfdef_store.state().iter().filter(|k| k.0.as_ref().is_ok_and(|k| k.spec.placement.is_some())).map(|k| ObjectRef::from_obj(k.as_ref())).collect::<Vec<_>>()
+        })
         .reconcile_on(receiver_stream(trigger_rx))
         .reconcile_all_on(receiver_stream(all_rx))
         .trigger_backoff(watches::backoff())
@@ -172,7 +196,7 @@ async fn main() -> std::process::ExitCode {
                 Ok(_) => {}
             }
         });
-    futures::join!(kfdef_controller, upgrade_controller);
+    futures::join!(kfdef_controller, upgrade_controller, cluster_controller);
     leadership.release().await;
     std::process::ExitCode::SUCCESS
 }

@@ -35,7 +35,8 @@ pub fn published_versions(published: &BTreeMap<ComponentKind, Published>) -> BTr
 
 /// The writes that make the bucket hold `plan` for the KfDef `kfdef`, each component with the spec
 /// `preview` (a KfUpgrade's target, [`crate::plan::preview_plan`]) gives it, when that differs.
-pub fn publications(kfdef: &KfDefRef, plan: &Plan, preview: Option<&Plan>, published: &BTreeMap<ComponentKind, Published>, traceparent: Option<String>) -> Vec<Publication> {
+/// `cluster`: the fleet cluster the bucket is that of ([`DesiredComponent::cluster`]).
+pub fn publications(kfdef: &KfDefRef, cluster: Option<&str>, plan: &Plan, preview: Option<&Plan>, published: &BTreeMap<ComponentKind, Published>, traceparent: Option<String>) -> Vec<Publication> {
     let mut writes = Vec::new();
     for component in ComponentKind::ALL {
         let key = bus::key(component, &kfdef.namespace, &kfdef.name);
@@ -48,7 +49,7 @@ pub fn publications(kfdef: &KfDefRef, plan: &Plan, preview: Option<&Plan>, publi
                     .filter(|p| p.spec_hash != wanted.spec_hash)
                     .map(|p| Preview { spec_hash: p.spec_hash.clone(), spec: p.spec.clone() });
                 let preview_hash = preview.as_ref().map(|p| p.spec_hash.as_str());
-                if desired.is_some_and(|d| d.spec_hash == wanted.spec_hash && d.kfdef.uid == kfdef.uid && d.preview.as_ref().map(|p| p.spec_hash.as_str()) == preview_hash) {
+                if desired.is_some_and(|d| d.spec_hash == wanted.spec_hash && d.kfdef.uid == kfdef.uid && d.cluster.as_deref() == cluster && d.preview.as_ref().map(|p| p.spec_hash.as_str()) == preview_hash) {
                     continue;
                 }
                 let revision = current.map_or(0, |p| p.revision);
@@ -61,7 +62,7 @@ pub fn publications(kfdef: &KfDefRef, plan: &Plan, preview: Option<&Plan>, publi
                     None => wanted.spec_hash.clone(),
                 };
                 let msg_id = format!("{}.{}.{component}.{hashes}.{revision}", kfdef.uid, kfdef.generation);
-                let message = DesiredComponent { kfdef: kfdef.clone(), component, spec_hash: wanted.spec_hash.clone(), spec: wanted.spec.clone(), traceparent: traceparent.clone(), preview };
+                let message = DesiredComponent { kfdef: kfdef.clone(), component, spec_hash: wanted.spec_hash.clone(), spec: wanted.spec.clone(), traceparent: traceparent.clone(), preview, cluster: cluster.map(String::from) };
                 writes.push(Publication::Put { key, msg_id, message });
             }
             None if desired.is_some() && !plan.unresolved.contains_key(&component) => writes.push(Publication::Delete { component, key }),
@@ -69,6 +70,16 @@ pub fn publications(kfdef: &KfDefRef, plan: &Plan, preview: Option<&Plan>, publi
         }
     }
     writes
+}
+
+/// The deletes that take the KfDef `kfdef` out of a bucket it is no longer placed in: only of the
+/// entries this KfDef (its uid) wrote; one of a KfDef of the same name made since is left.
+pub fn withdrawals(kfdef: &KfDefRef, published: &BTreeMap<ComponentKind, Published>) -> Vec<Publication> {
+    published
+        .iter()
+        .filter(|(_, p)| p.desired.as_ref().is_some_and(|d| d.kfdef.uid == kfdef.uid))
+        .map(|(component, _)| Publication::Delete { component: *component, key: bus::key(*component, &kfdef.namespace, &kfdef.name) })
+        .collect()
 }
 
 #[cfg(test)]
@@ -87,7 +98,7 @@ mod tests {
     }
 
     fn published(version: &str, revision: u64) -> Published {
-        let desired = DesiredComponent { kfdef: kfdef(), component: ComponentKind::Katib, spec_hash: format!("h{version}"), spec: json!({"version": version}), traceparent: None, preview: None };
+        let desired = DesiredComponent { kfdef: kfdef(), component: ComponentKind::Katib, spec_hash: format!("h{version}"), spec: json!({"version": version}), traceparent: None, preview: None, cluster: None };
         Published { revision, desired: Some(desired) }
     }
 
@@ -95,7 +106,7 @@ mod tests {
     fn changed_specs_are_put_with_their_revision_and_departed_components_deleted() {
         let plan = Plan { components: [(ComponentKind::Katib, wanted("v0.11.0")), (ComponentKind::Dex, wanted("v2.24.0"))].into(), unresolved: BTreeMap::new(), applications: vec![] };
         let now: BTreeMap<_, _> = [(ComponentKind::Katib, published("v0.10.0", 7)), (ComponentKind::Dex, published("v2.24.0", 2)), (ComponentKind::Istio, published("1.3.1", 3))].into();
-        let writes = publications(&kfdef(), &plan, None, &now, None);
+        let writes = publications(&kfdef(), None, &plan, None, &now, None);
         assert_eq!(writes.len(), 2, "{writes:?}");
         assert_eq!(writes[0], Publication::Delete { component: ComponentKind::Istio, key: "istio.team.kf".into() });
         let Publication::Put { key, msg_id, message } = &writes[1] else { panic!("{writes:?}") };
@@ -108,7 +119,21 @@ mod tests {
     fn an_unresolved_component_keeps_what_is_published() {
         let plan = Plan { components: BTreeMap::new(), unresolved: [(ComponentKind::Katib, Unresolved::NotAnnounced { component: ComponentKind::Katib })].into(), applications: vec![] };
         let now: BTreeMap<_, _> = [(ComponentKind::Katib, published("v0.10.0", 7))].into();
-        assert_eq!(publications(&kfdef(), &plan, None, &now, None), []);
+        assert_eq!(publications(&kfdef(), None, &plan, None, &now, None), []);
+    }
+
+    #[test]
+    fn a_clusters_bucket_gets_specs_naming_the_cluster_and_loses_only_this_kfdefs_entries() {
+        let plan = Plan { components: [(ComponentKind::Katib, wanted("v0.11.0"))].into(), unresolved: BTreeMap::new(), applications: vec![] };
+        let now: BTreeMap<_, _> = [(ComponentKind::Katib, published("v0.11.0", 7))].into();
+        // The same spec, published for this cluster itself, is placed on a cluster anew.
+        let Publication::Put { message, .. } = &publications(&kfdef(), Some("eu-1"), &plan, None, &now, None)[0] else { panic!() };
+        assert_eq!(message.cluster.as_deref(), Some("eu-1"));
+        let placed: BTreeMap<_, _> = [(ComponentKind::Katib, Published { revision: 8, desired: Some(message.clone()) })].into();
+        assert_eq!(publications(&kfdef(), Some("eu-1"), &plan, None, &placed, None), []);
+        assert_eq!(withdrawals(&kfdef(), &placed), [Publication::Delete { component: ComponentKind::Katib, key: "katib.team.kf".into() }]);
+        let newer = KfDefRef { uid: "u2".into(), ..kfdef() };
+        assert_eq!(withdrawals(&newer, &placed), [], "a KfDef of the same name made since keeps its entries");
     }
 
     #[test]
@@ -117,7 +142,7 @@ mod tests {
         let target = Plan { components: [(ComponentKind::Katib, wanted("v0.11.0")), (ComponentKind::Dex, wanted("v2.24.0"))].into(), unresolved: BTreeMap::new(), applications: vec![] };
         let mut now: BTreeMap<_, _> = [(ComponentKind::Katib, published("v0.10.0", 7))].into();
         now.insert(ComponentKind::Dex, Published { revision: 2, desired: Some(DesiredComponent { component: ComponentKind::Dex, spec_hash: "hv2.24.0".into(), spec: json!({"version": "v2.24.0"}), ..published("v2.24.0", 2).desired.unwrap() }) });
-        let writes = publications(&kfdef(), &plan, Some(&target), &now, None);
+        let writes = publications(&kfdef(), None, &plan, Some(&target), &now, None);
         assert_eq!(writes.len(), 1, "Dex's spec and target are the same: nothing to preview, nothing to write: {writes:?}");
         let Publication::Put { key, msg_id, message } = &writes[0] else { panic!("{writes:?}") };
         assert_eq!((key.as_str(), msg_id.as_str()), ("katib.team.kf", "u1.4.katib.hv0.10.0+hv0.11.0.7"));
@@ -126,8 +151,8 @@ mod tests {
         // Once published, the same preview is not written again; without it, the preview goes.
         let mut after = now.clone();
         after.insert(ComponentKind::Katib, Published { revision: 8, desired: Some(message.clone()) });
-        assert_eq!(publications(&kfdef(), &plan, Some(&target), &after, None), []);
-        let Publication::Put { message, .. } = &publications(&kfdef(), &plan, None, &after, None)[0] else { panic!() };
+        assert_eq!(publications(&kfdef(), None, &plan, Some(&target), &after, None), []);
+        let Publication::Put { message, .. } = &publications(&kfdef(), None, &plan, None, &after, None)[0] else { panic!() };
         assert_eq!(message.preview, None);
     }
 }

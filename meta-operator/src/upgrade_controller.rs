@@ -164,6 +164,10 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
             return Ok(refuse(up, status, ctx, format!("spec.currentKfDef.version: {want} given, but KfDef {} runs {have}", kfdef.name_any())).await);
         }
     }
+    if kfdef.spec.placement.is_some() {
+        let message = format!("KfDef {} is placed on fleet clusters (spec.placement); a KfUpgrade moves a KfDef of this cluster only. Change spec.version to move every cluster it is placed on", kfdef.name_any());
+        return Ok(refuse(up, status, ctx, message).await);
+    }
     if spec.new_kf_def.name != spec.current_kf_def.name {
         return Ok(refuse(up, status, ctx, format!("spec.newKfDef.name: upgrades move KfDef {:?} in place; set newKfDef.name to it (got {:?})", spec.current_kf_def.name, spec.new_kf_def.name)).await);
     }

@@ -26,6 +26,11 @@ use crate::component::Component;
 pub const KFDEF_LABEL: &str = "kfdef.apps.kubeflow.org/name";
 /// Annotation with the hash of the desired spec the resource was last made from.
 pub const SPEC_HASH_ANNOTATION: &str = "kfdef.apps.kubeflow.org/spec-hash";
+/// On a spoke cluster of a fleet, where the KfDef (on the hub) cannot own the resource: the uid
+/// of the KfDef it was made for.
+pub const KFDEF_UID_ANNOTATION: &str = "kfdef.apps.kubeflow.org/uid";
+/// On a spoke cluster of a fleet: the cluster the hub placed the KfDef on.
+pub const FLEET_CLUSTER_LABEL: &str = "fleet.kubeflow.org/cluster";
 
 /// Status updates from reconciles to the publisher: `None` removes the key.
 pub type StatusSender = mpsc::UnboundedSender<(String, Option<StatusReport>)>;
@@ -264,19 +269,22 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
                     annotations[PREVIEW_SPEC_ANNOTATION] = json!(preview.spec.to_string());
                     annotations[PREVIEW_HASH_ANNOTATION] = json!(preview.spec_hash);
                 }
+                let mut metadata = json!({"name": name, "namespace": namespace, "labels": {KFDEF_LABEL: desired.kfdef.name}});
+                match &desired.cluster {
+                    // Placed by a fleet's hub: the KfDef is not in this cluster, and an owner
+                    // reference to it would have the garbage collector delete the resource at
+                    // once. The hub's delete of the desired key removes it instead.
+                    Some(cluster) => {
+                        metadata["labels"][FLEET_CLUSTER_LABEL] = json!(cluster);
+                        annotations[KFDEF_UID_ANNOTATION] = json!(desired.kfdef.uid);
+                    }
+                    None => metadata["ownerReferences"] = json!([{"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "name": desired.kfdef.name, "uid": desired.kfdef.uid}]),
+                }
+                metadata["annotations"] = annotations;
                 let object = json!({
                     "apiVersion": C::Resource::api_version(&()),
                     "kind": C::Resource::kind(&()),
-                    "metadata": {
-                        "name": name,
-                        "namespace": namespace,
-                        "labels": {KFDEF_LABEL: desired.kfdef.name},
-                        "annotations": annotations,
-                        "ownerReferences": [{
-                            "apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef",
-                            "name": desired.kfdef.name, "uid": desired.kfdef.uid,
-                        }],
-                    },
+                    "metadata": metadata,
                     "spec": desired.spec,
                 });
                 let manager = format!("kubeflow-{}-operator-nats", C::Resource::COMPONENT.name());
@@ -339,7 +347,10 @@ fn refused_report(spec_hash: String, message: String) -> StatusReport {
 /// (or none) and the KfDef that owns it, so that applying `desired` would change nothing.
 fn made_from<K: ComponentResource>(resource: &K, desired: &DesiredComponent) -> bool {
     let annotation = |key: &str| resource.annotations().get(key).map(String::as_str);
-    let owned = resource.meta().owner_references.iter().flatten().any(|o| o.kind == "KfDef" && o.uid == desired.kfdef.uid);
+    let owned = match &desired.cluster {
+        Some(cluster) => annotation(KFDEF_UID_ANNOTATION) == Some(desired.kfdef.uid.as_str()) && resource.labels().get(FLEET_CLUSTER_LABEL) == Some(cluster),
+        None => resource.meta().owner_references.iter().flatten().any(|o| o.kind == "KfDef" && o.uid == desired.kfdef.uid),
+    };
     resource.meta().deletion_timestamp.is_none()
         && annotation(SPEC_HASH_ANNOTATION) == Some(desired.spec_hash.as_str())
         && annotation(PREVIEW_HASH_ANNOTATION) == desired.preview.as_ref().map(|p| p.spec_hash.as_str())
@@ -440,6 +451,7 @@ mod tests {
             spec: json!({"version": "v0.11.0"}),
             traceparent: None,
             preview: preview.map(|h| Preview { spec_hash: h.into(), spec: json!({"version": "v0.18.0"}) }),
+            cluster: None,
         }
     }
 
@@ -468,5 +480,19 @@ mod tests {
         let mut deleting = made.clone();
         deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         assert!(!made_from(&deleting, &desired("h1", "u1", None)));
+    }
+
+    /// On a fleet's spoke the KfDef is on the hub: the uid annotation and the cluster label stand
+    /// for the owner reference.
+    #[test]
+    fn a_resource_placed_by_a_hub_is_known_by_its_kfdef_uid_and_cluster() {
+        let placed = |cluster: &str| DesiredComponent { cluster: Some(cluster.into()), ..desired("h1", "u1", None) };
+        let mut made = katib(json!({SPEC_HASH_ANNOTATION: "h1", KFDEF_UID_ANNOTATION: "u1"}), "u1");
+        made.metadata.owner_references = None;
+        made.metadata.labels = Some([(FLEET_CLUSTER_LABEL.to_string(), "spoke-a".to_string())].into());
+        assert!(made_from(&made, &placed("spoke-a")));
+        assert!(!made_from(&made, &placed("spoke-b")), "placed on another cluster");
+        assert!(!made_from(&made, &DesiredComponent { cluster: Some("spoke-a".into()), ..desired("h1", "u2", None) }), "a KfDef of the same name made again");
+        assert!(!made_from(&made, &desired("h1", "u1", None)), "the same KfDef, now on this cluster itself, owns it");
     }
 }

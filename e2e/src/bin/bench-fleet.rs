@@ -27,7 +27,7 @@ fn ms(d: Duration) -> String {
 }
 
 /// A desired Katib spec the size of a KfDef's (its applications' parameters and overlays).
-fn desired(change: usize) -> Vec<u8> {
+fn desired(change: usize, cluster: Option<&str>) -> Vec<u8> {
     let applications: Vec<serde_json::Value> = (0..4).map(|i| serde_json::json!({"name": format!("katib-{i}"), "overlays": ["istio", "application"], "parameters": [{"name": "namespace", "value": "kubeflow"}]})).collect();
     let value = DesiredComponent {
         kfdef: KfDefRef { namespace: "kubeflow".into(), name: "kubeflow".into(), uid: "bench".into(), generation: change as i64 },
@@ -36,6 +36,7 @@ fn desired(change: usize) -> Vec<u8> {
         spec: serde_json::json!({"version": "v0.11.0", "applications": applications}),
         traceparent: None,
         preview: None,
+        cluster: cluster.map(String::from),
     };
     serde_json::to_vec(&value).unwrap()
 }
@@ -78,14 +79,14 @@ async fn main() {
         // Fan-out: every cluster's spec changes; the last arrival counts.
         let mut fan_out = Vec::new();
         for change in 0..changes {
-            let value = desired(change);
+            let values: Vec<Vec<u8>> = fleet.spokes.iter().map(|spoke| desired(change, Some(spoke.name.as_str()))).collect();
             let start = Instant::now();
-            for bucket in &hub_desired {
+            for (bucket, value) in hub_desired.iter().zip(&values) {
                 bucket.put(KEY, value.clone().into()).await.unwrap();
             }
             let mut last = Duration::ZERO;
-            for watch in &mut spoke_watches {
-                last = last.max(until(watch, &value, start).await);
+            for (watch, value) in spoke_watches.iter_mut().zip(&values) {
+                last = last.max(until(watch, value, start).await);
             }
             fan_out.push(last);
         }
@@ -107,7 +108,7 @@ async fn main() {
         let mut reference_watch = reference_bucket.watch(KEY).await.unwrap();
         let mut reference = Vec::new();
         for change in 0..changes {
-            let value = desired(change);
+            let value = desired(change, None);
             let start = Instant::now();
             reference_bucket.put(KEY, value.clone().into()).await.unwrap();
             reference.push(until(&mut reference_watch, &value, start).await);
@@ -131,6 +132,6 @@ async fn main() {
             (msgs_after - msgs_before) / quiet.as_secs_f64(),
             (bytes_after - bytes_before) / quiet.as_secs_f64(),
         );
-        println!("  (a desired spec is {} bytes)", desired(0).len());
+        println!("  (a desired spec is {} bytes)", desired(0, Some("spoke-1")).len());
     }
 }
