@@ -8,7 +8,7 @@ BIN_DIR := $(shell hack/cargo.sh bin-dir)
 # Runs a command against the running environment with the one build's operators.
 WITH_ENV := source e2e/env/versions.sh && source $$ENV_FILE && KFOP_BIN_DIR=$(BIN_DIR)
 
-.PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-fleet bench-upgrade bench-manifests bench-profiles chaos fuzz images images-lock push test-images
+.PHONY: help demo test unit e2e env-up env-down generate validate-bundles prereqs bench-components bench-meta bench-fleet bench-placement bench-upgrade bench-manifests bench-profiles chaos fuzz images images-lock push test-images
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -56,6 +56,10 @@ bench-meta: env-up ## cold KfDef converge vs kubectl apply, NATS hop latency, st
 bench-fleet: env-up ## a hub and 1, 4, 8 spoke buses: desired-state fan-out, reports back, traffic at rest
 	$(ONE_BUILD)
 	$(WITH_ENV) $(BIN_DIR)/bench-fleet
+
+bench-placement: env-up ## a KfDef placed on 1, 2, 3 spoke control planes: converge and version change vs one cluster
+	$(ONE_BUILD)
+	$(WITH_ENV) $(BIN_DIR)/bench-placement
 
 bench-upgrade: env-up ## KfUpgrade duration vs raw kubectl apply, zero-availability moments
 	$(ONE_BUILD)

@@ -1,7 +1,8 @@
 //! A fleet's bus on loopback ([`kubeflow_crds::fleet`]): a hub nats-server (JetStream domain
 //! `hub`, a leaf port) and a nats-server per spoke cluster, each in its own domain and joined to
 //! the hub by the leaf connection it opens with its cluster's NKey over TLS, each with a real
-//! `fleet-agent`. For the fleet tests and `bench-fleet`.
+//! `fleet-agent`; and the spokes' own Kubernetes control planes ([`SpokeCluster`]). For the fleet
+//! tests, `bench-fleet` and `bench-placement`.
 
 use async_nats::jetstream::{self, kv};
 use kubeflow_crds::ComponentKind;
@@ -73,6 +74,24 @@ impl Fleet {
     }
 }
 
+/// Names of the spoke clusters the fleet tests and benchmarks use, in the order of their
+/// [`SpokeCluster`] index (1, 2, …): a name keeps its ports from run to run.
+pub const SPOKE_NAMES: [&str; 4] = ["spoke-a", "spoke-b", "spoke-c", "spoke-d"];
+
+/// Registers `spoke` on the hub as a [`FleetCluster`](kubeflow_crds::fleet_cluster::FleetCluster)
+/// with its public key, `labels`, and the hub namespaces that may place KfDefs on it.
+pub async fn register(hub: &kube::Client, spoke: &Spoke, labels: serde_json::Value, namespaces: &[&str]) -> kubeflow_crds::fleet_cluster::FleetCluster {
+    let registration = serde_json::json!({
+        "apiVersion": "fleet.kubeflow.org/v1alpha1", "kind": "FleetCluster",
+        "metadata": {"name": spoke.name.as_str(), "labels": labels},
+        "spec": {"publicKey": public_key(&spoke.seed).unwrap(), "kfdefNamespaces": namespaces},
+    });
+    let registration: kubeflow_crds::fleet_cluster::FleetCluster = serde_json::from_value(registration).unwrap();
+    let api: kube::Api<kubeflow_crds::fleet_cluster::FleetCluster> = kube::Api::all(hub.clone());
+    let params = kube::api::PatchParams::apply(crate::FIELD_MANAGER).force();
+    api.patch(spoke.name.as_str(), &params, &kube::api::Patch::Apply(&registration)).await.unwrap()
+}
+
 /// The desired buckets and status bucket of a spoke, as its component operators see them.
 pub async fn spoke_buckets(spoke: &Spoke, component: ComponentKind) -> (kv::Store, kv::Store) {
     let js = jetstream::new(spoke.server.client(Identity::Component(component)).await);
@@ -123,6 +142,22 @@ impl SpokeCluster {
         })
         .await;
         spoke
+    }
+
+    /// Makes the control plane ready for KfDefs in `namespace` and runs `component`'s operator on
+    /// `bus`, the spoke's nats-server: the CRDs, the namespace and its installer account, which the
+    /// spoke's admin grants cluster-admin (an install on a spoke runs with the spoke's rights). The
+    /// operator runs with the spoke's admin credentials.
+    pub async fn serve(&self, bus: &NatsServer, namespace: &str, component: ComponentKind) -> (kube::Client, OperatorProcess) {
+        let client = self.client().await;
+        crate::install_crds(&client).await;
+        let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+        namespaces.create(&Default::default(), &serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}})).unwrap()).await.unwrap();
+        crate::create_installer(&client, namespace).await;
+        crate::grant_installer(&client, namespace, "ClusterRoleBinding", "cluster-admin").await;
+        let kubeconfig = self.kubeconfig.to_str().unwrap();
+        let operator = OperatorProcess::on_bus(&format!("{component}-operator"), bus, Identity::Component(component), &[], &[("KUBECONFIG", kubeconfig)]);
+        (client, operator)
     }
 
     /// An admin client for it.

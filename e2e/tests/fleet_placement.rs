@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use kubeflow_crds::bus::Identity;
@@ -16,7 +15,7 @@ use kubeflow_crds::fleet::{self, ClusterName};
 use kubeflow_crds::fleet_cluster::{ClusterState, FleetCluster};
 use kubeflow_crds::kfdef::KfDefPhase;
 use kubeflow_crds::{Dex, KfDef};
-use kubeflow_e2e::fleet::{Fleet, SpokeCluster};
+use kubeflow_e2e::fleet::{Fleet, SPOKE_NAMES, SpokeCluster, register};
 use kubeflow_e2e::*;
 use operator_runtime::bus_security::public_key;
 use serde_json::json;
@@ -36,21 +35,6 @@ async fn wait_kfdef(api: &Api<KfDef>, name: &str, what: &str, check: impl Fn(&Kf
     .await
 }
 
-/// A spoke's control plane made ready for the KfDef: the CRDs, the KfDef's namespace and the
-/// installer account the spoke's admin grants (here cluster-admin), and the dex operator on the
-/// spoke's bus with the spoke's credentials.
-async fn prepare_spoke(spoke: &SpokeCluster, bus: &NatsServer, namespace: &str) -> (Client, OperatorProcess) {
-    let client = spoke.client().await;
-    install_crds(&client).await;
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap()).await.unwrap();
-    create_installer(&client, namespace).await;
-    grant_installer(&client, namespace, "ClusterRoleBinding", "cluster-admin").await;
-    let kubeconfig = spoke.kubeconfig.to_str().unwrap();
-    let operator = OperatorProcess::on_bus("dex-operator", bus, Identity::Component(ComponentKind::Dex), &[], &[("KUBECONFIG", kubeconfig)]);
-    (client, operator)
-}
-
 /// One KfDef on the hub, placed by label on two registered clusters: each cluster installs it
 /// from its own bus on its own API server, the hub installs nothing itself, and the KfDef's status
 /// shows each cluster and sums them up. With the hub's server stopped a spoke still heals; a
@@ -64,27 +48,20 @@ async fn a_kfdef_placed_on_two_clusters_converges_on_both_and_the_hub_sums_them_
     let deploy_all = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
     kubectl(&["apply", "--server-side", "--force-conflicts", "-k", deploy_all.to_str().unwrap()]);
     let meta_kubeconfig = operator_kubeconfig(&hub, "meta-operator").await;
-    let mut fleet = Fleet::start(&["spoke-a", "spoke-b"]).await;
+    let mut fleet = Fleet::start(&SPOKE_NAMES[..2]).await;
     let ns = TestNamespace::create(&hub, "e2e-fleet").await;
     let mut spokes = Vec::new();
     for (index, member) in fleet.spokes.iter().enumerate() {
         let cluster = SpokeCluster::up(member.name.as_str(), index as u8 + 1).await;
-        let (client, operator) = prepare_spoke(&cluster, &member.server, &ns.name).await;
-        spokes.push((client, operator));
+        spokes.push(cluster.serve(&member.server, &ns.name, ComponentKind::Dex).await);
     }
 
     // Registrations: each cluster's key, its label, and the hub namespace allowed to place on it.
     let registrations: Api<FleetCluster> = Api::all(hub.clone());
     for member in &fleet.spokes {
-        let registration = json!({
-            "apiVersion": "fleet.kubeflow.org/v1alpha1", "kind": "FleetCluster",
-            "metadata": {"name": member.name.as_str(), "labels": {"stage": "prod"}},
-            "spec": {"publicKey": public_key(&member.seed).unwrap(), "kfdefNamespaces": [ns.name]},
-        });
-        let registration: FleetCluster = serde_json::from_value(registration).unwrap();
+        let registration = register(&hub, member, json!({"stage": "prod"}), &[&ns.name]).await;
         // The hub's leaf user for the cluster is the one its server runs with.
         assert_eq!(registration.leaf_user(), Ok((member.name.clone(), public_key(&member.seed).unwrap())));
-        registrations.patch(member.name.as_str(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&registration)).await.unwrap();
     }
     let _meta = OperatorProcess::on_bus("meta-operator", &fleet.hub, Identity::MetaOperator, &[], &[("KUBECONFIG", meta_kubeconfig.to_str().unwrap())]);
 
