@@ -31,9 +31,9 @@ async fn api_server_reports_the_version_it_was_built_as() {
 async fn all_crds_install_and_become_established() {
     let client = client().await;
     let names = install_crds(&client).await;
-    // KfDef, KfUpgrade and one per component.
-    assert_eq!(names.len(), 9, "{names:?}");
-    for expected in ["kfdefs.kfdef.apps.kubeflow.org", "kfupgrades.kfupgrade.apps.kubeflow.org", "katibs.components.kubeflow.org"] {
+    // KfDef, KfUpgrade, FleetCluster and one per component.
+    assert_eq!(names.len(), 10, "{names:?}");
+    for expected in ["kfdefs.kfdef.apps.kubeflow.org", "kfupgrades.kfupgrade.apps.kubeflow.org", "fleetclusters.fleet.kubeflow.org", "katibs.components.kubeflow.org"] {
         assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
     }
 }
