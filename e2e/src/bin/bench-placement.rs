@@ -98,8 +98,6 @@ async fn main() {
 
         // Reference: the same KfDef on the hub itself, by a dex operator on the hub's own bus.
         let local_ns = TestNamespace::create(&hub, "bench-placement-local").await;
-        create_installer(&hub, &local_ns.name).await;
-        grant_installer(&hub, &local_ns.name, "ClusterRoleBinding", "cluster-admin").await;
         let dex_kubeconfig = operator_kubeconfig(&hub, "dex-operator").await;
         let local_dex = OperatorProcess::on_bus("dex-operator", &fleet.hub, Identity::Component(ComponentKind::Dex), &[], &[("KUBECONFIG", dex_kubeconfig.to_str().unwrap())]);
         local_dex.wait_ready().await;
