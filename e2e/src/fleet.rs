@@ -166,7 +166,7 @@ impl SpokeCluster {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .unwrap_or_else(|e| panic!("client config of spoke cluster {}: {e}", self.name));
-        kube::Client::try_from(config).unwrap_or_else(|e| panic!("client of spoke cluster {}: {e}", self.name))
+        operator_runtime::client::client_for(config).unwrap_or_else(|e| panic!("client of spoke cluster {}: {e}", self.name))
     }
 }
 

@@ -30,7 +30,8 @@ pub async fn client() -> Client {
         std::env::var_os("KUBECONFIG").is_some(),
         "KUBECONFIG is not set: start the environment with `make env-up` and `source ~/.cache/kubeflow-operator/run/env`"
     );
-    Client::try_default().await.expect("client from KUBECONFIG")
+    let config = kube::Config::infer().await.expect("client configuration from KUBECONFIG");
+    operator_runtime::client::client_for(config).expect("client from KUBECONFIG")
 }
 
 /// NATS URL of the environment's nats-server (`NATS_URL`).

@@ -34,7 +34,8 @@ fn main() -> std::process::ExitCode {
     let _telemetry = component_framework::telemetry::init("profiles-operator");
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let result: Result<(), String> = runtime.block_on(async move {
-        let client = kube::Client::try_default().await.map_err(|e| format!("cannot build a Kubernetes client: {e}"))?;
+        let config = kube::Config::infer().await.map_err(|e| format!("cannot configure a Kubernetes client: {e}"))?;
+        let client = operator_runtime::client::client_for(config).map_err(|e| format!("cannot build a Kubernetes client: {e}"))?;
         let pod_namespace = std::env::var("POD_NAMESPACE").ok();
         let own = [operator.namespace.as_deref(), pod_namespace.as_deref(), operator.leader_election.lease_namespace.as_deref()];
         let designation = settings::Designation::from_args(profiles.settings.as_deref(), profiles.platform_namespace.as_deref(), &own, client.default_namespace())?;

@@ -311,7 +311,7 @@ async fn main() -> std::process::ExitCode {
         .with_no_client_auth()
         .with_cert_resolver(certificates);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let client = match Client::try_default().await {
+    let client = match kube::Config::infer().await.map_err(kube::Error::InferConfig).and_then(operator_runtime::client::client_for) {
         Ok(client) => client,
         Err(e) => {
             eprintln!("pod-network: no cluster client: {e}");
