@@ -4,6 +4,8 @@
 //! components move, in what order, how long each may take to become healthy and whether a failed
 //! step rolls back — is spelled out here so the operator can execute (and resume) the upgrade.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -33,8 +35,13 @@ use crate::component::{ChangePlan, ComponentKind};
 #[schemars(extend("x-kubernetes-validations" = [
     {
         // Every field but `approved`, which is how a Manual upgrade is started.
-        "rule": "has(self.currentKfDef) == has(oldSelf.currentKfDef) && (!has(self.currentKfDef) || self.currentKfDef == oldSelf.currentKfDef) && has(self.newKfDef) == has(oldSelf.newKfDef) && (!has(self.newKfDef) || self.newKfDef == oldSelf.newKfDef) && has(self.baseConfigPath) == has(oldSelf.baseConfigPath) && (!has(self.baseConfigPath) || self.baseConfigPath == oldSelf.baseConfigPath) && has(self.components) == has(oldSelf.components) && (!has(self.components) || self.components == oldSelf.components) && has(self.onlyListed) == has(oldSelf.onlyListed) && (!has(self.onlyListed) || self.onlyListed == oldSelf.onlyListed) && has(self.order) == has(oldSelf.order) && (!has(self.order) || self.order == oldSelf.order) && has(self.healthTimeoutSeconds) == has(oldSelf.healthTimeoutSeconds) && (!has(self.healthTimeoutSeconds) || self.healthTimeoutSeconds == oldSelf.healthTimeoutSeconds) && has(self.rollbackOnFailure) == has(oldSelf.rollbackOnFailure) && (!has(self.rollbackOnFailure) || self.rollbackOnFailure == oldSelf.rollbackOnFailure) && has(self.approval) == has(oldSelf.approval) && (!has(self.approval) || self.approval == oldSelf.approval)",
-        "message": "spec is immutable once the upgrade exists, except spec.approved; create a new KfUpgrade instead",
+        "rule": "has(self.currentKfDef) == has(oldSelf.currentKfDef) && (!has(self.currentKfDef) || self.currentKfDef == oldSelf.currentKfDef) && has(self.newKfDef) == has(oldSelf.newKfDef) && (!has(self.newKfDef) || self.newKfDef == oldSelf.newKfDef) && has(self.baseConfigPath) == has(oldSelf.baseConfigPath) && (!has(self.baseConfigPath) || self.baseConfigPath == oldSelf.baseConfigPath) && has(self.components) == has(oldSelf.components) && (!has(self.components) || self.components == oldSelf.components) && has(self.onlyListed) == has(oldSelf.onlyListed) && (!has(self.onlyListed) || self.onlyListed == oldSelf.onlyListed) && has(self.order) == has(oldSelf.order) && (!has(self.order) || self.order == oldSelf.order) && has(self.healthTimeoutSeconds) == has(oldSelf.healthTimeoutSeconds) && (!has(self.healthTimeoutSeconds) || self.healthTimeoutSeconds == oldSelf.healthTimeoutSeconds) && has(self.rollbackOnFailure) == has(oldSelf.rollbackOnFailure) && (!has(self.rollbackOnFailure) || self.rollbackOnFailure == oldSelf.rollbackOnFailure) && has(self.approval) == has(oldSelf.approval) && (!has(self.approval) || self.approval == oldSelf.approval) && has(self.waves) == has(oldSelf.waves) && (!has(self.waves) || self.waves == oldSelf.waves) && has(self.staleClusters) == has(oldSelf.staleClusters) && (!has(self.staleClusters) || self.staleClusters == oldSelf.staleClusters)",
+        "message": "spec is immutable once the upgrade exists, except spec.approved and spec.approvedWaves; create a new KfUpgrade instead",
+    },
+    {
+        "rule": "!has(oldSelf.approvedWaves) || (has(self.approvedWaves) && oldSelf.approvedWaves.all(w, w in self.approvedWaves))",
+        "message": "spec.approvedWaves cannot lose a wave: the wave may already be writing",
+        "fieldPath": ".approvedWaves",
     },
     {
         "rule": "!has(oldSelf.approved) || !oldSelf.approved || (has(self.approved) && self.approved)",
@@ -89,9 +96,149 @@ pub struct KfUpgradeSpec {
     /// `AwaitingApproval`, plan in status, until `approved` is set (`Manual`).
     #[serde(default)]
     pub approval: Approval,
-    /// Starts a `Manual` upgrade whose plan has been read. Cannot be withdrawn.
+    /// Starts a `Manual` upgrade whose plan has been read (with `waves`: every wave). Cannot be
+    /// withdrawn.
     #[serde(default)]
     pub approved: bool,
+    /// For a KfDef placed on fleet clusters (`spec.placement`), and only for one: its clusters
+    /// move in these waves, one wave after the other, the first being the canary. A cluster
+    /// belongs to the first wave that selects it, and every placed cluster must be in one (a last
+    /// wave with `clusterSelector: {}` takes the rest). A wave starts once every cluster of the
+    /// one before is Ready at its new versions; a cluster that is not, within
+    /// `healthTimeoutSeconds`, stops the rollout and, with `rollbackOnFailure`, alone goes back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub waves: Vec<Wave>,
+    /// Waves (by name) whose `approval` is Manual and which may start. Names can be added, not
+    /// removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(regex(pattern = crate::validation::DNS_LABEL), length(min = 1, max = 63)))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub approved_waves: Vec<String>,
+    /// What a wave does with a cluster whose agent is not heard from (`Stale`) when the wave
+    /// reaches it: wait until it is heard again, or leave it at its versions and go on.
+    #[serde(default)]
+    pub stale_clusters: StaleClusters,
+}
+
+/// One wave of a fleet upgrade: clusters by name and/or by label.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{"rule": "has(self.clusters) || has(self.clusterSelector)", "message": "a wave names clusters, selects them by label, or both"}]))]
+pub struct Wave {
+    #[schemars(regex(pattern = crate::validation::DNS_LABEL), length(min = 1, max = 63))]
+    pub name: String,
+    /// Registered clusters of the placement, by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(regex(pattern = crate::validation::DNS_LABEL), length(min = 1, max = 63)))]
+    pub clusters: Vec<String>,
+    /// Clusters of the placement, by their registration's labels (`{}`: every one left).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// `Manual`: the wave waits, its clusters' plans in status, until `spec.approvedWaves` names
+    /// it (or `spec.approved` is set). `spec.approval: Manual` makes every wave Manual.
+    #[serde(default)]
+    pub approval: Approval,
+}
+
+/// What a wave does with a cluster that is not heard from.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum StaleClusters {
+    /// The wave waits until the cluster is heard from again, then moves it.
+    #[default]
+    Wait,
+    /// The cluster keeps its versions (shown `Skipped`), and the wave goes on without it.
+    Skip,
+}
+
+/// The versions one fleet cluster is pinned to, over the KfDef's `spec.version` and its own pins:
+/// what a wave writes for a cluster, and what its rollback restores.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterPins {
+    /// Component name to version.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub components: BTreeMap<String, String>,
+    /// Repositories of the generic component, by the names `spec.repos` uses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repos: Vec<crate::kfdef::Repo>,
+}
+
+/// One component of one cluster moving.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterMove {
+    pub component: ComponentKind,
+    pub from_version: String,
+    pub to_version: String,
+}
+
+/// Progress of one wave.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum WavePhase {
+    #[default]
+    Pending,
+    /// Its approval is Manual and `spec.approvedWaves` does not name it yet.
+    AwaitingApproval,
+    Upgrading,
+    Succeeded,
+    /// A cluster of the wave failed: the rollout stopped here.
+    Failed,
+}
+
+/// Progress of one cluster in a wave.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ClusterUpgradePhase {
+    #[default]
+    Pending,
+    /// Not heard from (`Stale`): the wave waits for it (`staleClusters: Wait`).
+    Waiting,
+    Upgrading,
+    Succeeded,
+    /// Already at its target versions: nothing to move.
+    Unchanged,
+    /// Not heard from, left at its versions (`staleClusters: Skip`).
+    Skipped,
+    Failed,
+    RollingBack,
+    RolledBack,
+}
+
+/// One cluster of a fleet upgrade: its plan (from the releases its own operators announced) and
+/// its progress.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterUpgrade {
+    pub name: String,
+    #[serde(default)]
+    pub phase: ClusterUpgradePhase,
+    /// The components that move on this cluster, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moves: Vec<ClusterMove>,
+    /// The pins the cluster gets.
+    #[serde(default)]
+    pub target: ClusterPins,
+    /// The cluster's pins before (none: it followed the KfDef), which a rollback restores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<ClusterPins>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// One wave of a fleet upgrade and its clusters.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveStatus {
+    pub name: String,
+    #[serde(default)]
+    pub phase: WavePhase,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterUpgrade>,
 }
 
 /// When an upgrade starts after its plan, as OLM's `installPlanApproval`.
@@ -234,4 +381,7 @@ pub struct KfUpgradeStatus {
     pub start_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+    /// A fleet upgrade's waves, in order, with each cluster's plan and progress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waves: Vec<WaveStatus>,
 }

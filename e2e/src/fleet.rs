@@ -149,6 +149,11 @@ impl SpokeCluster {
     /// spoke's admin grants cluster-admin (an install on a spoke runs with the spoke's rights). The
     /// operator runs with the spoke's admin credentials.
     pub async fn serve(&self, bus: &NatsServer, namespace: &str, component: ComponentKind) -> (kube::Client, OperatorProcess) {
+        self.serve_binary(bus, namespace, component, &format!("{component}-operator")).await
+    }
+
+    /// As [`Self::serve`], with `binary` as `component`'s operator (e.g. one with test releases).
+    pub async fn serve_binary(&self, bus: &NatsServer, namespace: &str, component: ComponentKind, binary: &str) -> (kube::Client, OperatorProcess) {
         let client = self.client().await;
         crate::install_crds(&client).await;
         let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
@@ -156,7 +161,7 @@ impl SpokeCluster {
         crate::create_installer(&client, namespace).await;
         crate::grant_installer(&client, namespace, "ClusterRoleBinding", "cluster-admin").await;
         let kubeconfig = self.kubeconfig.to_str().unwrap();
-        let operator = OperatorProcess::on_bus(&format!("{component}-operator"), bus, Identity::Component(component), &[], &[("KUBECONFIG", kubeconfig)]);
+        let operator = OperatorProcess::on_bus(binary, bus, Identity::Component(component), &[], &[("KUBECONFIG", kubeconfig)]);
         (client, operator)
     }
 

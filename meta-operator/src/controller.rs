@@ -347,7 +347,8 @@ async fn apply_placed(kfdef: &KfDef, placement: &Placement, ctx: &Context) -> Re
             Selected::Use { cluster, platform } => (cluster, platform),
         };
         let observed = ctx.state.fleet.read().await.get(&cluster).cloned().unwrap_or_default();
-        let plan = plan::plan(kfdef, platform, &observed.catalog);
+        // The cluster's pins (a wave upgrade's) over the KfDef's.
+        let plan = plan::for_cluster(kfdef, cluster.as_str()).and_then(|view| plan::plan(&view, platform, &observed.catalog));
         let previous_entry = previous.and_then(|s| s.clusters.iter().find(|c| c.name == cluster.as_str()));
         let mut entry = placement::cluster_status(&cluster, &key, generation, plan.as_ref(), &observed, previous_entry, now_unix, &now);
         if let (Ok(plan), Some(bus)) = (&plan, &bus) {
@@ -504,9 +505,10 @@ async fn cleanup(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
 }
 
 /// Connects to NATS and keeps `state` in step with the status and operators buckets, relisting
-/// after every reconnect. Sends the KfDef a report is about to `trigger`, and `()` to
-/// `trigger_all` when an operator appears or announces new releases.
-pub async fn watch_bus(url: String, credentials: nats::BusCredentials, replicas: usize, state: Arc<BusState>, trigger: mpsc::UnboundedSender<ObjectRef<DeserializeGuard<KfDef>>>, trigger_all: mpsc::UnboundedSender<()>) {
+/// after every reconnect. Sends the KfDef a report is about to `trigger`, `()` to `trigger_all`
+/// on each connection and when an operator appears or announces new releases, and `()` to
+/// `on_connect` on each connection.
+pub async fn watch_bus(url: String, credentials: nats::BusCredentials, replicas: usize, state: Arc<BusState>, trigger: mpsc::UnboundedSender<ObjectRef<DeserializeGuard<KfDef>>>, trigger_all: mpsc::UnboundedSender<()>, on_connect: mpsc::UnboundedSender<()>) {
     let (nats, mut connected) = match nats::connect(&url, bus::Identity::MetaOperator, &credentials).await {
         Ok(c) => c,
         Err(e) => return warn!(error = %e, %url, "invalid NATS options"),
@@ -534,6 +536,7 @@ pub async fn watch_bus(url: String, credentials: nats::BusCredentials, replicas:
         connected.mark_unchanged();
         state.reports.write().await.clear();
         let _ = trigger_all.send(());
+        let _ = on_connect.send(());
         loop {
             tokio::select! {
                 entry = reports.next() => {

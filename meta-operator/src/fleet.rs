@@ -185,13 +185,18 @@ pub fn cluster_status(cluster: &ClusterName, kfdef: &(String, String), generatio
         _ => (ClusterState::Progressing, condition("Progressing").unwrap_or_default()),
     };
     let last_heard = observed.agent.as_ref().map(|a| shown_last_heard(previous.and_then(|p| p.last_heard.as_ref()), a.at));
-    if !alive {
-        let heard = match &observed.agent {
-            Some(agent) => format!("last heard from at {}", unix_time(agent.at).0),
-            None => "never heard from".to_string(),
-        };
-        message = format!("cluster {cluster}'s agent is {heard}; the state shown is the last it reported ({state:?})");
-        state = ClusterState::Stale;
+    match &observed.agent {
+        // Silent since: stale, as it was last heard.
+        Some(agent) if !alive => {
+            message = format!("cluster {cluster}'s agent is last heard from at {}; the state shown is the last it reported ({state:?})", unix_time(agent.at).0);
+            state = ClusterState::Stale;
+        }
+        // Never heard (a new registration, an agent starting): not stale, not there yet.
+        None => {
+            message = format!("cluster {cluster}'s agent has not been heard from yet");
+            state = ClusterState::Progressing;
+        }
+        Some(_) => {}
     }
     ClusterPlacementStatus { name: cluster.to_string(), state, message, last_heard, components: status.components }
 }
@@ -356,8 +361,8 @@ mod tests {
         assert!(silent.message.starts_with("cluster eu-1's agent is last heard from at 1970-01-01T00:16:38Z"), "{}", silent.message);
         assert!(silent.message.ends_with("(Available)"), "{}", silent.message);
         let never = cluster_status(&eu, &kf, Some(1), Ok(&p), &observed(None, true), None, 1000, &time(1000));
-        assert_eq!((never.state, never.last_heard.is_none()), (ClusterState::Stale, true));
-        assert!(never.message.contains("never heard from"), "{}", never.message);
+        assert_eq!((never.state, never.last_heard.is_none()), (ClusterState::Progressing, true), "a cluster not heard from yet is not stale");
+        assert!(never.message.contains("has not been heard from yet"), "{}", never.message);
     }
 
     #[test]

@@ -108,7 +108,7 @@ pub fn error_policy(registration: Arc<FleetCluster>, error: &Error, ctx: Arc<Fle
 }
 
 /// Stops watching clusters whose registration is gone, and forgets what they reported.
-async fn forget_unregistered(ctx: &FleetContext) {
+pub async fn forget_unregistered(ctx: &FleetContext) {
     let registered: BTreeSet<String> = ctx.kfdefs.clusters.state().iter().map(|c| c.name_any()).collect();
     let mut watchers = ctx.watchers.lock().await;
     let gone: Vec<ClusterName> = watchers.keys().filter(|c| !registered.contains(c.as_str())).cloned().collect();

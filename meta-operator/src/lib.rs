@@ -1,7 +1,7 @@
 //! The meta-operator's logic as a library: the pure steps ([`catalog`] of announced component
 //! releases, [`plan`] of a KfDef, [`aggregate`] status, [`upgrade`] decisions, [`fleet`]
-//! placement) and the controllers that drive them ([`controller`], [`upgrade_controller`],
-//! [`fleet_controller`]).
+//! placement, [`waves`] of a fleet upgrade) and the controllers that drive them ([`controller`], [`upgrade_controller`],
+//! [`fleet_controller`], [`wave_controller`]).
 
 pub mod aggregate;
 pub mod catalog;
@@ -14,3 +14,5 @@ pub mod publish;
 pub mod release_notes;
 pub mod upgrade;
 pub mod upgrade_controller;
+pub mod wave_controller;
+pub mod waves;

@@ -107,7 +107,10 @@ async fn main() -> std::process::ExitCode {
         let (cluster_tx, cluster_rx) = mpsc::unbounded_channel();
         (fleet_controller::Triggers { kfdef: report_tx.clone(), all_kfdefs: all_tx.clone(), cluster: cluster_tx }, cluster_rx)
     };
-    tokio::spawn(controller::watch_bus(cli.nats_url.clone(), cli.nats_credentials.clone(), cli.nats_replicas, state.clone(), report_tx, all_tx));
+    // Each connection to the bus: every KfDef, and every registration (its cluster's watch
+    // starts on the bus), is reconciled again.
+    let (connected_tx, connected_rx) = mpsc::unbounded_channel();
+    tokio::spawn(controller::watch_bus(cli.nats_url.clone(), cli.nats_credentials.clone(), cli.nats_replicas, state.clone(), report_tx, all_tx, connected_tx));
 
     // Decoded through `DeserializeGuard`: an object the types cannot read is reported and
     // skipped by the reconcilers instead of failing the watch for every other object.
@@ -125,12 +128,27 @@ async fn main() -> std::process::ExitCode {
     let mut synced = WatchesSynced::default();
     // Fleet clusters registered on this hub; none on a single cluster.
     let registrations: Api<FleetCluster> = Api::all(client.clone());
-    let (cluster_store, cluster_changes) = synced.reflect(registrations.clone(), watcher::Config::default().any_semantic());
+    let (cluster_store, cluster_changes) = synced.reflect_changes(registrations.clone(), watcher::Config::default().any_semantic());
+    // A deleted registration is forgotten at once (its watch stopped), even the last one.
+    let (unregistered_tx, mut unregistered_rx) = mpsc::unbounded_channel::<()>();
+    let cluster_changes = futures::TryStreamExt::try_filter_map(cluster_changes, move |change| {
+        if matches!(change, operator_runtime::watches::Change::Deleted(_)) {
+            let _ = unregistered_tx.send(());
+        }
+        std::future::ready(Ok(change.applied()))
+    });
     let ctx = Arc::new(controller::Context { client: client.clone(), state, platform, metrics: metrics.clone(), recorder, backoffs: Default::default(), clusters: cluster_store.clone() });
     let (fleet_triggers, cluster_rx) = fleet_triggers;
     let fleet_ctx = Arc::new(fleet_controller::FleetContext::new(ctx.clone(), cli.nats_replicas, fleet_triggers));
+    let forgetting = fleet_ctx.clone();
+    tokio::spawn(async move {
+        while unregistered_rx.recv().await.is_some() {
+            fleet_controller::forget_unregistered(&forgetting).await;
+        }
+    });
     let cluster_controller = Controller::for_stream(cluster_changes, cluster_store)
         .reconcile_on(receiver_stream(cluster_rx))
+        .reconcile_all_on(receiver_stream(connected_rx))
         .trigger_backoff(watches::backoff())
         .shutdown_on_signal()
         .run(fleet_controller::reconcile, fleet_controller::error_policy, fleet_ctx)

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use kubeflow_crds::component::{ComponentKind, KustomizeSource, Platform, RenderMode, UnknownComponent};
 use kubeflow_crds::kfdef::{ApplicationStatus, KfDef, Repo};
+use kubeflow_crds::kfupgrade::ClusterPins;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -70,6 +71,10 @@ pub enum PlanError {
     MalformedPreview { source: serde_json::Error },
     #[error("annotation {PREVIEW_ANNOTATION}: {source}")]
     UnknownPreviewComponent { source: UnknownComponent },
+    #[error("annotation {CLUSTER_PINS_ANNOTATION} is not a JSON map of cluster to {{components: {{component: version}}, repos: [...]}}: {source}")]
+    MalformedClusterPins { source: serde_json::Error },
+    #[error("annotation {CLUSTER_PINS_ANNOTATION}: {source}")]
+    UnknownClusterPinnedComponent { source: UnknownComponent },
 }
 
 /// Annotation on a KfDef naming where a validated KfUpgrade will move it ([`PreviewTargets`]).
@@ -101,6 +106,35 @@ pub fn preview_plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Res
         moved.annotations_mut().insert(REPOS_ANNOTATION.into(), serde_json::to_string(&targets.repos).expect("repositories serialise"));
     }
     plan(&moved, platform, catalog).map(Some)
+}
+
+/// Annotation on a placed KfDef (JSON map cluster → [`ClusterPins`]) pinning a fleet cluster's
+/// components over the KfDef's own pins: written by a KfUpgrade's waves as they move clusters one
+/// at a time, so that `spec.version` and the KfDef's pins stay what every other cluster runs.
+pub const CLUSTER_PINS_ANNOTATION: &str = "kfupgrade.apps.kubeflow.org/cluster-pins";
+
+/// The pins of every fleet cluster of `kfdef` ([`CLUSTER_PINS_ANNOTATION`]).
+pub fn cluster_pins(kfdef: &KfDef) -> Result<BTreeMap<String, ClusterPins>, PlanError> {
+    let Some(text) = kfdef.annotations().get(CLUSTER_PINS_ANNOTATION) else { return Ok(BTreeMap::new()) };
+    serde_json::from_str(text).map_err(|source| PlanError::MalformedClusterPins { source })
+}
+
+/// `kfdef` as fleet cluster `cluster` runs it: its own pins and pinned repositories with the
+/// cluster's over them. The KfDef itself when the cluster has none.
+pub fn for_cluster<'k>(kfdef: &'k KfDef, cluster: &str) -> Result<std::borrow::Cow<'k, KfDef>, PlanError> {
+    let Some(own) = cluster_pins(kfdef)?.remove(cluster) else { return Ok(std::borrow::Cow::Borrowed(kfdef)) };
+    let mut pinned: BTreeMap<String, String> = pins(kfdef)?.into_iter().map(|(c, v)| (c.name().to_string(), v)).collect();
+    for (name, version) in own.components {
+        name.parse::<ComponentKind>().map_err(|source| PlanError::UnknownClusterPinnedComponent { source })?;
+        pinned.insert(name, version);
+    }
+    let mut view = kfdef.clone();
+    view.annotations_mut().insert(PINS_ANNOTATION.into(), serde_json::to_string(&pinned).expect("a map of strings"));
+    if !own.repos.is_empty() {
+        let repos = with_pinned(&pinned_repos(kfdef)?, &own.repos);
+        view.annotations_mut().insert(REPOS_ANNOTATION.into(), serde_json::to_string(&repos).expect("repositories serialise"));
+    }
+    Ok(std::borrow::Cow::Owned(view))
 }
 
 /// Component versions pinned on `kfdef`.
@@ -456,6 +490,22 @@ mod tests {
         assert_eq!(pinned_drift(&p, "v1.3.0", Some("to-1-3"), &catalog()), None);
         assert!(pins_redundant(&p, true, false));
         assert!(!pins_redundant(&p, true, true), "a running KfUpgrade owns the pins");
+    }
+
+    #[test]
+    fn a_fleet_clusters_pins_apply_to_that_cluster_alone_over_the_kfdefs_own() {
+        let mut k = example();
+        k.annotations_mut().insert(PINS_ANNOTATION.into(), r#"{"katib": "v0.11.0", "dex": "v2.22.0"}"#.into());
+        k.annotations_mut().insert(CLUSTER_PINS_ANNOTATION.into(), r#"{"eu-1": {"components": {"dex": "v2.24.0"}}}"#.into());
+        let version = |cluster: &str, component: ComponentKind| plan(&for_cluster(&k, cluster).unwrap(), Platform::Kubernetes, &catalog()).unwrap().components[&component].version.clone();
+        assert_eq!(version("eu-1", ComponentKind::Dex), "v2.24.0");
+        assert_eq!(version("eu-1", ComponentKind::Katib), "v0.11.0", "the KfDef's own pins stay under the cluster's");
+        assert_eq!(version("us-1", ComponentKind::Dex), "v2.22.0", "another cluster follows the KfDef");
+        assert!(matches!(for_cluster(&k, "us-1").unwrap(), std::borrow::Cow::Borrowed(_)));
+        k.annotations_mut().insert(CLUSTER_PINS_ANNOTATION.into(), r#"{"eu-1": {"components": {"seldon": "v1"}}}"#.into());
+        assert!(for_cluster(&k, "eu-1").unwrap_err().to_string().starts_with("annotation kfupgrade.apps.kubeflow.org/cluster-pins: unknown component \"seldon\""));
+        k.annotations_mut().insert(CLUSTER_PINS_ANNOTATION.into(), "eu-1=dex".into());
+        assert!(matches!(for_cluster(&k, "us-1").unwrap_err(), PlanError::MalformedClusterPins { .. }), "a malformed annotation is an error on every cluster");
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub enum UpgradeError {
     Pins { kfdef: String, source: PlanError },
 }
 
-fn now() -> Time {
+pub(crate) fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
@@ -98,6 +98,7 @@ async fn reconcile_upgrade(up: Arc<KfUpgrade>, ctx: Arc<Context>) -> Result<Acti
     let mut status = up.status.clone().unwrap_or_default();
     let phase = status.phase.unwrap_or_default();
     let action = match phase {
+        _ if !up.spec.waves.is_empty() => crate::wave_controller::reconcile(&up, &mut status, &kfdefs, &ctx).await?,
         UpgradePhase::Pending | UpgradePhase::Validating => validate(&up, &mut status, &kfdefs, &ctx).await?,
         UpgradePhase::Planning => planning(&up, &mut status, &kfdefs, &ctx).await?,
         UpgradePhase::AwaitingApproval => awaiting_approval(&up, &mut status, &kfdefs, &ctx).await?,
@@ -117,7 +118,7 @@ async fn reconcile_upgrade(up: Arc<KfUpgrade>, ctx: Arc<Context>) -> Result<Acti
     Ok(action)
 }
 
-async fn event(ctx: &Context, up: &KfUpgrade, type_: EventType, reason: &str, note: String) {
+pub(crate) async fn event(ctx: &Context, up: &KfUpgrade, type_: EventType, reason: &str, note: String) {
     info!(reason, %note, "upgrade event");
     let event = operator_runtime::event(type_, reason, note, "Upgrade");
     if let Err(e) = ctx.recorder.publish(&event, &up.object_ref(&())).await {
@@ -125,11 +126,11 @@ async fn event(ctx: &Context, up: &KfUpgrade, type_: EventType, reason: &str, no
     }
 }
 
-fn condition(status: &mut KfUpgradeStatus, type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) {
+pub(crate) fn condition(status: &mut KfUpgradeStatus, type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) {
     operator_runtime::conditions::set_condition(&mut status.conditions, type_, if ok { True } else { False }, reason, message, generation, &now());
 }
 
-async fn refuse(up: &KfUpgrade, status: &mut KfUpgradeStatus, ctx: &Context, message: String) -> Action {
+pub(crate) async fn refuse(up: &KfUpgrade, status: &mut KfUpgradeStatus, ctx: &Context, message: String) -> Action {
     status.phase = Some(UpgradePhase::Failed);
     status.completion_time = Some(now());
     condition(status, "Validated", false, "Refused", &message, up.meta().generation);
@@ -141,11 +142,11 @@ fn kfdef_name(kfdefs: &Api<KfDef>, name: &str) -> String {
     format!("{}/{name}", kfdefs.namespace().unwrap_or_default())
 }
 
-async fn get_kfdef(kfdefs: &Api<KfDef>, name: &str) -> Result<Option<KfDef>, UpgradeError> {
+pub(crate) async fn get_kfdef(kfdefs: &Api<KfDef>, name: &str) -> Result<Option<KfDef>, UpgradeError> {
     kfdefs.get_opt(name).await.map_err(|source| UpgradeError::ReadKfDef { kfdef: kfdef_name(kfdefs, name), source })
 }
 
-async fn patch_kfdef(kfdefs: &Api<KfDef>, kfdef: &KfDef, action: &'static str, patch: serde_json::Value) -> Result<(), UpgradeError> {
+pub(crate) async fn patch_kfdef(kfdefs: &Api<KfDef>, kfdef: &KfDef, action: &'static str, patch: serde_json::Value) -> Result<(), UpgradeError> {
     kfdefs
         .patch(&kfdef.name_any(), &merge_params(), &Patch::Merge(&patch))
         .await
@@ -159,24 +160,15 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
     let Some(kfdef) = get_kfdef(kfdefs, &spec.current_kf_def.name).await? else {
         return Ok(refuse(up, status, ctx, format!("spec.currentKfDef.name: KfDef {:?} not found in this namespace", spec.current_kf_def.name)).await);
     };
-    if let (Some(want), Some(have)) = (&spec.current_kf_def.version, &kfdef.spec.version) {
-        if want != have {
-            return Ok(refuse(up, status, ctx, format!("spec.currentKfDef.version: {want} given, but KfDef {} runs {have}", kfdef.name_any())).await);
-        }
+    if let Some(refusal) = mismatch(up, &kfdef) {
+        return Ok(refuse(up, status, ctx, refusal).await);
     }
     if kfdef.spec.placement.is_some() {
-        let message = format!("KfDef {} is placed on fleet clusters (spec.placement); a KfUpgrade moves a KfDef of this cluster only. Change spec.version to move every cluster it is placed on", kfdef.name_any());
+        let message = format!("spec.waves: KfDef {} is placed on fleet clusters (spec.placement), which move in waves: list them (one wave with clusterSelector: {{}} moves every cluster at once)", kfdef.name_any());
         return Ok(refuse(up, status, ctx, message).await);
     }
-    if spec.new_kf_def.name != spec.current_kf_def.name {
-        return Ok(refuse(up, status, ctx, format!("spec.newKfDef.name: upgrades move KfDef {:?} in place; set newKfDef.name to it (got {:?})", spec.current_kf_def.name, spec.new_kf_def.name)).await);
-    }
-    if let Some(holder) = lock_holder(&kfdef).filter(|holder| *holder != up.name_any()) {
-        let api: Api<KfUpgrade> = Api::namespaced(ctx.client.clone(), &up.namespace().unwrap_or_default());
-        let other = api.get_opt(&holder).await.map_err(|source| UpgradeError::ReadKfUpgrade { kfupgrade: holder.clone(), source })?;
-        if other.is_some_and(|other| !other.status.and_then(|s| s.phase).is_some_and(is_finished)) {
-            return Ok(refuse(up, status, ctx, format!("KfUpgrade {holder} is already upgrading KfDef {}; one upgrade at a time", kfdef.name_any())).await);
-        }
+    if let Some(refusal) = held_by_another(up, &kfdef, ctx).await? {
+        return Ok(refuse(up, status, ctx, refusal).await);
     }
     let phase = kfdef.status.as_ref().and_then(|s| s.phase);
     if phase != Some(KfDefPhase::Available) {
@@ -195,14 +187,8 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
         Ok(steps) => steps,
         Err(refusal) => return Ok(refuse(up, status, ctx, refusal.to_string()).await),
     };
-    if lock_holder(&kfdef).as_deref() != Some(up.name_any().as_str()) {
-        // Conditional on the KfDef's resourceVersion: of two upgrades validated at the same
-        // moment only one takes the KfDef; the other validates again and is refused.
-        let patch = json!({"metadata": {"resourceVersion": kfdef.resource_version(), "annotations": {LOCK_ANNOTATION: up.name_any()}}});
-        match patch_kfdef(kfdefs, &kfdef, "take", patch).await {
-            Err(UpgradeError::WriteKfDef { source: kube::Error::Api(e), .. }) if e.code == 409 => return Ok(Action::requeue(Duration::from_millis(100))),
-            other => other?,
-        }
+    if !take(&kfdef, kfdefs, up).await? {
+        return Ok(Action::requeue(Duration::from_millis(100)));
     }
     let moves: Vec<String> = steps.iter().map(|s| format!("{} {} → {}", s.component, s.from_version, s.to_version)).collect();
     ask_for_plan(&kfdef, kfdefs, &steps).await?;
@@ -214,6 +200,44 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
     event(ctx, up, EventType::Normal, "Validated", moves.join(", ")).await;
     // The status write triggers the next reconcile.
     Ok(Action::await_change())
+}
+
+/// Why `up` does not fit `kfdef` (names and versions), if it does not.
+pub(crate) fn mismatch(up: &KfUpgrade, kfdef: &KfDef) -> Option<String> {
+    let spec = &up.spec;
+    if let (Some(want), Some(have)) = (&spec.current_kf_def.version, &kfdef.spec.version) {
+        if want != have {
+            return Some(format!("spec.currentKfDef.version: {want} given, but KfDef {} runs {have}", kfdef.name_any()));
+        }
+    }
+    if spec.new_kf_def.name != spec.current_kf_def.name {
+        return Some(format!("spec.newKfDef.name: upgrades move KfDef {:?} in place; set newKfDef.name to it (got {:?})", spec.current_kf_def.name, spec.new_kf_def.name));
+    }
+    None
+}
+
+/// Why `up` may not move `kfdef`: another unfinished KfUpgrade holds it.
+pub(crate) async fn held_by_another(up: &KfUpgrade, kfdef: &KfDef, ctx: &Context) -> Result<Option<String>, UpgradeError> {
+    let Some(holder) = lock_holder(kfdef).filter(|holder| *holder != up.name_any()) else { return Ok(None) };
+    let api: Api<KfUpgrade> = Api::namespaced(ctx.client.clone(), &up.namespace().unwrap_or_default());
+    let other = api.get_opt(&holder).await.map_err(|source| UpgradeError::ReadKfUpgrade { kfupgrade: holder.clone(), source })?;
+    Ok(other
+        .is_some_and(|other| !other.status.and_then(|s| s.phase).is_some_and(is_finished))
+        .then(|| format!("KfUpgrade {holder} is already upgrading KfDef {}; one upgrade at a time", kfdef.name_any())))
+}
+
+/// Takes `kfdef` for `up` (the lock annotation), conditional on its resourceVersion: of two
+/// upgrades validated at the same moment only one takes it (true); the other (false) validates
+/// again and is refused.
+pub(crate) async fn take(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade) -> Result<bool, UpgradeError> {
+    if lock_holder(kfdef).as_deref() == Some(up.name_any().as_str()) {
+        return Ok(true);
+    }
+    let patch = json!({"metadata": {"resourceVersion": kfdef.resource_version(), "annotations": {LOCK_ANNOTATION: up.name_any()}}});
+    match patch_kfdef(kfdefs, kfdef, "take", patch).await {
+        Err(UpgradeError::WriteKfDef { source: kube::Error::Api(e), .. }) if e.code == 409 => Ok(false),
+        other => other.map(|()| true),
+    }
 }
 
 /// Annotates the KfDef with where `steps` move it: the KfDef driver publishes the previews.
@@ -347,16 +371,16 @@ async fn end_early(up: &KfUpgrade, status: &mut KfUpgradeStatus, ctx: &Context, 
     Action::await_change()
 }
 
-fn lock_holder(kfdef: &KfDef) -> Option<String> {
+pub(crate) fn lock_holder(kfdef: &KfDef) -> Option<String> {
     kfdef.annotations().get(LOCK_ANNOTATION).cloned()
 }
 
-fn is_finished(phase: UpgradePhase) -> bool {
+pub(crate) fn is_finished(phase: UpgradePhase) -> bool {
     matches!(phase, UpgradePhase::Succeeded | UpgradePhase::Failed | UpgradePhase::RolledBack)
 }
 
 /// Releases the KfDef when this upgrade holds it (an upgrade that ended), and any preview left.
-async fn unlock(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade) -> Result<(), UpgradeError> {
+pub(crate) async fn unlock(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade) -> Result<(), UpgradeError> {
     if lock_holder(kfdef).as_deref() != Some(up.name_any().as_str()) {
         return Ok(());
     }
@@ -447,12 +471,19 @@ async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDe
 /// Every step succeeded: release the KfDef. The pins stay: `spec.version` is the user's (or
 /// their GitOps tool's), and the KfDef's status says which version it should name.
 async fn finish(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdef: &KfDef, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
-    unlock(kfdef, kfdefs, up).await?;
-    status.phase = Some(UpgradePhase::Succeeded);
-    status.completion_time = Some(now());
     let done: Vec<String> = status.steps.iter().map(|s| format!("{} {}", s.component, s.to_version)).collect();
-    condition(status, "Succeeded", true, "Succeeded", &done.join(", "), up.meta().generation);
-    event(ctx, up, EventType::Normal, "Succeeded", done.join(", ")).await;
+    end(up, status, kfdef, kfdefs, ctx, UpgradePhase::Succeeded, "Succeeded", done.join(", ")).await
+}
+
+/// Ends the upgrade in `phase` (condition `Succeeded` true only for Succeeded, with `reason` and
+/// `message`, and an Event) and releases the KfDef.
+pub(crate) async fn end(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdef: &KfDef, kfdefs: &Api<KfDef>, ctx: &Context, phase: UpgradePhase, reason: &str, message: String) -> Result<Action, UpgradeError> {
+    unlock(kfdef, kfdefs, up).await?;
+    let succeeded = phase == UpgradePhase::Succeeded;
+    status.phase = Some(phase);
+    status.completion_time = Some(now());
+    condition(status, "Succeeded", succeeded, reason, &message, up.meta().generation);
+    event(ctx, up, if succeeded { EventType::Normal } else { EventType::Warning }, reason, message).await;
     Ok(Action::await_change())
 }
 

@@ -44,13 +44,23 @@ impl WatchesSynced {
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
     {
+        let (store, changes) = self.reflect_changes(api, config);
+        (store, changes.try_filter_map(|change| std::future::ready(Ok(change.applied()))))
+    }
+
+    /// As [`Self::reflect`], with deletions in the stream too: each change comes after the store
+    /// took it in.
+    pub fn reflect_changes<K>(&mut self, api: Api<K>, config: watcher::Config) -> (Store<K>, impl Stream<Item = Result<watches::Change<K>, watcher::Error>> + Send + 'static)
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    {
         let writer = reflector::store::Writer::default();
         let store = writer.as_reader();
         // Without `managedFields`, which no controller reads from its cache and which weigh more
         // than the rest of a small object's metadata.
         let events = watches::watch(api, config).modify(|object| object.meta_mut().managed_fields = None).reflect(writer);
-        let changes = watches::changes(self.track(events), store.clone());
-        (store, changes.try_filter_map(|change| std::future::ready(Ok(change.applied()))))
+        (store.clone(), watches::changes(self.track(events), store))
     }
 
     /// Whether every tracked watch has delivered its first full list.

@@ -252,11 +252,18 @@ async fn handle_entry<C: Component>(client: &Client, entry: &kv::Entry, present:
             // Delivery is at least once: a value put again (a publisher's retry whose first put
             // landed, a relist after a reconnect) that the resource was already made from is not
             // applied again; a failure reported for the key is over all the same.
-            if let Ok(Some(resource)) = api.get_opt(&name).await
-                && made_from(&resource, &desired)
-            {
-                ledger.applied(&entry.key, &resource);
-                return true;
+            if let Ok(Some(resource)) = api.get_opt(&name).await {
+                if made_from(&resource, &desired) {
+                    ledger.applied(&entry.key, &resource);
+                    return true;
+                }
+                // Still being uninstalled (its KfDef was deleted and one of the same name made at
+                // once): applied once it is gone, or the apply would land on the object its
+                // finalizer is about to let go, and nothing would make it again.
+                if resource.meta().deletion_timestamp.is_some() {
+                    info!(key = %entry.key, "the resource is still being deleted; applying once it is gone");
+                    return false;
+                }
             }
             let span = info_span!("apply_desired", key = %entry.key, kfdef_generation = desired.kfdef.generation);
             if let Some(traceparent) = &desired.traceparent {

@@ -1,0 +1,192 @@
+//! The driver of a KfUpgrade with `spec.waves`: a KfDef placed on fleet clusters, moved one wave
+//! of clusters after the other ([`crate::waves`] decides).
+//!
+//! - Validation plans every placed cluster against the releases its own operators announced
+//!   (the same rules as on a single cluster, [`upgrade::steps`]) and shows each cluster's moves
+//!   in `status.waves` before anything is written. A refusal names the cluster.
+//! - A wave moves a cluster by pinning its versions in the KfDef's
+//!   [`plan::CLUSTER_PINS_ANNOTATION`]; the KfDef driver publishes the cluster's new desired state
+//!   to that cluster alone. `spec.version` and the KfDef's own pins stay what the other clusters
+//!   run, so a cluster not reached yet does not move.
+//! - Health comes from the KfDef's per-cluster status (the KfUpgrade controller watches KfDefs);
+//!   only deadlines need a timer. All progress is in the KfUpgrade's status and the annotation,
+//!   so a restarted meta-operator resumes where it stopped.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use kubeflow_crds::fleet_cluster::FleetCluster;
+use kubeflow_crds::kfdef::KfDef;
+use kubeflow_crds::kfupgrade::{ClusterUpgrade, ClusterUpgradePhase, KfUpgrade, KfUpgradeStatus, StaleClusters, UpgradePhase, WavePhase, WaveStatus};
+use serde_json::json;
+
+use crate::controller::Context;
+use crate::fleet::{Selected, select};
+use crate::plan::{self, CLUSTER_PINS_ANNOTATION};
+use crate::upgrade::{self, Refusal};
+use crate::upgrade_controller::{UpgradeError, condition, end, event, get_kfdef, held_by_another, mismatch, now, patch_kfdef, refuse, take};
+use crate::waves::{self, Health, PinWrites, Verdict};
+
+/// One reconcile of a KfUpgrade with waves.
+pub async fn reconcile(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
+    match status.phase.unwrap_or_default() {
+        UpgradePhase::Pending | UpgradePhase::Validating => validate(up, status, kfdefs, ctx).await,
+        UpgradePhase::Planning | UpgradePhase::AwaitingApproval | UpgradePhase::Upgrading | UpgradePhase::RollingBack => roll_out(up, status, kfdefs, ctx).await,
+        UpgradePhase::Succeeded | UpgradePhase::Failed | UpgradePhase::RolledBack => Ok(Action::await_change()),
+    }
+}
+
+/// Checks the upgrade and plans every cluster before anything is written; refusals end it Failed.
+async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
+    let spec = &up.spec;
+    let Some(kfdef) = get_kfdef(kfdefs, &spec.current_kf_def.name).await? else {
+        return Ok(refuse(up, status, ctx, format!("spec.currentKfDef.name: KfDef {:?} not found in this namespace", spec.current_kf_def.name)).await);
+    };
+    if let Some(refusal) = mismatch(up, &kfdef) {
+        return Ok(refuse(up, status, ctx, refusal).await);
+    }
+    let Some(placement) = &kfdef.spec.placement else {
+        let message = format!("spec.waves: KfDef {} is not placed on fleet clusters (spec.placement); without waves a KfUpgrade moves it on this cluster", kfdef.name_any());
+        return Ok(refuse(up, status, ctx, message).await);
+    };
+    if let Some(refusal) = held_by_another(up, &kfdef, ctx).await? {
+        return Ok(refuse(up, status, ctx, refusal).await);
+    }
+    let namespace = kfdef.namespace().unwrap_or_default();
+    let registrations: Vec<FleetCluster> = ctx.clusters.state().iter().map(|c| (**c).clone()).collect();
+    let selection = match select(&namespace, placement, &registrations) {
+        Ok(selection) => selection,
+        Err(invalid) => return Ok(refuse(up, status, ctx, invalid).await),
+    };
+    let clusters: Vec<_> = selection.into_iter().filter_map(|s| if let Selected::Use { cluster, platform } = s { Some((cluster, platform)) } else { None }).collect();
+    if clusters.is_empty() {
+        return Ok(refuse(up, status, ctx, format!("KfDef {} is placed on no registered cluster open to namespace {namespace}: nothing to upgrade", kfdef.name_any())).await);
+    }
+    let labelled: Vec<(String, BTreeMap<String, String>)> = clusters
+        .iter()
+        .map(|(cluster, _)| {
+            let labels = registrations.iter().find(|r| r.name_any() == cluster.as_str()).map(|r| r.labels().clone()).unwrap_or_default();
+            (cluster.to_string(), labels)
+        })
+        .collect();
+    let assigned = match waves::assign(&spec.waves, &labelled) {
+        Ok(assigned) => assigned,
+        Err(refusal) => return Ok(refuse(up, status, ctx, refusal).await),
+    };
+    let pins = match plan::cluster_pins(&kfdef) {
+        Ok(pins) => pins,
+        Err(e) => return Ok(refuse(up, status, ctx, e.to_string()).await),
+    };
+    let mut planned: BTreeMap<String, ClusterUpgrade> = BTreeMap::new();
+    for (cluster, platform) in &clusters {
+        let name = cluster.to_string();
+        let stale = matches!(waves::health(kfdef.status.as_ref(), &name, []), Health::Stale(_));
+        let entry_state = kfdef.status.as_ref().and_then(|s| s.clusters.iter().find(|c| c.name == name)).map(|c| c.state);
+        if !stale && entry_state != Some(kubeflow_crds::fleet_cluster::ClusterState::Available) {
+            let message = format!("cluster {name} is {}, not Available; upgrade healthy clusters", entry_state.map_or_else(|| "not reported yet".to_string(), |s| format!("{s:?}")));
+            return Ok(refuse(up, status, ctx, message).await);
+        }
+        let observed = ctx.state.fleet.read().await.get(cluster).cloned().unwrap_or_default();
+        let steps = plan::for_cluster(&kfdef, &name).and_then(|view| {
+            let current = plan::plan(&view, *platform, &observed.catalog)?.components.into_iter().map(|(c, p)| (c, p.version)).collect();
+            Ok((current, plan::pinned_repos(&view)?))
+        });
+        let (current, pinned_repos) = match steps {
+            Ok(found) => found,
+            Err(e) => return Ok(refuse(up, status, ctx, format!("cluster {name}: {e}")).await),
+        };
+        let plan = match upgrade::steps(spec, &current, &pinned_repos, &observed.catalog) {
+            Ok(steps) => waves::cluster_plan(&name, &steps, pins.get(&name).cloned()),
+            Err(Refusal::NothingToDo) => waves::cluster_plan(&name, &[], pins.get(&name).cloned()),
+            Err(refusal) if stale && spec.stale_clusters == StaleClusters::Skip => {
+                let mut skipped = waves::cluster_plan(&name, &[], pins.get(&name).cloned());
+                skipped.phase = ClusterUpgradePhase::Skipped;
+                skipped.message = format!("not heard from, and cannot be planned (staleClusters: Skip): {refusal}");
+                skipped
+            }
+            Err(refusal) => return Ok(refuse(up, status, ctx, format!("cluster {name}: {refusal}")).await),
+        };
+        planned.insert(name, plan);
+    }
+    if planned.values().all(|c| c.moves.is_empty()) {
+        return Ok(refuse(up, status, ctx, Refusal::NothingToDo.to_string()).await);
+    }
+    if !take(&kfdef, kfdefs, up).await? {
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+    status.waves = spec
+        .waves
+        .iter()
+        .enumerate()
+        .map(|(index, wave)| WaveStatus {
+            name: wave.name.clone(),
+            phase: WavePhase::Pending,
+            clusters: planned.iter().filter(|(name, _)| assigned.get(*name) == Some(&index)).map(|(_, plan)| plan.clone()).collect(),
+        })
+        .collect();
+    let summary: Vec<String> = status.waves.iter().map(|w| format!("wave {}: {}", w.name, w.clusters.iter().map(waves::describe).collect::<Vec<_>>().join("; "))).collect();
+    status.phase = Some(UpgradePhase::Upgrading);
+    status.start_time = Some(now());
+    condition(status, "Validated", true, "Validated", &summary.join(" | "), up.meta().generation);
+    event(ctx, up, EventType::Normal, "Validated", summary.join(" | ")).await;
+    // The status write triggers the next reconcile.
+    Ok(Action::await_change())
+}
+
+/// One step of the rollout: pins written first, then status (a lost status write repeats the
+/// same pins).
+async fn roll_out(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
+    let Some(kfdef) = get_kfdef(kfdefs, &up.spec.current_kf_def.name).await? else {
+        status.phase = Some(UpgradePhase::Failed);
+        status.completion_time = Some(now());
+        condition(status, "Succeeded", false, "KfDefDeleted", "the KfDef was deleted during the upgrade", up.meta().generation);
+        return Ok(Action::await_change());
+    };
+    let step = waves::advance(&up.spec, &mut status.waves, kfdef.status.as_ref(), &now());
+    write_cluster_pins(&kfdef, kfdefs, &step.writes).await?;
+    for (warning, reason, note) in step.notes {
+        event(ctx, up, if warning { EventType::Warning } else { EventType::Normal }, reason, note).await;
+    }
+    if status.phase == Some(UpgradePhase::AwaitingApproval) && !matches!(step.verdict, Verdict::AwaitingApproval(_)) {
+        condition(status, "Approved", true, "Approved", "the wave that waited is approved", up.meta().generation);
+    }
+    Ok(match step.verdict {
+        Verdict::Wait(after) => {
+            status.phase = Some(UpgradePhase::Upgrading);
+            after.filter(|d| !d.is_zero()).map_or_else(Action::await_change, Action::requeue)
+        }
+        Verdict::AwaitingApproval(wave) => {
+            status.phase = Some(UpgradePhase::AwaitingApproval);
+            let message = format!("wave {wave} waits for approval: read its clusters' moves in status.waves, then add {wave} to spec.approvedWaves");
+            condition(status, "Approved", false, "AwaitingApproval", &message, up.meta().generation);
+            Action::await_change()
+        }
+        Verdict::Succeeded => {
+            let message = match &up.spec.new_kf_def.version {
+                Some(version) => format!("every wave succeeded; the clusters' versions are pinned in annotation {CLUSTER_PINS_ANNOTATION}: set spec.version to {version} for new clusters to get them too"),
+                None => format!("every wave succeeded; the clusters' versions are pinned in annotation {CLUSTER_PINS_ANNOTATION}"),
+            };
+            return end(up, status, &kfdef, kfdefs, ctx, UpgradePhase::Succeeded, "Succeeded", message).await;
+        }
+        Verdict::Stopped(reason) => return end(up, status, &kfdef, kfdefs, ctx, UpgradePhase::Failed, "WaveFailed", reason).await,
+    })
+}
+
+/// Sets (or, for `None`, removes) each written cluster's entry of the KfDef's cluster pins.
+async fn write_cluster_pins(kfdef: &KfDef, kfdefs: &Api<KfDef>, writes: &PinWrites) -> Result<(), UpgradeError> {
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let mut pins = plan::cluster_pins(kfdef).map_err(|source| UpgradeError::Pins { kfdef: kfdef.name_any(), source })?;
+    for (cluster, target) in writes {
+        match target {
+            Some(target) => pins.insert(cluster.clone(), target.clone()),
+            None => pins.remove(cluster),
+        };
+    }
+    let value = if pins.is_empty() { json!(null) } else { json!(serde_json::to_string(&pins).expect("pins serialise")) };
+    patch_kfdef(kfdefs, kfdef, "pin a cluster's versions on", json!({"metadata": {"annotations": {CLUSTER_PINS_ANNOTATION: value}}})).await
+}
