@@ -144,10 +144,12 @@ fn the_image_rule_accepts_qualified_references_only() {
 fn impossible_combinations_are_cel_rules_naming_the_field() {
     let upgrade = rules(&at(&schema::<KfUpgrade>(), "spec"));
     let paths: Vec<Option<&str>> = upgrade.iter().map(|r| r.2.as_deref()).collect();
-    assert_eq!(paths, [None, Some(".approved"), Some(".newKfDef.name"), Some(".onlyListed"), Some(".newKfDef.version")]);
-    // The spec is immutable but for the approval, which cannot be withdrawn.
+    assert_eq!(paths, [None, Some(".approvedWaves"), Some(".approved"), Some(".newKfDef.name"), Some(".onlyListed"), Some(".newKfDef.version")]);
+    // The spec is immutable but for the approvals, which cannot be withdrawn.
     assert!(upgrade[0].0.contains("self.currentKfDef == oldSelf.currentKfDef") && !upgrade[0].0.contains("self.approved"), "{}", upgrade[0].0);
-    assert!(upgrade[1].0.contains("oldSelf.approved") && upgrade[1].1.contains("cannot be withdrawn"), "{:?}", upgrade[1]);
+    assert!(upgrade[0].0.contains("self.waves == oldSelf.waves"), "{}", upgrade[0].0);
+    assert!(upgrade[1].0.contains("oldSelf.approvedWaves.all(w, w in self.approvedWaves)") && upgrade[1].1.contains("cannot lose a wave"), "{:?}", upgrade[1]);
+    assert!(upgrade[2].0.contains("oldSelf.approved") && upgrade[2].1.contains("cannot be withdrawn"), "{:?}", upgrade[2]);
     let gateway = rules(&at(&schema::<Istio>(), "spec.gateway"));
     assert_eq!(gateway[0].2.as_deref(), Some(".httpsPort"));
     assert!(gateway[0].0.contains("self.httpPort != self.httpsPort"));
