@@ -18,7 +18,7 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
-use kubeflow_crds::fleet_cluster::FleetCluster;
+use kubeflow_crds::fleet_cluster::{ClusterState, FleetCluster};
 use kubeflow_crds::kfdef::KfDef;
 use kubeflow_crds::kfupgrade::{ClusterUpgrade, ClusterUpgradePhase, KfUpgrade, KfUpgradeStatus, StaleClusters, UpgradePhase, WavePhase, WaveStatus};
 use serde_json::json;
@@ -28,7 +28,7 @@ use crate::fleet::{Selected, select};
 use crate::plan::{self, CLUSTER_PINS_ANNOTATION};
 use crate::upgrade::{self, Refusal};
 use crate::upgrade_controller::{UpgradeError, condition, end, event, get_kfdef, held_by_another, mismatch, now, patch_kfdef, refuse, take};
-use crate::waves::{self, Health, PinWrites, Verdict};
+use crate::waves::{self, PinWrites, Verdict};
 
 /// One reconcile of a KfUpgrade with waves.
 pub async fn reconcile(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
@@ -83,9 +83,9 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
     let mut planned: BTreeMap<String, ClusterUpgrade> = BTreeMap::new();
     for (cluster, platform) in &clusters {
         let name = cluster.to_string();
-        let stale = matches!(waves::health(kfdef.status.as_ref(), &name, []), Health::Stale(_));
         let entry_state = kfdef.status.as_ref().and_then(|s| s.clusters.iter().find(|c| c.name == name)).map(|c| c.state);
-        if !stale && entry_state != Some(kubeflow_crds::fleet_cluster::ClusterState::Available) {
+        let stale = entry_state == Some(ClusterState::Stale);
+        if !stale && entry_state != Some(ClusterState::Available) {
             let message = format!("cluster {name} is {}, not Available; upgrade healthy clusters", entry_state.map_or_else(|| "not reported yet".to_string(), |s| format!("{s:?}")));
             return Ok(refuse(up, status, ctx, message).await);
         }
