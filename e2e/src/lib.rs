@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client};
 use kubeflow_crds::component::ComponentKind;
@@ -167,6 +167,37 @@ async fn release_finalizers(client: &Client, namespace: &str) {
     }
 }
 
+/// Label on a cluster-scoped object of the project's kinds that a test makes: the name of the
+/// test's [`TestNamespace`], whose end (also on panic) releases the object's finalizers and
+/// deletes it. A failed test leaves nothing behind that an operator no longer running would have
+/// to finalize, which would hold its CRD's deletion in the tests after.
+pub const TEST_NAMESPACE_LABEL: &str = "e2e.kubeflow.org/test-namespace";
+
+/// Releases and deletes the cluster-scoped objects of the project's kinds labelled
+/// [`TEST_NAMESPACE_LABEL`]` = namespace`.
+async fn release_cluster_scoped(client: &Client, namespace: &str) {
+    use kube::api::DynamicObject;
+    use kube::core::ApiResource;
+    for crd in kubeflow_crds::crdgen::all_crds().into_iter().chain(kubeflow_crds::crdgen::component_installed_crds()).filter(|crd| crd.spec.scope == "Cluster") {
+        let version = &crd.spec.versions[0].name;
+        let resource = ApiResource {
+            group: crd.spec.group.clone(),
+            version: version.clone(),
+            api_version: format!("{}/{version}", crd.spec.group),
+            kind: crd.spec.names.kind.clone(),
+            plural: crd.spec.names.plural.clone(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let labelled = ListParams::default().labels(&format!("{TEST_NAMESPACE_LABEL}={namespace}"));
+        for object in api.list(&labelled).await.map(|l| l.items).unwrap_or_default() {
+            if let Some(name) = object.metadata.name {
+                let _ = api.patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}))).await;
+                let _ = api.delete(&name, &DeleteParams::default()).await;
+            }
+        }
+    }
+}
+
 /// A namespace created for one test and deleted when the test ends (also on panic, best effort).
 pub struct TestNamespace {
     pub name: String,
@@ -277,6 +308,7 @@ impl Drop for TestNamespace {
                         print_namespace_story(&client, &name).await;
                     }
                     release_finalizers(&client, &name).await;
+                    release_cluster_scoped(&client, &name).await;
                     let _ = Api::<Namespace>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
                 }
             });
@@ -637,9 +669,7 @@ impl NatsServer {
     /// Node `i`'s monitor's answer at `path` (e.g. `/leafz`), decoded; a large answer comes in
     /// chunks, around the one JSON object.
     pub async fn monitor(&self, i: usize, path: &str) -> Result<serde_json::Value, String> {
-        let body = http_get(&format!("http://127.0.0.1:{}{path}", self.nodes[i].monitor_port)).await?;
-        let json = body.find('{').zip(body.rfind('}')).map(|(a, b)| &body[a..=b]).ok_or_else(|| format!("no JSON object in {body:?}"))?;
-        serde_json::from_str(json).map_err(|e| e.to_string())
+        nats_monitor(self.nodes[i].monitor_port, path).await
     }
 
     /// Clients connected to node `i` (its monitor's `/connz`).
@@ -656,6 +686,14 @@ impl Drop for NatsServer {
             let _ = std::fs::remove_dir_all(&self.bus.dir);
         }
     }
+}
+
+/// The answer of the nats-server monitor on loopback `port` at `path` (e.g. `/leafz`), decoded;
+/// a large answer comes in chunks, around the one JSON object.
+pub async fn nats_monitor(port: u16, path: &str) -> Result<serde_json::Value, String> {
+    let body = http_get(&format!("http://127.0.0.1:{port}{path}")).await?;
+    let json = body.find('{').zip(body.rfind('}')).map(|(a, b)| &body[a..=b]).ok_or_else(|| format!("no JSON object in {body:?}"))?;
+    serde_json::from_str(json).map_err(|e| e.to_string())
 }
 
 /// Installs `deploy/<package>` with `kubectl apply -k` (as a platform engineer would), waits for the
