@@ -427,7 +427,7 @@ pub fn installer_objects() -> Vec<Value> {
 /// installed one by one.
 pub fn nats_package() -> (String, Vec<(String, String)>) {
     let mut objects = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
-    objects.extend(provision::server_objects(OPERATOR_NAMESPACE, NATS_REPLICAS));
+    objects.extend(provision::server_objects(OPERATOR_NAMESPACE, &provision::Server::single_cluster(NATS_REPLICAS)));
     let files = vec![("kustomization.yaml".to_string(), kustomization(&["nats.yaml"])), ("nats.yaml".to_string(), yaml_docs(&objects))];
     ("nats".to_string(), files)
 }
@@ -437,7 +437,7 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
     let mut crds = vec![serde_json::to_value(kubeflow_crds::KfDef::crd()).unwrap(), serde_json::to_value(kubeflow_crds::KfUpgrade::crd()).unwrap()];
     let mut rbac = [operator_rbac("meta-operator", &meta_operator_rules()), meta_operator_namespaced_rbac()].concat();
     let mut deployments = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
-    deployments.extend(provision::server_objects(OPERATOR_NAMESPACE, NATS_REPLICAS));
+    deployments.extend(provision::server_objects(OPERATOR_NAMESPACE, &provision::Server::single_cluster(NATS_REPLICAS)));
     deployments.push(with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION")), Identity::MetaOperator));
     deployments.push(operator_disruption_budget("meta-operator"));
     for component in kubeflow_component_registry::all() {

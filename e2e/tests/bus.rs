@@ -224,30 +224,70 @@ async fn secret_data(secrets: &Api<k8s_openapi::api::core::v1::Secret>, name: &s
     String::from_utf8(secret.data.unwrap()[key].0.clone()).unwrap()
 }
 
+/// Where a [`provisioned_server`] listens: its client port, and (as the fleet's hub) its leaf
+/// and monitor ports.
+#[derive(Clone, Copy)]
+struct Ports {
+    client: u16,
+    hub: Option<(u16, u16)>,
+}
+
 /// A nats-server run as the provisioned StatefulSet's pod would be: its ConfigMap's configuration
-/// (paths moved into `dir`), the TLS Secret, and each identity's public key from its Secret.
-async fn provisioned_server(client: &kube::Client, namespace: &str, dir: &std::path::Path, port: u16) -> std::process::Child {
+/// (paths and ports moved into `dir` and `ports`), the TLS Secret, and each identity's public key
+/// from its Secret. Its log is `dir/nats.log`.
+async fn provisioned_server(client: &kube::Client, namespace: &str, dir: &std::path::Path, ports: Ports) -> std::process::Child {
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     for file in ["ca.crt", "tls.crt", "tls.key"] {
         std::fs::write(dir.join(file), secret_data(&secrets, "nats-tls", file).await).unwrap();
     }
     let config = Api::<ConfigMap>::namespaced(client.clone(), namespace).get("nats-config").await.unwrap().data.unwrap()["nats.conf"].clone();
-    let config = config
+    let mut config = config
         .replace("/etc/nats/tls/", &format!("{}/", dir.display()))
         .replace("\"/data\"", &format!("{:?}", dir.join("store")))
-        .replace("port: 4222", &format!("port: {port}"))
-        .replace("http_port: 8222\n", "");
+        .replace("port: 4222", &format!("port: {}", ports.client));
+    config = match ports.hub {
+        Some((leaf, monitor)) => config.replace(&format!("port: {HUB_LEAF_PORT}"), &format!("port: {leaf}")).replace("http_port: 8222\n", &format!("http_port: {monitor}\n")),
+        None => config.replace("http_port: 8222\n", ""),
+    };
     std::fs::write(dir.join("nats.conf"), config).unwrap();
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("nats.log")).unwrap();
     let mut command = std::process::Command::new(std::env::var("KFOP_NATS_SERVER").unwrap());
-    command.args(["-c", dir.join("nats.conf").to_str().unwrap()]).env("SERVER_NAME", "nats-0").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    command.args(["-c", dir.join("nats.conf").to_str().unwrap()]).env("SERVER_NAME", "nats-0").stdout(log.try_clone().unwrap()).stderr(log);
     for identity in Identity::all() {
         command.env(operator_runtime::bus_security::public_key_env(identity), secret_data(&secrets, &meta_operator::provision::identity_secret(identity), "nkey.pub").await);
     }
     let child = command.spawn().unwrap();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{}", ports.client);
     eventually("provisioned nats-server listening", || async { tokio::net::TcpStream::connect(&addr).await.map(|_| ()).map_err(|e| e.to_string()) }).await;
     child
+}
+
+/// The leaf port the hub's meta-operator is given (the provisioned configuration's; a test moves
+/// it to a free port).
+const HUB_LEAF_PORT: u16 = 7422;
+
+/// A meta-operator provisioning the bus in `namespace` with `--provision-nats-server` (and
+/// `env`), as deploy/meta-operator's ServiceAccount with exactly the rules an install grants it
+/// in its own namespace (OLM's CSV `permissions`, deploy/'s Role).
+async fn provisioning_meta_operator(client: &kube::Client, namespace: &str, env: &[(&str, &str)]) -> (OperatorProcess, NatsServer) {
+    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/meta-operator");
+    kubectl(&["apply", "--server-side", "--force-conflicts", "-k", package.to_str().unwrap()]);
+    let kubeconfig = operator_kubeconfig(client, "meta-operator").await;
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "bus", "namespace": namespace}, "rules": meta_operator::provision::namespaced_rules()});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "bus", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bus"},
+        "subjects": [{"kind": "ServiceAccount", "name": "meta-operator", "namespace": "kubeflow-operators"}]});
+    for object in [role, binding] {
+        let file = std::env::temp_dir().join(unique_name("rbac"));
+        std::fs::write(&file, object.to_string()).unwrap();
+        kubectl(&["apply", "--server-side", "-f", file.to_str().unwrap()]);
+    }
+    let nats = NatsServer::start().await;
+    let kubeconfig = kubeconfig.to_string_lossy();
+    let env = [&[("KUBECONFIG", &*kubeconfig), ("BUS_NAMESPACE", namespace), ("PROVISION_NATS_SERVER", "true"), ("WATCH_NAMESPACE", namespace)], env].concat();
+    let meta = OperatorProcess::on_bus("meta-operator", &nats, Identity::MetaOperator, &[], &env);
+    (meta, nats)
 }
 
 /// Connects with `seed` and the CA of the provisioned identity Secret.
@@ -266,23 +306,7 @@ async fn the_meta_operator_provisions_a_working_bus_and_rotates_an_identity_on_r
     let client = client().await;
     let ns = TestNamespace::create(&client, "e2e-bus-provision").await;
     let n = ns.name.as_str();
-    // The meta-operator's ServiceAccount with exactly the rules an install grants it in its own
-    // namespace (OLM's CSV `permissions`, deploy/'s Role).
-    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/meta-operator");
-    kubectl(&["apply", "--server-side", "--force-conflicts", "-k", package.to_str().unwrap()]);
-    let kubeconfig = operator_kubeconfig(&client, "meta-operator").await;
-    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "bus", "namespace": n}, "rules": provision::namespaced_rules()});
-    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "bus", "namespace": n},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bus"},
-        "subjects": [{"kind": "ServiceAccount", "name": "meta-operator", "namespace": "kubeflow-operators"}]});
-    for object in [role, binding] {
-        let file = std::env::temp_dir().join(unique_name("rbac"));
-        std::fs::write(&file, object.to_string()).unwrap();
-        kubectl(&["apply", "--server-side", "-f", file.to_str().unwrap()]);
-    }
-    let nats = NatsServer::start().await;
-    let kubeconfig = kubeconfig.to_string_lossy();
-    let meta = OperatorProcess::on_bus("meta-operator", &nats, Identity::MetaOperator, &[], &[("KUBECONFIG", &kubeconfig), ("BUS_NAMESPACE", n), ("PROVISION_NATS_SERVER", "true"), ("WATCH_NAMESPACE", n)]);
+    let (meta, _nats) = provisioning_meta_operator(&client, n, &[]).await;
 
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), n);
     eventually(&format!("the NATS server provisioned (log: {})", meta.log.display()), || async { statefulsets.get("nats").await.map(|_| ()).map_err(|e| e.to_string()) }).await;
@@ -304,7 +328,8 @@ async fn the_meta_operator_provisions_a_working_bus_and_rotates_an_identity_on_r
     let dir = std::env::temp_dir().join(unique_name("provisioned-nats"));
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_port();
-    let mut server = provisioned_server(&client, n, &dir, port).await;
+    let ports = Ports { client: port, hub: None };
+    let mut server = provisioned_server(&client, n, &dir, ports).await;
     let ca = secret_data(&secrets, &katib, "ca.crt").await;
     let old_seed = secret_data(&secrets, &katib, "nkey.seed").await;
     connect_with(&ca, old_seed.clone(), port).await.expect("Katib connects with its provisioned identity");
@@ -332,10 +357,110 @@ async fn the_meta_operator_provisions_a_working_bus_and_rotates_an_identity_on_r
     // The restarted server takes the new key and no longer the old one.
     let _ = server.kill();
     let _ = server.wait();
-    let mut server = provisioned_server(&client, n, &dir, port).await;
+    let mut server = provisioned_server(&client, n, &dir, ports).await;
     connect_with(&ca, new_seed, port).await.expect("Katib connects with its rotated identity");
     let old = connect_with(&ca, old_seed, port).await.expect_err("the rotated-out seed still connects");
     assert_eq!(old.kind(), async_nats::ConnectErrorKind::AuthorizationViolation);
     let _ = server.kill();
     drop(meta);
+}
+
+/// The server names of the leaf connections the hub whose monitor is on `monitor` has.
+async fn leaf_servers(monitor: u16) -> Result<Vec<String>, String> {
+    let leafz = nats_monitor(monitor, "/leafz").await?;
+    Ok(leafz["leafs"].as_array().into_iter().flatten().filter_map(|l| l["name"].as_str().map(str::to_string)).collect())
+}
+
+/// The fleet's hub as the meta-operator provisions it in-cluster (`--fleet-leaf-port`): its
+/// server's configuration is made from the registrations. A registered cluster's spoke server
+/// joins the leaf port with its key; a key no registration names is refused; a deleted
+/// registration leaves the configuration, the pods are rolled, and its spoke is refused after.
+#[tokio::test]
+async fn the_hubs_provisioned_server_admits_exactly_the_registered_clusters() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::{ConfigMap, Service};
+    use kubeflow_crds::fleet_cluster::FleetCluster;
+    use operator_runtime::bus_security::{self, LeafNodes, Seed};
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "e2e-bus-hub").await;
+    let n = ns.name.as_str();
+    let (meta, _nats) = provisioning_meta_operator(&client, n, &[("FLEET_LEAF_PORT", &HUB_LEAF_PORT.to_string())]).await;
+
+    let cluster = unique_name("e2e-hub-member");
+    let seed = bus_security::new_seed();
+    let key = bus_security::public_key(&seed).unwrap();
+    let registrations: Api<FleetCluster> = Api::all(client.clone());
+    let registration: FleetCluster = serde_json::from_value(json!({"apiVersion": "fleet.kubeflow.org/v1alpha1", "kind": "FleetCluster", "metadata": {"name": cluster, "labels": {TEST_NAMESPACE_LABEL: n}}, "spec": {"publicKey": key}})).unwrap();
+    registrations.create(&PostParams::default(), &registration).await.unwrap();
+
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), n);
+    let config = || async { configs.get("nats-config").await.map_err(|e| e.to_string()).map(|c| c.data.unwrap_or_default().remove("nats.conf").unwrap_or_default()) };
+    let services: Api<Service> = Api::namespaced(client.clone(), n);
+    // The leaf Service is the last object applied.
+    eventually(&format!("the hub's server applied, admitting {cluster} (log: {})", meta.log.display()), || async {
+        let config = config().await?;
+        services.get(meta_operator::provision::LEAF_SERVICE).await.map_err(|e| e.to_string())?;
+        if config.contains(&key) { Ok(()) } else { Err(config) }
+    })
+    .await;
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), n);
+    let config_hash = || async {
+        let template = statefulsets.get("nats").await.map_err(|e| e.to_string())?.spec.unwrap().template.metadata.unwrap();
+        Ok::<_, String>(template.annotations.unwrap_or_default().get(meta_operator::provision::CONFIG_ANNOTATION).cloned())
+    };
+    let joined_hash = config_hash().await.unwrap();
+    assert!(joined_hash.is_some());
+    let leaf_service = services.get(meta_operator::provision::LEAF_SERVICE).await.unwrap();
+    assert_eq!(leaf_service.spec.unwrap().type_.as_deref(), Some("LoadBalancer"));
+
+    // The hub runs from what was provisioned; a spoke server joins it with the cluster's seed.
+    let dir = std::env::temp_dir().join(unique_name("provisioned-hub"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ports = Ports { client: free_port(), hub: Some((free_port(), free_port())) };
+    let (leaf_port, monitor) = ports.hub.unwrap();
+    let mut hub = provisioned_server(&client, n, &dir, ports).await;
+    let spoke_of = |name: String, seed: String| {
+        let ca = dir.join("ca.crt").to_string_lossy().into_owned();
+        async move {
+            let domain = name.clone();
+            NatsServer::start_configured(&format!("{name}-nats"), move |c| {
+                c.jetstream_domain = Some(domain);
+                c.leaf_nodes = Some(LeafNodes::Spoke { hub_url: format!("tls://localhost:{leaf_port}"), seed: Seed::Literal(seed), hub_ca_file: ca });
+            })
+            .await
+        }
+    };
+    let _member = spoke_of(cluster.clone(), seed.clone()).await;
+    let member_server = format!("{cluster}-nats");
+    eventually("the registered cluster's leaf connection", || async {
+        let leaves = leaf_servers(monitor).await?;
+        if leaves.contains(&member_server) { Ok(()) } else { Err(format!("{leaves:?}")) }
+    })
+    .await;
+
+    // A key no registration names: refused on the leaf port.
+    let log = || std::fs::read_to_string(dir.join("nats.log")).unwrap_or_default();
+    let refused = |key: &str| format!("authentication error - Nkey \"{key}\"");
+    let tail = |log: String| log.lines().rev().take(5).collect::<Vec<_>>().join("\n");
+    let stranger_seed = bus_security::new_seed();
+    let stranger_key = bus_security::public_key(&stranger_seed).unwrap();
+    let _stranger = spoke_of(unique_name("e2e-hub-stranger"), stranger_seed).await;
+    eventually("the unregistered key refused", || async { if log().contains(&refused(&stranger_key)) { Ok(()) } else { Err(tail(log())) } }).await;
+    assert_eq!(leaf_servers(monitor).await.unwrap(), [member_server.clone()]);
+    assert!(!log().contains(&refused(&key)), "{}", log());
+
+    // The registration deleted: out of the configuration, the pods rolled onto it; a server
+    // started from it refuses the cluster.
+    registrations.delete(&cluster, &Default::default()).await.unwrap();
+    eventually("the hub's configuration without the cluster", || async {
+        let config = config().await?;
+        if config.contains(&key) { Err(config) } else { Ok(()) }
+    })
+    .await;
+    assert_ne!(config_hash().await.unwrap(), joined_hash, "the configuration changed and the pods were not rolled");
+    let _ = hub.kill();
+    let _ = hub.wait();
+    let _hub = provisioned_server(&client, n, &dir, ports).await;
+    eventually("the deregistered cluster refused after the restart", || async { if log().contains(&refused(&key)) { Ok(()) } else { Err(tail(log())) } }).await;
+    assert_eq!(leaf_servers(monitor).await.unwrap(), Vec::<String>::new());
 }

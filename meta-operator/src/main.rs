@@ -41,6 +41,15 @@ struct Cli {
     /// namespace: for installs whose packages cannot carry it (OLM).
     #[arg(long, env = "PROVISION_NATS_SERVER")]
     provision_nats_server: bool,
+    /// Provision the server as the fleet's hub (with `--provision-nats-server`): JetStream domain
+    /// `hub`, and a leaf port (Service `nats-leaf`, a LoadBalancer) where each registered
+    /// FleetCluster's key is accepted; the configuration follows the registrations.
+    #[arg(long, env = "FLEET_LEAF_PORT", requires = "provision_nats_server")]
+    fleet_leaf_port: Option<u16>,
+    /// Names the spokes reach the hub's leaf port by (comma-separated): the bus certificate is
+    /// issued for them too.
+    #[arg(long, env = "FLEET_HUB_HOSTS", value_delimiter = ',')]
+    fleet_hub_hosts: Vec<String>,
     /// Namespace to watch KfDefs in; all namespaces when unset.
     #[arg(long, env = "WATCH_NAMESPACE")]
     namespace: Option<String>,
@@ -89,13 +98,18 @@ async fn main() -> std::process::ExitCode {
     };
 
     if let Some(namespace) = cli.bus_namespace.clone() {
-        let server = cli.provision_nats_server.then_some(cli.nats_replicas);
-        let client = client.clone();
+        // The hub's server is applied once the registrations are listed, not before: a restart
+        // must not roll it onto a configuration without them.
+        let server = (cli.provision_nats_server && cli.fleet_leaf_port.is_none()).then(|| meta_operator::provision::Server::single_cluster(cli.nats_replicas));
+        let (client, hosts, replicas, leaf_port) = (client.clone(), cli.fleet_hub_hosts.clone(), cli.nats_replicas, cli.fleet_leaf_port);
         tokio::spawn(async move {
             let mut delays = operator_runtime::retry::exponential(std::time::Duration::from_millis(500), std::time::Duration::from_secs(30));
-            while let Err(error) = meta_operator::provision::provision(&client, &namespace, server).await {
+            while let Err(error) = meta_operator::provision::provision(&client, &namespace, &hosts, server.as_ref()).await {
                 tracing::warn!(%error, %namespace, "cannot provision the bus yet; retrying");
                 tokio::time::sleep(backoff::backoff::Backoff::next_backoff(&mut delays).unwrap_or(operator_runtime::retry::MAX)).await;
+            }
+            if let Some(leaf_port) = leaf_port {
+                tokio::spawn(meta_operator::provision::follow_registrations(client.clone(), namespace.clone(), replicas, leaf_port));
             }
             meta_operator::provision::rotate_on_request(client, namespace).await;
         });

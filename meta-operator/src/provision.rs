@@ -5,7 +5,10 @@
 //! * Secret `nats-identity-<operator>` per identity ([`identity_secret`]): its NKey seed and
 //!   public key, and the CA; the operator mounts it, the server reads the public key from it;
 //! * with `--provision-nats-server` (OLM, whose bundles cannot carry a StatefulSet), the server
-//!   itself: [`server_objects`], the same objects `deploy/nats` and `deploy/all` hold.
+//!   itself: [`server_objects`], the same objects `deploy/nats` and `deploy/all` hold;
+//! * with `--fleet-leaf-port` too, the server is the fleet's hub ([`follow_registrations`]): its
+//!   configuration accepts each registered cluster's key on the leaf port, and is made again, its
+//!   pods rolled, whenever a registration comes, goes or changes its key.
 //!
 //! Secrets are created when missing and never overwritten, except on request: annotating an
 //! identity Secret with [`ROTATE_ANNOTATION`] (any new value) issues a new seed and rolls the
@@ -22,7 +25,9 @@ use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use kubeflow_crds::bus::Identity;
-use operator_runtime::bus_security::{self, Cluster, PublicKeys, ServerConfig};
+use kubeflow_crds::fleet::{ClusterName, HUB_DOMAIN};
+use kubeflow_crds::fleet_cluster::FleetCluster;
+use operator_runtime::bus_security::{self, Cluster, LeafNodes, PublicKeys, ServerConfig};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -46,6 +51,13 @@ pub const ROTATE_ANNOTATION: &str = "bus.kubeflow.org/rotate";
 pub const ROTATED_ANNOTATION: &str = "bus.kubeflow.org/rotated";
 /// On the server's pod template: the public keys it runs with (a change rolls the pods).
 pub const KEYS_ANNOTATION: &str = "bus.kubeflow.org/public-keys";
+/// On the server's pod template: a hash of its configuration (a change rolls the pods, which
+/// read it at start).
+pub const CONFIG_ANNOTATION: &str = "bus.kubeflow.org/config-hash";
+/// On the TLS Secret: the names its certificate was issued for.
+pub const HOSTS_ANNOTATION: &str = "bus.kubeflow.org/hosts";
+/// The hub's leaf Service: what spokes' servers connect out to (a LoadBalancer).
+pub const LEAF_SERVICE: &str = "nats-leaf";
 const FIELD_MANAGER: &str = "kubeflow-meta-operator-bus";
 const NATS_IMAGE: &str = "docker.io/library/nats:2.12.1-alpine";
 
@@ -76,9 +88,35 @@ fn labels() -> Value {
     json!(BTreeMap::from(SERVER_LABELS))
 }
 
+/// The NATS server the meta-operator provisions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Server {
+    /// JetStream nodes (a StatefulSet's pods).
+    pub replicas: usize,
+    /// As the fleet's hub: its leaf port and the clusters it accepts there.
+    pub hub: Option<Hub>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hub {
+    pub leaf_port: u16,
+    /// Each registered cluster's name and public key ([`leaf_users`]).
+    pub clusters: Vec<(ClusterName, String)>,
+}
+
+impl Server {
+    /// A server of `replicas` nodes, no fleet.
+    pub fn single_cluster(replicas: usize) -> Self {
+        Self { replicas, hub: None }
+    }
+}
+
 /// The server's configuration in the pods: TLS from [`TLS_SECRET`], public keys from the
-/// identity Secrets (environment), routes to every other pod when `replicas > 1`.
-pub fn server_config(namespace: &str, replicas: usize) -> String {
+/// identity Secrets (environment), routes to every other pod when `replicas > 1`; as the hub,
+/// JetStream domain [`HUB_DOMAIN`] and the leaf port, where each registered cluster's key is a
+/// user with its cluster's permissions.
+pub fn server_config(namespace: &str, server: &Server) -> String {
+    let replicas = server.replicas;
     let cluster = (replicas > 1).then(|| Cluster {
         name: "kubeflow-bus".into(),
         port: CLUSTER_PORT,
@@ -95,22 +133,54 @@ pub fn server_config(namespace: &str, replicas: usize) -> String {
         ca_file: "/etc/nats/tls/ca.crt".into(),
         public_keys: PublicKeys::FromEnv,
         cluster,
-        jetstream_domain: None,
-        leaf_nodes: None,
+        jetstream_domain: server.hub.as_ref().map(|_| HUB_DOMAIN.to_string()),
+        leaf_nodes: server.hub.as_ref().map(|hub| LeafNodes::Hub { port: hub.leaf_port, clusters: hub.clusters.clone() }),
     })
+}
+
+/// The hub's leaf users from the registrations: each usable one's cluster name and key, by name.
+/// A registration that is not usable (its status says why) or whose key an earlier one already
+/// has (nats-server refuses a configuration naming a key twice) is left out, so that no
+/// registration can stop the hub's server.
+pub fn leaf_users<'a>(registrations: impl IntoIterator<Item = &'a FleetCluster>) -> Vec<(ClusterName, String)> {
+    let mut usable: Vec<(ClusterName, String)> = registrations.into_iter().filter_map(|r| r.leaf_user().ok()).collect();
+    usable.sort();
+    let mut keys = std::collections::BTreeSet::new();
+    usable.retain(|(cluster, key)| {
+        let first = keys.insert(key.clone());
+        if !first {
+            warn!(%cluster, "registration left out of the hub's server: another registration has its public key");
+        }
+        first
+    });
+    usable
 }
 
 /// The NATS server: its configuration, Services, a StatefulSet of `replicas` JetStream nodes, a
 /// disruption budget keeping a quorum, and a NetworkPolicy that lets only operator pods (label
-/// [`CLIENT_LABEL`]) reach the client port and only the server's own pods its route port.
-pub fn server_objects(namespace: &str, replicas: usize) -> Vec<Value> {
+/// [`CLIENT_LABEL`]) reach the client port and only the server's own pods its route port; as the
+/// hub, the leaf port, open to any address (the spokes' servers connect from other clusters; TLS
+/// and each cluster's key guard it), and its LoadBalancer Service [`LEAF_SERVICE`].
+pub fn server_objects(namespace: &str, server: &Server) -> Vec<Value> {
+    let replicas = server.replicas;
+    let config = server_config(namespace, server);
     let mut env = vec![json!({"name": "SERVER_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})];
     for identity in Identity::all() {
         env.push(json!({"name": bus_security::public_key_env(identity), "valueFrom": {"secretKeyRef": {"name": identity_secret(identity), "key": "nkey.pub"}}}));
     }
+    let mut ports = vec![json!({"name": "client", "containerPort": CLIENT_PORT}), json!({"name": "cluster", "containerPort": CLUSTER_PORT}), json!({"name": "monitor", "containerPort": MONITOR_PORT})];
+    let mut ingress = vec![
+        json!({"from": [{"podSelector": {"matchLabels": {CLIENT_LABEL: "true"}}}], "ports": [{"port": CLIENT_PORT}]}),
+        json!({"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": SERVER}}}], "ports": [{"port": CLUSTER_PORT}]}),
+        json!({"from": [{"podSelector": {}}], "ports": [{"port": MONITOR_PORT}]}),
+    ];
+    if let Some(hub) = &server.hub {
+        ports.push(json!({"name": "leafnodes", "containerPort": hub.leaf_port}));
+        ingress.push(json!({"ports": [{"port": hub.leaf_port}]}));
+    }
     let metadata = |name: &str| json!({"name": name, "namespace": namespace, "labels": labels()});
     let mut objects = vec![
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata("nats-config"), "data": {"nats.conf": server_config(namespace, replicas)}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata("nats-config"), "data": {"nats.conf": config}}),
         json!({"apiVersion": "v1", "kind": "Service", "metadata": metadata(SERVER),
                "spec": {"selector": {"app.kubernetes.io/name": SERVER}, "ports": [{"name": "client", "port": CLIENT_PORT}]}}),
         json!({"apiVersion": "v1", "kind": "Service", "metadata": metadata(CLUSTER_SERVICE),
@@ -120,7 +190,7 @@ pub fn server_objects(namespace: &str, replicas: usize) -> Vec<Value> {
                "spec": {
                    "serviceName": CLUSTER_SERVICE, "replicas": replicas, "podManagementPolicy": "Parallel",
                    "selector": {"matchLabels": {"app.kubernetes.io/name": SERVER}},
-                   "template": {"metadata": {"labels": labels()}, "spec": {
+                   "template": {"metadata": {"labels": labels(), "annotations": {CONFIG_ANNOTATION: operator_runtime::content_hash(&json!(config))}}, "spec": {
                        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "fsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
                        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
                            "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": SERVER}}}}]}},
@@ -128,7 +198,7 @@ pub fn server_objects(namespace: &str, replicas: usize) -> Vec<Value> {
                            "name": "nats", "image": NATS_IMAGE,
                            "args": ["-c", "/etc/nats/config/nats.conf"],
                            "env": env,
-                           "ports": [{"name": "client", "containerPort": CLIENT_PORT}, {"name": "cluster", "containerPort": CLUSTER_PORT}, {"name": "monitor", "containerPort": MONITOR_PORT}],
+                           "ports": ports,
                            "readinessProbe": {"httpGet": {"path": "/healthz?js-enabled-only=true", "port": "monitor"}},
                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
                            "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
@@ -149,13 +219,13 @@ pub fn server_objects(namespace: &str, replicas: usize) -> Vec<Value> {
                "spec": {
                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": SERVER}},
                    "policyTypes": ["Ingress"],
-                   "ingress": [
-                       {"from": [{"podSelector": {"matchLabels": {CLIENT_LABEL: "true"}}}], "ports": [{"port": CLIENT_PORT}]},
-                       {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": SERVER}}}], "ports": [{"port": CLUSTER_PORT}]},
-                       {"from": [{"podSelector": {}}], "ports": [{"port": MONITOR_PORT}]},
-                   ],
+                   "ingress": ingress,
                }}),
     ];
+    if let Some(hub) = &server.hub {
+        objects.push(json!({"apiVersion": "v1", "kind": "Service", "metadata": metadata(LEAF_SERVICE),
+                            "spec": {"type": "LoadBalancer", "selector": {"app.kubernetes.io/name": SERVER}, "ports": [{"name": "leafnodes", "port": hub.leaf_port}]}}));
+    }
     if replicas > 1 {
         objects.push(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": metadata(SERVER),
                             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": SERVER}}}}));
@@ -234,19 +304,30 @@ async fn create_or_get(secrets: &Api<Secret>, secret: Secret) -> Result<Secret, 
     }
 }
 
-/// Makes sure the TLS and identity Secrets exist in `namespace` (and, with `server_replicas`,
-/// the server's objects). Existing Secrets are kept: a restart never changes a credential.
-pub async fn provision(client: &Client, namespace: &str, server_replicas: Option<usize>) -> Result<(), kube::Error> {
+/// Makes sure the TLS and identity Secrets exist in `namespace` (and, with `server`, the
+/// server's objects). Existing Secrets are kept: a restart never changes a credential. The
+/// certificate is issued for [`server_hosts`] and `extra_hosts` (the names spokes reach the hub's
+/// leaf port by); an existing one issued without some of those is kept, and they are named in a
+/// warning.
+pub async fn provision(client: &Client, namespace: &str, extra_hosts: &[String], server: Option<&Server>) -> Result<(), kube::Error> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let hosts = [server_hosts(namespace), extra_hosts.to_vec()].concat();
     let tls = match secrets.get_opt(TLS_SECRET).await? {
         Some(s) => s,
         None => {
-            let material = bus_security::tls_material(&server_hosts(namespace)).expect("certificate generation");
+            let material = bus_security::tls_material(&hosts).expect("certificate generation");
             let entries = [("ca.crt", material.ca_cert.as_str()), ("tls.crt", &material.server_cert), ("tls.key", &material.server_key)];
             info!(secret = TLS_SECRET, "bus TLS certificate issued");
-            create_or_get(&secrets, secret(TLS_SECRET, "kubernetes.io/tls", &SERVER_LABELS, &entries)).await?
+            let mut tls = secret(TLS_SECRET, "kubernetes.io/tls", &SERVER_LABELS, &entries);
+            tls.annotations_mut().insert(HOSTS_ANNOTATION.into(), hosts.join(","));
+            create_or_get(&secrets, tls).await?
         }
     };
+    let issued_for: Vec<&str> = tls.annotations().get(HOSTS_ANNOTATION).map(|h| h.split(',').collect()).unwrap_or_default();
+    let missing: Vec<&String> = extra_hosts.iter().filter(|h| !issued_for.contains(&h.as_str())).collect();
+    if !missing.is_empty() {
+        warn!(secret = TLS_SECRET, ?missing, "the bus certificate was issued without these names, so spokes cannot verify the hub by them; delete the Secret to have it issued again (and give the spokes the new CA)");
+    }
     let ca = data(&tls, "ca.crt").unwrap_or_default();
     for identity in Identity::all() {
         match secrets.get_opt(&identity_secret(identity)).await? {
@@ -262,20 +343,63 @@ pub async fn provision(client: &Client, namespace: &str, server_replicas: Option
             Some(_) => {}
         }
     }
-    if let Some(replicas) = server_replicas {
-        for object in server_objects(namespace, replicas) {
-            let resource = kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
-                api_version: object["apiVersion"].as_str().unwrap_or_default().into(),
-                kind: object["kind"].as_str().unwrap_or_default().into(),
-            })
-            .expect("a known kind"));
-            let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-            api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await?;
-        }
-        info!(replicas, "NATS server applied");
+    if let Some(server) = server {
+        apply_server(client, namespace, server).await?;
     }
     Ok(())
+}
+
+/// Applies [`server_objects`]; a changed configuration rolls the server's pods.
+pub async fn apply_server(client: &Client, namespace: &str, server: &Server) -> Result<(), kube::Error> {
+    for object in server_objects(namespace, server) {
+        let resource = kube::discovery::ApiResource::from_gvk(&kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
+            api_version: object["apiVersion"].as_str().unwrap_or_default().into(),
+            kind: object["kind"].as_str().unwrap_or_default().into(),
+        })
+        .expect("a known kind"));
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await?;
+    }
+    let clusters: Vec<&str> = server.hub.iter().flat_map(|hub| hub.clusters.iter().map(|(c, _)| c.as_str())).collect();
+    info!(replicas = server.replicas, hub = server.hub.is_some(), ?clusters, "NATS server applied");
+    Ok(())
+}
+
+/// The hub's server, kept in step with the registrations until the process ends: applied once
+/// they are listed, then whenever the leaf users they give ([`leaf_users`]) change. A failed
+/// apply is retried with backoff.
+pub async fn follow_registrations(client: Client, namespace: String, replicas: usize, leaf_port: u16) {
+    let registrations: Api<FleetCluster> = Api::all(client.clone());
+    let (store, changes) = operator_runtime::watches::reflect(registrations, watcher::Config::default(), ());
+    let changed = std::sync::Arc::new(tokio::sync::Notify::new());
+    let notify = changed.clone();
+    tokio::spawn(changes.for_each(move |_| {
+        notify.notify_one();
+        std::future::ready(())
+    }));
+    if store.wait_until_ready().await.is_err() {
+        return;
+    }
+    let mut applied: Option<Server> = None;
+    let mut delays = operator_runtime::retry::exponential(std::time::Duration::from_millis(500), std::time::Duration::from_secs(30));
+    loop {
+        let wanted = Server { replicas, hub: Some(Hub { leaf_port, clusters: leaf_users(store.state().iter().map(|r| r.as_ref())) }) };
+        if applied.as_ref() != Some(&wanted) {
+            match apply_server(&client, &namespace, &wanted).await {
+                Ok(()) => {
+                    applied = Some(wanted);
+                    backoff::backoff::Backoff::reset(&mut delays);
+                }
+                Err(error) => {
+                    warn!(%error, "cannot apply the hub's NATS server; retrying");
+                    tokio::time::sleep(backoff::backoff::Backoff::next_backoff(&mut delays).unwrap_or(operator_runtime::retry::MAX)).await;
+                    continue;
+                }
+            }
+        }
+        changed.notified().await;
+    }
 }
 
 /// Carries out rotation requests on identity Secrets until the process ends.
@@ -330,8 +454,8 @@ mod tests {
 
     #[test]
     fn a_single_server_has_no_routes_and_a_cluster_routes_to_every_pod() {
-        assert!(!server_config("ops", 1).contains("cluster {"));
-        let clustered = server_config("ops", 3);
+        assert!(!server_config("ops", &Server::single_cluster(1)).contains("cluster {"));
+        let clustered = server_config("ops", &Server::single_cluster(3));
         for i in 0..3 {
             assert!(clustered.contains(&format!("nats-route://nats-{i}.nats-cluster.ops.svc:6222")), "{clustered}");
         }
@@ -341,7 +465,7 @@ mod tests {
 
     #[test]
     fn the_server_takes_every_identitys_public_key_from_its_secret() {
-        let objects = server_objects("ops", 3);
+        let objects = server_objects("ops", &Server::single_cluster(3));
         let statefulset = objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap();
         let env = statefulset["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap();
         assert_eq!(env.len(), Identity::all().len() + 1);
@@ -349,6 +473,49 @@ mod tests {
         let policy = objects.iter().find(|o| o["kind"] == "NetworkPolicy").unwrap();
         assert_eq!(policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"][CLIENT_LABEL], "true");
         assert!(objects.iter().any(|o| o["kind"] == "PodDisruptionBudget"));
+    }
+
+    fn registration(name: &str, key: &str) -> FleetCluster {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"publicKey": key}})).unwrap()
+    }
+
+    fn user_key() -> String {
+        bus_security::public_key(&bus_security::new_seed()).unwrap()
+    }
+
+    #[test]
+    fn the_hubs_leaf_users_are_the_usable_registrations_each_key_once() {
+        let (a, b) = (user_key(), user_key());
+        let registrations = [registration("us-1", &b), registration("eu-1", &a), registration("hub", &user_key()), registration("eu-2", "UNOTAKEY"), registration("eu-3", &a)];
+        let users = leaf_users(&registrations);
+        let names: Vec<&str> = users.iter().map(|(c, _)| c.as_str()).collect();
+        // eu-3 repeats eu-1's key (kept: first by name); "hub" and a malformed key are no users.
+        assert_eq!(names, ["eu-1", "us-1"]);
+        assert_eq!(users[0].1, a);
+    }
+
+    #[test]
+    fn the_hubs_server_has_the_hub_domain_a_leaf_port_open_to_spokes_and_rolls_when_a_cluster_joins() {
+        let key = user_key();
+        let hub = |clusters: Vec<(ClusterName, String)>| Server { replicas: 3, hub: Some(Hub { leaf_port: 7422, clusters }) };
+        let none = server_objects("ops", &hub(vec![]));
+        let joined = server_objects("ops", &hub(vec![("eu-1".parse().unwrap(), key.clone())]));
+        let config = |objects: &[Value]| objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap()["data"]["nats.conf"].as_str().unwrap().to_string();
+        let joined_config = config(&joined);
+        assert!(joined_config.contains("domain: \"hub\""), "{joined_config}");
+        assert!(joined_config.contains("leafnodes {\n  host: \"0.0.0.0\"\n  port: 7422"), "{joined_config}");
+        assert!(joined_config.contains(&format!("{{nkey: \"{key}\", allowed_connection_types: [\"LEAFNODE\"]")), "{joined_config}");
+        assert!(!config(&none).contains(&key));
+        assert!(!server_config("ops", &Server::single_cluster(3)).contains("leafnodes"));
+        let hash = |objects: &[Value]| objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap()["spec"]["template"]["metadata"]["annotations"][CONFIG_ANNOTATION].clone();
+        assert_ne!(hash(&none), hash(&joined), "a joined cluster must roll the pods onto the new configuration");
+        assert_eq!(hash(&joined), hash(&server_objects("ops", &hub(vec![("eu-1".parse().unwrap(), key.clone())]))));
+        let leaf = joined.iter().find(|o| o["kind"] == "Service" && o["metadata"]["name"] == LEAF_SERVICE).unwrap();
+        assert_eq!(leaf["spec"]["type"], "LoadBalancer");
+        assert_eq!(leaf["spec"]["ports"][0]["port"], 7422);
+        let policy = joined.iter().find(|o| o["kind"] == "NetworkPolicy").unwrap();
+        assert!(policy["spec"]["ingress"].as_array().unwrap().contains(&json!({"ports": [{"port": 7422}]})));
+        assert!(!server_objects("ops", &Server::single_cluster(3)).iter().any(|o| o["metadata"]["name"] == LEAF_SERVICE));
     }
 
     #[test]
