@@ -147,7 +147,7 @@ impl SpokeCluster {
     /// Makes the control plane ready for KfDefs in `namespace` and runs `component`'s operator on
     /// `bus`, the spoke's nats-server: the CRDs, the namespace and its installer account, which the
     /// spoke's admin grants cluster-admin (an install on a spoke runs with the spoke's rights). The
-    /// operator runs with the spoke's admin credentials.
+    /// operator runs with its account of `deploy/<component>`, applied on the spoke.
     pub async fn serve(&self, bus: &NatsServer, namespace: &str, component: ComponentKind) -> (kube::Client, OperatorProcess) {
         self.serve_binary(bus, namespace, component, &format!("{component}-operator")).await
     }
@@ -160,8 +160,8 @@ impl SpokeCluster {
         namespaces.create(&Default::default(), &serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}})).unwrap()).await.unwrap();
         crate::create_installer(&client, namespace).await;
         crate::grant_installer(&client, namespace, "ClusterRoleBinding", "cluster-admin").await;
-        let kubeconfig = self.kubeconfig.to_str().unwrap();
-        let operator = OperatorProcess::on_bus(binary, bus, Identity::Component(component), &[], &[("KUBECONFIG", kubeconfig)]);
+        let kubeconfig = crate::install_package_with(&client, &self.kubeconfig, component.name()).await;
+        let operator = OperatorProcess::on_bus(binary, bus, Identity::Component(component), &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
         (client, operator)
     }
 

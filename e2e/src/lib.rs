@@ -700,9 +700,17 @@ pub async fn nats_monitor(port: u16, path: &str) -> Result<serde_json::Value, St
 /// operator Deployment to become Available, and returns a kubeconfig that authenticates as the
 /// operator's ServiceAccount, so a host process proves the package's RBAC is sufficient.
 pub async fn install_package(client: &Client, package: &str) -> std::path::PathBuf {
+    let admin = std::path::PathBuf::from(std::env::var("KUBECONFIG").expect("KUBECONFIG from the env file"));
+    install_package_with(client, &admin, package).await
+}
+
+/// As [`install_package`], on the cluster whose admin kubeconfig is `admin` (`client` is its).
+pub async fn install_package_with(client: &Client, admin: &std::path::Path, package: &str) -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(package);
-    kubectl(&["apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
-    operator_kubeconfig(client, &format!("{package}-operator")).await
+    kubectl(&["--kubeconfig", admin.to_str().unwrap(), "apply", "--server-side", "--force-conflicts", "-k", dir.to_str().unwrap()]);
+    let name = format!("{package}-operator");
+    deployment_available(client, OPERATORS_NAMESPACE, &name).await;
+    service_account_kubeconfig_with(client, admin, OPERATORS_NAMESPACE, &name).await
 }
 
 /// Waits for operator `name`'s Deployment (from a deploy/ package) to be Available and returns a
@@ -728,12 +736,18 @@ pub async fn deployment_available(client: &Client, namespace: &str, name: &str) 
 /// A kubeconfig for the environment's API server that authenticates with a token of
 /// ServiceAccount `namespace/name`, so a host process runs with exactly that account's RBAC.
 pub async fn service_account_kubeconfig(client: &Client, namespace: &str, name: &str) -> std::path::PathBuf {
+    let admin = std::path::PathBuf::from(std::env::var("KUBECONFIG").expect("KUBECONFIG from the env file"));
+    service_account_kubeconfig_with(client, &admin, namespace, name).await
+}
+
+/// As [`service_account_kubeconfig`], for the cluster whose admin kubeconfig is `admin`.
+pub async fn service_account_kubeconfig_with(client: &Client, admin: &std::path::Path, namespace: &str, name: &str) -> std::path::PathBuf {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let request = TokenRequest { spec: TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }, ..Default::default() };
     let token = accounts.create_token_request(name, &PostParams::default(), &request).await.unwrap().status.unwrap().token;
-    let admin = std::fs::read_to_string(std::env::var("KUBECONFIG").unwrap()).unwrap();
+    let admin = std::fs::read_to_string(admin).unwrap_or_else(|e| panic!("read {}: {e}", admin.display()));
     let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(&admin).unwrap();
     config["users"][0]["user"] = serde_yaml_ng::from_str(&format!("token: {token}")).unwrap();
     let path = std::env::temp_dir().join(unique_name(&format!("kubeconfig-{name}")));
