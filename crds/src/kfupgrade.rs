@@ -222,6 +222,10 @@ pub struct ClusterUpgrade {
     /// The cluster's pins before (none: it followed the KfDef), which a rollback restores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<ClusterPins>,
+    /// What each move would change on this cluster, object by object, as its own component
+    /// operators planned it before any wave started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<StepPlan>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

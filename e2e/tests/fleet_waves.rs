@@ -162,7 +162,20 @@ async fn a_fleet_upgrade_moves_the_canary_first_and_a_failing_canary_stops_it_be
         ]
     );
     assert_eq!(waiting.waves[1].clusters[0].moves, [ClusterMove { component: ComponentKind::Katib, from_version: KATIB_1_2.into(), to_version: KATIB_NEXT.into() }]);
+    // Each cluster's plan, object by object, as its own Katib operator planned it before the
+    // canary moved: v0.11.0's images change Katib's workloads.
+    for (wave, cluster) in [(0, "spoke-a"), (1, "spoke-b")] {
+        let planned = &waiting.waves[wave].clusters[0];
+        assert_eq!(planned.name, cluster);
+        let steps: Vec<_> = planned.plan.iter().map(|p| (p.component, p.from_version.as_str(), p.to_version.as_str())).collect();
+        assert_eq!(steps, [(ComponentKind::Katib, KATIB_1_2, KATIB_NEXT)], "{cluster}: {:?}", planned.plan);
+        let katib = &planned.plan[0].changes;
+        assert!(katib.failed.is_empty() && katib.change.iter().any(|o| o.starts_with("Deployment ")), "{cluster}: {katib:?}");
+    }
+    let planned = waiting.conditions.iter().find(|c| c.type_ == "Planned").unwrap();
+    assert!(planned.message.contains("cluster spoke-a: katib") && planned.message.contains("cluster spoke-b: katib"), "{}", planned.message);
     let halfway = kfdefs.get("kubeflow").await.unwrap();
+    assert!(!halfway.annotations().contains_key("kfupgrade.apps.kubeflow.org/cluster-previews"), "the previews were left on the KfDef");
     assert!(available_at(&halfway, [KATIB_NEXT, KATIB_1_2]), "{:?}", katib_by_cluster(&halfway));
     assert_eq!(halfway.spec.version.as_deref(), Some("v1.2.0"), "spec.version moved before every wave was done");
     assert_eq!(installed_versions(&spokes[1].0, &ns.name, "kubeflow").await[&ComponentKind::Katib].as_deref(), Some(KATIB_1_2));

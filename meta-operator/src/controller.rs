@@ -352,8 +352,17 @@ async fn apply_placed(kfdef: &KfDef, placement: &Placement, ctx: &Context) -> Re
         let previous_entry = previous.and_then(|s| s.clusters.iter().find(|c| c.name == cluster.as_str()));
         let mut entry = placement::cluster_status(&cluster, &key, generation, plan.as_ref(), &observed, previous_entry, now_unix, &now);
         if let (Ok(plan), Some(bus)) = (&plan, &bus) {
+            // A wave upgrade's targets for this cluster, planned by its operators first (only
+            // while the upgrade holds the KfDef, as on a single cluster).
+            let preview = match kfdef.annotations().contains_key(LOCK_ANNOTATION) {
+                true => plan::cluster_preview_plan(kfdef, cluster.as_str(), platform, &observed.catalog).unwrap_or_else(|error| {
+                    warn!(%error, %cluster, "no preview published");
+                    None
+                }),
+                false => None,
+            };
             let published = match stores.get(&cluster) {
-                Some(store) => publish(kfdef, &Desired::Cluster { js: &bus.js, cluster: &cluster, store }, plan, None, &observed.catalog).await.map_err(|e| e.to_string()),
+                Some(store) => publish(kfdef, &Desired::Cluster { js: &bus.js, cluster: &cluster, store }, plan, preview.as_ref(), &observed.catalog).await.map_err(|e| e.to_string()),
                 None => Err(format!("the hub's bucket {} is not made yet", fleet::desired_bucket(&cluster))),
             };
             match published {

@@ -75,6 +75,8 @@ pub enum PlanError {
     MalformedClusterPins { source: serde_json::Error },
     #[error("annotation {CLUSTER_PINS_ANNOTATION}: {source}")]
     UnknownClusterPinnedComponent { source: UnknownComponent },
+    #[error("annotation {CLUSTER_PREVIEWS_ANNOTATION} is not a JSON map of cluster to {{components: {{component: version}}, repos: [...]}}: {source}")]
+    MalformedClusterPreviews { source: serde_json::Error },
 }
 
 /// Annotation on a KfDef naming where a validated KfUpgrade will move it ([`PreviewTargets`]).
@@ -117,6 +119,29 @@ pub const CLUSTER_PINS_ANNOTATION: &str = "kfupgrade.apps.kubeflow.org/cluster-p
 pub fn cluster_pins(kfdef: &KfDef) -> Result<BTreeMap<String, ClusterPins>, PlanError> {
     let Some(text) = kfdef.annotations().get(CLUSTER_PINS_ANNOTATION) else { return Ok(BTreeMap::new()) };
     serde_json::from_str(text).map_err(|source| PlanError::MalformedClusterPins { source })
+}
+
+/// Annotation on a placed KfDef naming the pins a validated wave upgrade would give each of its
+/// clusters. While it is there and the upgrade holds the KfDef, each such cluster gets its
+/// components' specs at those pins as previews, and its operators report what applying them
+/// would change, writing nothing: the cluster's plan, shown before any wave starts.
+pub const CLUSTER_PREVIEWS_ANNOTATION: &str = "kfupgrade.apps.kubeflow.org/cluster-previews";
+
+/// The preview pins of every fleet cluster of `kfdef` ([`CLUSTER_PREVIEWS_ANNOTATION`]).
+pub fn cluster_previews(kfdef: &KfDef) -> Result<BTreeMap<String, ClusterPins>, PlanError> {
+    let Some(text) = kfdef.annotations().get(CLUSTER_PREVIEWS_ANNOTATION) else { return Ok(BTreeMap::new()) };
+    serde_json::from_str(text).map_err(|source| PlanError::MalformedClusterPreviews { source })
+}
+
+/// The plan fleet cluster `cluster` would have at its preview pins (its entry of
+/// [`CLUSTER_PREVIEWS_ANNOTATION`] in place of its pins); `None` when it has no entry.
+pub fn cluster_preview_plan(kfdef: &KfDef, cluster: &str, platform: Platform, catalog: &Catalog) -> Result<Option<Plan>, PlanError> {
+    let Some(target) = cluster_previews(kfdef)?.remove(cluster) else { return Ok(None) };
+    let mut pins = cluster_pins(kfdef)?;
+    pins.insert(cluster.to_string(), target);
+    let mut view = kfdef.clone();
+    view.annotations_mut().insert(CLUSTER_PINS_ANNOTATION.into(), serde_json::to_string(&pins).expect("pins serialise"));
+    plan(&*for_cluster(&view, cluster)?, platform, catalog).map(Some)
 }
 
 /// `kfdef` as fleet cluster `cluster` runs it: its own pins and pinned repositories with the
@@ -506,6 +531,24 @@ mod tests {
         assert!(for_cluster(&k, "eu-1").unwrap_err().to_string().starts_with("annotation kfupgrade.apps.kubeflow.org/cluster-pins: unknown component \"seldon\""));
         k.annotations_mut().insert(CLUSTER_PINS_ANNOTATION.into(), "eu-1=dex".into());
         assert!(matches!(for_cluster(&k, "us-1").unwrap_err(), PlanError::MalformedClusterPins { .. }), "a malformed annotation is an error on every cluster");
+    }
+
+    #[test]
+    fn a_clusters_preview_is_its_plan_at_the_preview_pins_over_its_own() {
+        let mut k = example();
+        k.annotations_mut().insert(CLUSTER_PINS_ANNOTATION.into(), r#"{"eu-1": {"components": {"dex": "v2.24.0"}}}"#.into());
+        assert!(cluster_preview_plan(&k, "eu-1", Platform::Kubernetes, &catalog()).unwrap().is_none(), "no annotation, no preview");
+        k.annotations_mut().insert(CLUSTER_PREVIEWS_ANNOTATION.into(), r#"{"eu-1": {"components": {"dex": "v2.24.0", "katib": "v0.11.0"}}}"#.into());
+        let preview = cluster_preview_plan(&k, "eu-1", Platform::Kubernetes, &catalog()).unwrap().unwrap();
+        let now = plan(&for_cluster(&k, "eu-1").unwrap(), Platform::Kubernetes, &catalog()).unwrap();
+        let version = |p: &Plan, c: ComponentKind| p.components[&c].version.clone();
+        assert_eq!((version(&now, ComponentKind::Katib), version(&preview, ComponentKind::Katib)), ("v0.10.0".into(), "v0.11.0".into()));
+        assert_eq!(version(&preview, ComponentKind::Dex), "v2.24.0");
+        assert_eq!(now.components[&ComponentKind::Istio].spec_hash, preview.components[&ComponentKind::Istio].spec_hash, "what does not move has the same spec");
+        assert!(cluster_preview_plan(&k, "us-1", Platform::Kubernetes, &catalog()).unwrap().is_none(), "another cluster has no preview");
+        assert_eq!(cluster_pins(&k).unwrap()["eu-1"].components.len(), 1, "the KfDef's cluster pins are left as they are");
+        k.annotations_mut().insert(CLUSTER_PREVIEWS_ANNOTATION.into(), "eu-1=katib".into());
+        assert!(matches!(cluster_preview_plan(&k, "eu-1", Platform::Kubernetes, &catalog()), Err(PlanError::MalformedClusterPreviews { .. })));
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub(crate) fn now() -> Time {
 }
 
 /// Time left until `timeout_seconds` after `start` (zero once passed).
-fn remaining(start: &Option<Time>, timeout_seconds: i64) -> Duration {
+pub(crate) fn remaining(start: &Option<Time>, timeout_seconds: i64) -> Duration {
     let elapsed = start.as_ref().map_or(0, |t| k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second());
     Duration::from_secs((timeout_seconds - elapsed).max(0) as u64)
 }
@@ -268,7 +268,7 @@ async fn planning(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
         Err(e) => return end_planning(up, status, &kfdef, kfdefs, ctx, "PlanFailed", e.to_string()).await,
     };
     let reports = ctx.state.reports.read().await.get(&(kfdef.namespace().unwrap_or_default(), kfdef.name_any())).cloned().unwrap_or_default();
-    let (plans, waiting) = step_plans(&status.steps, &preview, &reports);
+    let (plans, waiting) = step_plans(status.steps.iter().map(|s| (s.component, s.from_version.as_str(), s.to_version.as_str())), &preview, &reports);
     if !waiting.is_empty() {
         let left = remaining(&status.start_time, up.spec.health_timeout_seconds);
         if left.is_zero() {
@@ -299,21 +299,22 @@ async fn planning(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
 }
 
 /// Each step's plan from its component's report, when the report is about the step's preview spec
-/// (a plan of an earlier preview is not this one); and the operators still to report.
-pub fn step_plans(steps: &[UpgradeStep], preview: &plan::Plan, reports: &BTreeMap<ComponentKind, StatusReport>) -> (Vec<StepPlan>, Vec<String>) {
+/// (a plan of an earlier preview is not this one); and the operators still to report. A step is
+/// (component, from version, to version).
+pub fn step_plans<'a>(steps: impl IntoIterator<Item = (ComponentKind, &'a str, &'a str)>, preview: &plan::Plan, reports: &BTreeMap<ComponentKind, StatusReport>) -> (Vec<StepPlan>, Vec<String>) {
     let mut plans = Vec::new();
     let mut waiting = Vec::new();
-    for step in steps {
-        let hash = preview.components.get(&step.component).map(|c| c.spec_hash.as_str());
-        match reports.get(&step.component).and_then(|r| r.plan.as_ref()).filter(|p| Some(p.spec_hash.as_str()) == hash) {
+    for (component, from_version, to_version) in steps {
+        let hash = preview.components.get(&component).map(|c| c.spec_hash.as_str());
+        match reports.get(&component).and_then(|r| r.plan.as_ref()).filter(|p| Some(p.spec_hash.as_str()) == hash) {
             Some(changes) => plans.push(StepPlan {
-                component: step.component,
-                from_version: step.from_version.clone(),
-                to_version: step.to_version.clone(),
+                component,
+                from_version: from_version.to_string(),
+                to_version: to_version.to_string(),
                 summary: changes.totals(),
                 changes: changes.clone(),
             }),
-            None => waiting.push(format!("{}-operator", step.component)),
+            None => waiting.push(format!("{component}-operator")),
         }
     }
     (plans, waiting)
@@ -384,7 +385,8 @@ pub(crate) async fn unlock(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade) -
     if lock_holder(kfdef).as_deref() != Some(up.name_any().as_str()) {
         return Ok(());
     }
-    patch_kfdef(kfdefs, kfdef, "release", json!({"metadata": {"annotations": {LOCK_ANNOTATION: null, PREVIEW_ANNOTATION: null}}})).await
+    let previews = json!({LOCK_ANNOTATION: null, PREVIEW_ANNOTATION: null, plan::CLUSTER_PREVIEWS_ANNOTATION: null});
+    patch_kfdef(kfdefs, kfdef, "release", json!({"metadata": {"annotations": previews}})).await
 }
 
 /// Pins `component` to `version` on the KfDef, and the generic component also to `repos` (empty:
@@ -567,16 +569,17 @@ mod tests {
         let target = |hash: &str| ComponentPlan { spec: serde_json::json!({}), spec_hash: hash.into(), version: String::new(), pinned: true, release_version: None };
         let preview = plan::Plan { components: [(ComponentKind::Katib, target("k2")), (ComponentKind::Dex, target("d2"))].into(), unresolved: BTreeMap::new(), applications: vec![] };
         let steps = [step(ComponentKind::Dex, "v2.41.1", "v2.43.1"), step(ComponentKind::Katib, "v0.18.0", "v0.19.0")];
+        let steps = steps.iter().map(|s| (s.component, s.from_version.as_str(), s.to_version.as_str()));
         // Katib's report is about an earlier preview (another upgrade's): not this step's plan.
         let reports: BTreeMap<_, _> = [(ComponentKind::Dex, report(Some("d2"))), (ComponentKind::Katib, report(Some("k1")))].into();
-        let (plans, waiting) = step_plans(&steps, &preview, &reports);
+        let (plans, waiting) = step_plans(steps.clone(), &preview, &reports);
         assert_eq!(plans.iter().map(|p| (p.component, p.to_version.as_str())).collect::<Vec<_>>(), [(ComponentKind::Dex, "v2.43.1")]);
         assert_eq!(plans[0].summary, "1 to add, 0 to change, 0 to prune, 0 kept, 0 unchanged, 0 left as they are (not made by this resource)");
         assert_eq!(waiting, ["katib-operator"]);
         let reports: BTreeMap<_, _> = [(ComponentKind::Dex, report(Some("d2"))), (ComponentKind::Katib, report(None))].into();
-        assert_eq!(step_plans(&steps, &preview, &reports).1, ["katib-operator"], "a report without a plan is no plan");
+        assert_eq!(step_plans(steps.clone(), &preview, &reports).1, ["katib-operator"], "a report without a plan is no plan");
         let reports: BTreeMap<_, _> = [(ComponentKind::Dex, report(Some("d2"))), (ComponentKind::Katib, report(Some("k2")))].into();
-        let (plans, waiting) = step_plans(&steps, &preview, &reports);
+        let (plans, waiting) = step_plans(steps.clone(), &preview, &reports);
         assert_eq!((plans.len(), waiting.len()), (2, 0));
     }
 }

@@ -4,6 +4,8 @@
 //! - Validation plans every placed cluster against the releases its own operators announced
 //!   (the same rules as on a single cluster, [`upgrade::steps`]) and shows each cluster's moves
 //!   in `status.waves` before anything is written. A refusal names the cluster.
+//! - Planning asks each moving cluster's operators what its moves would change, object by object
+//!   ([`plan::CLUSTER_PREVIEWS_ANNOTATION`]), and shows their plans before the first wave.
 //! - A wave moves a cluster by pinning its versions in the KfDef's
 //!   [`plan::CLUSTER_PINS_ANNOTATION`]; the KfDef driver publishes the cluster's new desired state
 //!   to that cluster alone. `spec.version` and the KfDef's own pins stay what the other clusters
@@ -20,21 +22,23 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 use kubeflow_crds::fleet_cluster::{ClusterState, FleetCluster};
 use kubeflow_crds::kfdef::KfDef;
-use kubeflow_crds::kfupgrade::{ClusterUpgrade, ClusterUpgradePhase, KfUpgrade, KfUpgradeStatus, StaleClusters, UpgradePhase, WavePhase, WaveStatus};
+use kubeflow_crds::fleet::ClusterName;
+use kubeflow_crds::kfupgrade::{ClusterPins, ClusterUpgrade, ClusterUpgradePhase, KfUpgrade, KfUpgradeStatus, StaleClusters, UpgradePhase, WavePhase, WaveStatus};
 use serde_json::json;
 
 use crate::controller::Context;
 use crate::fleet::{Selected, select};
 use crate::plan::{self, CLUSTER_PINS_ANNOTATION};
 use crate::upgrade::{self, Refusal};
-use crate::upgrade_controller::{UpgradeError, condition, end, event, get_kfdef, held_by_another, mismatch, now, patch_kfdef, refuse, take};
+use crate::upgrade_controller::{self, UpgradeError, condition, end, event, get_kfdef, held_by_another, mismatch, now, patch_kfdef, refuse, take};
 use crate::waves::{self, PinWrites, Verdict};
 
 /// One reconcile of a KfUpgrade with waves.
 pub async fn reconcile(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
     match status.phase.unwrap_or_default() {
         UpgradePhase::Pending | UpgradePhase::Validating => validate(up, status, kfdefs, ctx).await,
-        UpgradePhase::Planning | UpgradePhase::AwaitingApproval | UpgradePhase::Upgrading | UpgradePhase::RollingBack => roll_out(up, status, kfdefs, ctx).await,
+        UpgradePhase::Planning => plan_clusters(up, status, kfdefs, ctx).await,
+        UpgradePhase::AwaitingApproval | UpgradePhase::Upgrading | UpgradePhase::RollingBack => roll_out(up, status, kfdefs, ctx).await,
         UpgradePhase::Succeeded | UpgradePhase::Failed | UpgradePhase::RolledBack => Ok(Action::await_change()),
     }
 }
@@ -128,12 +132,103 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
         })
         .collect();
     let summary: Vec<String> = status.waves.iter().map(|w| format!("wave {}: {}", w.name, w.clusters.iter().map(waves::describe).collect::<Vec<_>>().join("; "))).collect();
-    status.phase = Some(UpgradePhase::Upgrading);
+    write_previews(&kfdef, kfdefs, &status.waves).await?;
+    status.phase = Some(UpgradePhase::Planning);
     status.start_time = Some(now());
     condition(status, "Validated", true, "Validated", &summary.join(" | "), up.meta().generation);
     event(ctx, up, EventType::Normal, "Validated", summary.join(" | ")).await;
     // The status write triggers the next reconcile.
     Ok(Action::await_change())
+}
+
+/// Collects each moving cluster's plan from its own operators' reports (on the previews the KfDef
+/// driver published to it); all in: shows them in `status.waves` and starts the first wave, or
+/// ends the upgrade when a plan shows a move cannot be applied. Nothing has moved yet. A cluster
+/// not heard from is skipped under `staleClusters: Skip`, waited for under `Wait`.
+async fn plan_clusters(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
+    let Some(kfdef) = get_kfdef(kfdefs, &up.spec.current_kf_def.name).await? else {
+        status.phase = Some(UpgradePhase::Failed);
+        status.completion_time = Some(now());
+        condition(status, "Succeeded", false, "KfDefDeleted", "the KfDef was deleted before the upgrade started", up.meta().generation);
+        return Ok(Action::await_change());
+    };
+    match plan::cluster_previews(&kfdef) {
+        // Removed (by hand, or a lost write): asked for again.
+        Ok(previews) if previews.is_empty() => {
+            write_previews(&kfdef, kfdefs, &status.waves).await?;
+            return Ok(Action::await_change());
+        }
+        Ok(_) => {}
+        Err(e) => return end(up, status, &kfdef, kfdefs, ctx, UpgradePhase::Failed, "PlanFailed", e.to_string()).await,
+    }
+    let key = (kfdef.namespace().unwrap_or_default(), kfdef.name_any());
+    let registrations = ctx.clusters.state();
+    let observed = ctx.state.fleet.read().await.clone();
+    let mut waiting = Vec::new();
+    let mut failed = Vec::new();
+    for cluster in status.waves.iter_mut().flat_map(|w| w.clusters.iter_mut()) {
+        if cluster.phase != ClusterUpgradePhase::Pending || cluster.moves.is_empty() {
+            continue;
+        }
+        let name = cluster.name.clone();
+        let platform = registrations.iter().find(|r| r.name_any() == name).map(|r| r.spec.platform).unwrap_or_default();
+        let seen = name.parse::<ClusterName>().ok().and_then(|c| observed.get(&c).cloned()).unwrap_or_default();
+        let preview = match plan::cluster_preview_plan(&kfdef, &name, platform, &seen.catalog) {
+            Ok(Some(preview)) => preview,
+            Ok(None) => {
+                waiting.push(format!("cluster {name}: no preview in annotation {}", plan::CLUSTER_PREVIEWS_ANNOTATION));
+                continue;
+            }
+            Err(e) => return end(up, status, &kfdef, kfdefs, ctx, UpgradePhase::Failed, "PlanFailed", format!("cluster {name}: {e}")).await,
+        };
+        let reports = seen.reports.get(&key).cloned().unwrap_or_default();
+        let (plans, missing) = upgrade_controller::step_plans(cluster.moves.iter().map(|m| (m.component, m.from_version.as_str(), m.to_version.as_str())), &preview, &reports);
+        if !missing.is_empty() {
+            let stale = kfdef.status.as_ref().and_then(|s| s.clusters.iter().find(|c| c.name == name)).is_some_and(|c| c.state == ClusterState::Stale);
+            if stale && up.spec.stale_clusters == StaleClusters::Skip {
+                cluster.phase = ClusterUpgradePhase::Skipped;
+                cluster.message = format!("not heard from while its plan was asked for (staleClusters: Skip); waiting for {}", missing.join(", "));
+                continue;
+            }
+            waiting.push(format!("cluster {name}: {}", missing.join(", ")));
+            continue;
+        }
+        failed.extend(plans.iter().filter(|p| !p.changes.failed.is_empty()).map(|p| format!("cluster {name}: {} {}: {}", p.component, p.to_version, p.changes.failed.join("; "))));
+        cluster.plan = plans;
+    }
+    if !failed.is_empty() {
+        let reason = format!("the plan shows the new versions cannot be applied, so nothing was written: {}", failed.join(" | "));
+        return end(up, status, &kfdef, kfdefs, ctx, UpgradePhase::Failed, "PlanFailed", reason).await;
+    }
+    if !waiting.is_empty() {
+        let left = upgrade_controller::remaining(&status.start_time, up.spec.health_timeout_seconds);
+        if left.is_zero() {
+            let reason = format!("no plan from {} within {} s; nothing was written", waiting.join("; "), up.spec.health_timeout_seconds);
+            return end(up, status, &kfdef, kfdefs, ctx, UpgradePhase::Failed, "NoPlan", reason).await;
+        }
+        // Reports arrive as triggers; only the deadline needs a timer.
+        return Ok(Action::requeue(left + Duration::from_secs(1)));
+    }
+    let summary: Vec<String> = status
+        .waves
+        .iter()
+        .flat_map(|w| w.clusters.iter())
+        .filter(|c| !c.plan.is_empty())
+        .map(|c| format!("cluster {}: {}", c.name, c.plan.iter().map(|p| format!("{} {} → {}: {}", p.component, p.from_version, p.to_version, p.summary)).collect::<Vec<_>>().join(", ")))
+        .collect();
+    condition(status, "Planned", true, "Planned", &summary.join("; "), up.meta().generation);
+    event(ctx, up, EventType::Normal, "Planned", summary.join("; ")).await;
+    status.phase = Some(UpgradePhase::Upgrading);
+    // The status write triggers the first wave.
+    Ok(Action::await_change())
+}
+
+/// Annotates the KfDef with the pins each moving cluster gets: the KfDef driver publishes each
+/// cluster's previews.
+async fn write_previews(kfdef: &KfDef, kfdefs: &Api<KfDef>, waves: &[WaveStatus]) -> Result<(), UpgradeError> {
+    let previews: BTreeMap<&str, &ClusterPins> = waves.iter().flat_map(|w| w.clusters.iter()).filter(|c| c.phase == ClusterUpgradePhase::Pending && !c.moves.is_empty()).map(|c| (c.name.as_str(), &c.target)).collect();
+    let value = serde_json::to_string(&previews).expect("pins serialise");
+    patch_kfdef(kfdefs, kfdef, "ask for each cluster's plan on", json!({"metadata": {"annotations": {plan::CLUSTER_PREVIEWS_ANNOTATION: value}}})).await
 }
 
 /// One step of the rollout: pins written first, then status (a lost status write repeats the
@@ -145,6 +240,11 @@ async fn roll_out(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
         condition(status, "Succeeded", false, "KfDefDeleted", "the KfDef was deleted during the upgrade", up.meta().generation);
         return Ok(Action::await_change());
     };
+    // The rollout withdraws the previews (so a lost status write leaves the upgrade planning with
+    // its previews, not waiting for plans nobody was asked for).
+    if kfdef.annotations().contains_key(plan::CLUSTER_PREVIEWS_ANNOTATION) {
+        patch_kfdef(kfdefs, &kfdef, "end the previews on", json!({"metadata": {"annotations": {plan::CLUSTER_PREVIEWS_ANNOTATION: null}}})).await?;
+    }
     let step = waves::advance(&up.spec, &mut status.waves, kfdef.status.as_ref(), &now());
     write_cluster_pins(&kfdef, kfdefs, &step.writes).await?;
     for (warning, reason, note) in step.notes {

@@ -55,7 +55,7 @@ pub fn cluster_plan(name: &str, steps: &[UpgradeStep], previous: Option<ClusterP
     }
     let moves: Vec<ClusterMove> = steps.iter().map(|s| ClusterMove { component: s.component, from_version: s.from_version.clone(), to_version: s.to_version.clone() }).collect();
     let phase = if moves.is_empty() { ClusterUpgradePhase::Unchanged } else { ClusterUpgradePhase::Pending };
-    ClusterUpgrade { name: name.into(), phase, moves, target, previous, start_time: None, end_time: None, message: String::new() }
+    ClusterUpgrade { name: name.into(), phase, moves, target, previous, plan: vec![], start_time: None, end_time: None, message: String::new() }
 }
 
 /// How a cluster stands in the KfDef's status, for a wave.
