@@ -143,20 +143,24 @@ pub async fn install_crds(client: &Client) -> Vec<String> {
     names
 }
 
+/// The API resource of `crd`'s first version.
+fn api_resource(crd: &CustomResourceDefinition) -> kube::core::ApiResource {
+    let version = &crd.spec.versions[0].name;
+    kube::core::ApiResource {
+        group: crd.spec.group.clone(),
+        version: version.clone(),
+        api_version: format!("{}/{version}", crd.spec.group),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    }
+}
+
 /// Drops the operators' finalizers from component resources left in `namespace` by a failed test
 /// (its operator is gone, so nobody else will), letting the namespace be deleted.
 async fn release_finalizers(client: &Client, namespace: &str) {
     use kube::api::DynamicObject;
-    use kube::core::ApiResource;
     for crd in kubeflow_crds::crdgen::all_crds() {
-        let version = &crd.spec.versions[0].name;
-        let resource = ApiResource {
-            group: crd.spec.group.clone(),
-            version: version.clone(),
-            api_version: format!("{}/{version}", crd.spec.group),
-            kind: crd.spec.names.kind.clone(),
-            plural: crd.spec.names.plural.clone(),
-        };
+        let resource = api_resource(&crd);
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         for object in api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
             if let Some(name) = object.metadata.name {
@@ -177,16 +181,8 @@ pub const TEST_NAMESPACE_LABEL: &str = "e2e.kubeflow.org/test-namespace";
 /// [`TEST_NAMESPACE_LABEL`]` = namespace`.
 async fn release_cluster_scoped(client: &Client, namespace: &str) {
     use kube::api::DynamicObject;
-    use kube::core::ApiResource;
     for crd in kubeflow_crds::crdgen::all_crds().into_iter().chain(kubeflow_crds::crdgen::component_installed_crds()).filter(|crd| crd.spec.scope == "Cluster") {
-        let version = &crd.spec.versions[0].name;
-        let resource = ApiResource {
-            group: crd.spec.group.clone(),
-            version: version.clone(),
-            api_version: format!("{}/{version}", crd.spec.group),
-            kind: crd.spec.names.kind.clone(),
-            plural: crd.spec.names.plural.clone(),
-        };
+        let resource = api_resource(&crd);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let labelled = ListParams::default().labels(&format!("{TEST_NAMESPACE_LABEL}={namespace}"));
         for object in api.list(&labelled).await.map(|l| l.items).unwrap_or_default() {
