@@ -224,6 +224,16 @@ async fn secret_data(secrets: &Api<k8s_openapi::api::core::v1::Secret>, name: &s
     String::from_utf8(secret.data.unwrap()[key].0.clone()).unwrap()
 }
 
+/// A [`provisioned_server`]'s process, killed when dropped (a failed test leaves none behind).
+struct ServerProcess(std::process::Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Where a [`provisioned_server`] listens: its client port, and (as the fleet's hub) its leaf
 /// and monitor ports.
 #[derive(Clone, Copy)]
@@ -235,7 +245,7 @@ struct Ports {
 /// A nats-server run as the provisioned StatefulSet's pod would be: its ConfigMap's configuration
 /// (paths and ports moved into `dir` and `ports`), the TLS Secret, and each identity's public key
 /// from its Secret. Its log is `dir/nats.log`.
-async fn provisioned_server(client: &kube::Client, namespace: &str, dir: &std::path::Path, ports: Ports) -> std::process::Child {
+async fn provisioned_server(client: &kube::Client, namespace: &str, dir: &std::path::Path, ports: Ports) -> ServerProcess {
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     for file in ["ca.crt", "tls.crt", "tls.key"] {
@@ -257,7 +267,7 @@ async fn provisioned_server(client: &kube::Client, namespace: &str, dir: &std::p
     for identity in Identity::all() {
         command.env(operator_runtime::bus_security::public_key_env(identity), secret_data(&secrets, &meta_operator::provision::identity_secret(identity), "nkey.pub").await);
     }
-    let child = command.spawn().unwrap();
+    let child = ServerProcess(command.spawn().unwrap());
     let addr = format!("127.0.0.1:{}", ports.client);
     eventually("provisioned nats-server listening", || async { tokio::net::TcpStream::connect(&addr).await.map(|_| ()).map_err(|e| e.to_string()) }).await;
     child
@@ -329,7 +339,7 @@ async fn the_meta_operator_provisions_a_working_bus_and_rotates_an_identity_on_r
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_port();
     let ports = Ports { client: port, hub: None };
-    let mut server = provisioned_server(&client, n, &dir, ports).await;
+    let server = provisioned_server(&client, n, &dir, ports).await;
     let ca = secret_data(&secrets, &katib, "ca.crt").await;
     let old_seed = secret_data(&secrets, &katib, "nkey.seed").await;
     connect_with(&ca, old_seed.clone(), port).await.expect("Katib connects with its provisioned identity");
@@ -355,13 +365,12 @@ async fn the_meta_operator_provisions_a_working_bus_and_rotates_an_identity_on_r
     .await;
 
     // The restarted server takes the new key and no longer the old one.
-    let _ = server.kill();
-    let _ = server.wait();
-    let mut server = provisioned_server(&client, n, &dir, ports).await;
+    drop(server);
+    let server = provisioned_server(&client, n, &dir, ports).await;
     connect_with(&ca, new_seed, port).await.expect("Katib connects with its rotated identity");
     let old = connect_with(&ca, old_seed, port).await.expect_err("the rotated-out seed still connects");
     assert_eq!(old.kind(), async_nats::ConnectErrorKind::AuthorizationViolation);
-    let _ = server.kill();
+    drop(server);
     drop(meta);
 }
 
@@ -418,7 +427,7 @@ async fn the_hubs_provisioned_server_admits_exactly_the_registered_clusters() {
     std::fs::create_dir_all(&dir).unwrap();
     let ports = Ports { client: free_port(), hub: Some((free_port(), free_port())) };
     let (leaf_port, monitor) = ports.hub.unwrap();
-    let mut hub = provisioned_server(&client, n, &dir, ports).await;
+    let hub = provisioned_server(&client, n, &dir, ports).await;
     let spoke_of = |name: String, seed: String| {
         let ca = dir.join("ca.crt").to_string_lossy().into_owned();
         async move {
@@ -458,9 +467,9 @@ async fn the_hubs_provisioned_server_admits_exactly_the_registered_clusters() {
     })
     .await;
     assert_ne!(config_hash().await.unwrap(), joined_hash, "the configuration changed and the pods were not rolled");
-    let _ = hub.kill();
-    let _ = hub.wait();
-    let _hub = provisioned_server(&client, n, &dir, ports).await;
+    drop(hub);
+    let hub = provisioned_server(&client, n, &dir, ports).await;
     eventually("the deregistered cluster refused after the restart", || async { if log().contains(&refused(&key)) { Ok(()) } else { Err(tail(log())) } }).await;
     assert_eq!(leaf_servers(monitor).await.unwrap(), Vec::<String>::new());
+    drop(hub);
 }
