@@ -147,10 +147,7 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
 /// not heard from is skipped under `staleClusters: Skip`, waited for under `Wait`.
 async fn plan_clusters(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
     let Some(kfdef) = get_kfdef(kfdefs, &up.spec.current_kf_def.name).await? else {
-        status.phase = Some(UpgradePhase::Failed);
-        status.completion_time = Some(now());
-        condition(status, "Succeeded", false, "KfDefDeleted", "the KfDef was deleted before the upgrade started", up.meta().generation);
-        return Ok(Action::await_change());
+        return Ok(kfdef_deleted(up, status, "before the upgrade started"));
     };
     match plan::cluster_previews(&kfdef) {
         // Removed (by hand, or a lost write): asked for again.
@@ -163,7 +160,6 @@ async fn plan_clusters(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Ap
     }
     let key = (kfdef.namespace().unwrap_or_default(), kfdef.name_any());
     let registrations = ctx.clusters.state();
-    let observed = ctx.state.fleet.read().await.clone();
     let mut waiting = Vec::new();
     let mut failed = Vec::new();
     for cluster in status.waves.iter_mut().flat_map(|w| w.clusters.iter_mut()) {
@@ -172,7 +168,11 @@ async fn plan_clusters(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Ap
         }
         let name = cluster.name.clone();
         let platform = registrations.iter().find(|r| r.name_any() == name).map(|r| r.spec.platform).unwrap_or_default();
-        let seen = name.parse::<ClusterName>().ok().and_then(|c| observed.get(&c).cloned()).unwrap_or_default();
+        // This cluster's observations only, not the whole fleet's, and no lock held across a write.
+        let seen = match name.parse::<ClusterName>() {
+            Ok(cluster) => ctx.state.fleet.read().await.get(&cluster).cloned().unwrap_or_default(),
+            Err(_) => Default::default(),
+        };
         let preview = match plan::cluster_preview_plan(&kfdef, &name, platform, &seen.catalog) {
             Ok(Some(preview)) => preview,
             Ok(None) => {
@@ -223,6 +223,14 @@ async fn plan_clusters(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Ap
     Ok(Action::await_change())
 }
 
+/// The upgrade ends Failed: its KfDef was deleted `when`.
+fn kfdef_deleted(up: &KfUpgrade, status: &mut KfUpgradeStatus, when: &str) -> Action {
+    status.phase = Some(UpgradePhase::Failed);
+    status.completion_time = Some(now());
+    condition(status, "Succeeded", false, "KfDefDeleted", &format!("the KfDef was deleted {when}"), up.meta().generation);
+    Action::await_change()
+}
+
 /// Annotates the KfDef with the pins each moving cluster gets: the KfDef driver publishes each
 /// cluster's previews.
 async fn write_previews(kfdef: &KfDef, kfdefs: &Api<KfDef>, waves: &[WaveStatus]) -> Result<(), UpgradeError> {
@@ -235,10 +243,7 @@ async fn write_previews(kfdef: &KfDef, kfdefs: &Api<KfDef>, waves: &[WaveStatus]
 /// same pins).
 async fn roll_out(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDef>, ctx: &Context) -> Result<Action, UpgradeError> {
     let Some(kfdef) = get_kfdef(kfdefs, &up.spec.current_kf_def.name).await? else {
-        status.phase = Some(UpgradePhase::Failed);
-        status.completion_time = Some(now());
-        condition(status, "Succeeded", false, "KfDefDeleted", "the KfDef was deleted during the upgrade", up.meta().generation);
-        return Ok(Action::await_change());
+        return Ok(kfdef_deleted(up, status, "during the upgrade"));
     };
     // The rollout withdraws the previews (so a lost status write leaves the upgrade planning with
     // its previews, not waiting for plans nobody was asked for).
