@@ -55,9 +55,9 @@ build_binaries() {
 
 list_operators() {
   [[ -x $BIN_DIR/deploygen ]] || die "$BIN_DIR/deploygen missing: run hack/cargo.sh build first"
-  mapfile -t OPERATORS < <("$BIN_DIR/deploygen" --operators)
+  mapfile -t OPERATORS < <("$BIN_DIR/deploygen" --images)
   mapfile -t PACKAGE_RENDERERS < <("$BIN_DIR/deploygen" --package-renderers)
-  ((${#OPERATORS[@]} > 1)) || die "deploygen --operators listed no operators"
+  ((${#OPERATORS[@]} > 1)) || die "deploygen --images listed no images"
   ((${#PACKAGE_RENDERERS[@]} > 0)) || die "deploygen --package-renderers listed no operators"
 }
 

@@ -58,7 +58,10 @@ log "ok: every archive reproduces byte for byte, skopeo reads it, and its digest
 
 # --- the environment: namespace, CRDs and RBAC of each operator's deploy/ package ------------------
 kubectl get namespace "$NAMESPACE" >/dev/null 2>&1 || kubectl create namespace "$NAMESPACE" >/dev/null
-package_dir() { case $1 in meta-operator) echo deploy/meta-operator ;; *) echo "deploy/${1%-operator}" ;; esac; }
+package_dir() { case $1 in meta-operator) echo deploy/meta-operator ;; fleet-agent) echo deploy/fleet-spoke ;; *) echo "deploy/${1%-operator}" ;; esac; }
+# What a binary needs on its command line besides its health port: the agent, its cluster's name
+# (deploy/fleet-spoke's ConfigMap gives it in a pod).
+extra_args() { case $1 in fleet-agent) echo '["--cluster=image-test"]' ;; *) echo '[]' ;; esac; }
 
 # --- each image runs as its nonroot user and becomes ready ----------------------------------------
 printf '127.0.0.1 localhost\n' >"$WORK/hosts"
@@ -121,9 +124,9 @@ while read -r op digest layer_bytes gz_bytes; do
   # host's network (the API server listens on loopback), a read-only root as in deploy/, the
   # mounts, the in-cluster environment; no cgroups (see runtime()).
   jq --arg secrets "$secrets" --arg identity "$identity" --arg hosts "$WORK/hosts" --arg port "$port" --arg apiport "$APISERVER_PORT" \
-     --arg nats "tls://localhost:$NATS_PORT" '
+     --arg nats "tls://localhost:$NATS_PORT" --argjson extra "$(extra_args "$op")" '
     .process.terminal = false
-    | .process.args += ["--metrics-addr=127.0.0.1:\($port)"]
+    | .process.args += ["--metrics-addr=127.0.0.1:\($port)"] + $extra
     | .process.env += ["KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=\($apiport)", "NATS_URL=\($nats)", "NATS_NKEY_FILE=/var/run/kubeflow/nats/nkey.seed", "NATS_CA_FILE=/var/run/kubeflow/nats/ca.crt", "RUST_LOG=info"]
     | .root.readonly = true
     | .linux.namespaces |= map(select(.type != "network"))

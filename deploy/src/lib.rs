@@ -316,10 +316,15 @@ pub fn meta_operator_rules() -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
     ]
 }
 
-/// Every operator binary and image: the meta-operator, then one per registered component.
-pub fn operators() -> Vec<String> {
-    std::iter::once("meta-operator".to_string()).chain(kubeflow_component_registry::all().into_iter().map(|c| c.operator)).collect()
+/// Every binary shipped as an image of its own (hack/images.sh builds one per name): the
+/// meta-operator, one operator per registered component, and a spoke cluster's fleet agent.
+pub fn images() -> Vec<String> {
+    let operators = kubeflow_component_registry::all().into_iter().map(|c| c.operator);
+    std::iter::once("meta-operator".to_string()).chain(operators).chain([FLEET_AGENT.to_string()]).collect()
 }
+
+/// The fleet agent's binary, image, Deployment and ServiceAccount.
+pub const FLEET_AGENT: &str = "fleet-agent";
 
 /// Nodes of the NATS JetStream cluster of `deploy/all` and `deploy/nats`, and copies of each bucket.
 pub const NATS_REPLICAS: usize = 3;
@@ -432,14 +437,16 @@ pub fn nats_package() -> (String, Vec<(String, String)>) {
     ("nats".to_string(), files)
 }
 
-/// `deploy/all/`: NATS, the meta-operator and every component operator in NATS mode.
-pub fn all_package() -> (String, Vec<(String, String)>) {
-    let mut crds = vec![serde_json::to_value(kubeflow_crds::KfDef::crd()).unwrap(), serde_json::to_value(kubeflow_crds::KfUpgrade::crd()).unwrap()];
-    let mut rbac = [operator_rbac("meta-operator", &meta_operator_rules()), meta_operator_namespaced_rbac()].concat();
-    let mut deployments = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
-    deployments.extend(provision::server_objects(OPERATOR_NAMESPACE, &provision::Server::single_cluster(NATS_REPLICAS)));
-    deployments.push(with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION")), Identity::MetaOperator));
-    deployments.push(operator_disruption_budget("meta-operator"));
+/// Every component operator as a client of the bus: their CRDs, their RBAC, and their
+/// Deployments with what goes beside them (renderers, Services, disruption budgets).
+struct BusComponentOperators {
+    crds: Vec<Value>,
+    rbac: Vec<Value>,
+    objects: Vec<Value>,
+}
+
+fn bus_component_operators() -> BusComponentOperators {
+    let (mut crds, mut rbac, mut deployments) = (Vec::new(), Vec::new(), Vec::new());
     for component in kubeflow_component_registry::all() {
         rbac.extend(operator_rbac(&component.operator, &component.rules));
         let deployment = with_default_installer(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION")));
@@ -454,6 +461,19 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
         deployments.push(operator_disruption_budget(&component.operator));
         deployments.extend(services);
     }
+    BusComponentOperators { crds, rbac, objects: deployments }
+}
+
+/// `deploy/all/`: NATS, the meta-operator and every component operator in NATS mode.
+pub fn all_package() -> (String, Vec<(String, String)>) {
+    let components = bus_component_operators();
+    let crds = [vec![serde_json::to_value(kubeflow_crds::KfDef::crd()).unwrap(), serde_json::to_value(kubeflow_crds::KfUpgrade::crd()).unwrap()], components.crds].concat();
+    let rbac = [operator_rbac("meta-operator", &meta_operator_rules()), meta_operator_namespaced_rbac(), components.rbac].concat();
+    let mut deployments = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
+    deployments.extend(provision::server_objects(OPERATOR_NAMESPACE, &provision::Server::single_cluster(NATS_REPLICAS)));
+    deployments.push(with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION")), Identity::MetaOperator));
+    deployments.push(operator_disruption_budget("meta-operator"));
+    deployments.extend(components.objects);
     let files = vec![
         ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operators.yaml", "installer.yaml"])),
         ("crd.yaml".to_string(), yaml_docs(&crds)),
@@ -462,6 +482,72 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
         ("installer.yaml".to_string(), yaml_docs(&installer_objects())),
     ];
     ("all".to_string(), files)
+}
+
+/// The ConfigMap a spoke cluster's admin makes in [`OPERATOR_NAMESPACE`] before applying
+/// `deploy/fleet-spoke`: `cluster` (the name registered on the hub) and `hubUrl` (the hub's leaf
+/// port, `tls://<host>:<port>`).
+pub const SPOKE_CONFIG: &str = "fleet-spoke";
+
+fn from_spoke_config(name: &str, key: &str) -> Value {
+    json!({"name": name, "valueFrom": {"configMapKeyRef": {"name": SPOKE_CONFIG, "key": key}}})
+}
+
+/// The meta-operator as a spoke's bus provisioner (`FLEET_CLUSTER`): it issues the bus's
+/// Secrets and the cluster's NKey and applies the spoke's server; it runs no controller.
+fn spoke_bus_provisioner() -> Value {
+    let mut deployment = operator_deployment("meta-operator", env!("CARGO_PKG_VERSION"));
+    let env = &mut deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    env.as_array_mut().expect("operator env").extend([
+        json!({"name": "BUS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
+        json!({"name": "NATS_REPLICAS", "value": NATS_REPLICAS.to_string()}),
+        json!({"name": "PROVISION_NATS_SERVER", "value": "true"}),
+        from_spoke_config("FLEET_CLUSTER", "cluster"),
+        from_spoke_config("FLEET_HUB_URL", "hubUrl"),
+    ]);
+    deployment
+}
+
+/// The fleet agent: a client of the spoke's bus and nothing else. No Kubernetes credential (no
+/// token mounted, its account bound to nothing) and no writable volume. One replica: two relays
+/// could write a cluster's reports to the hub out of order, and with no credential it cannot
+/// elect a leader; while its pod is replaced, the spoke goes on reconciling.
+fn fleet_agent_deployment() -> Value {
+    let mut deployment = operator_deployment(FLEET_AGENT, env!("CARGO_PKG_VERSION"));
+    deployment["spec"]["replicas"] = json!(1);
+    deployment["spec"]["strategy"] = json!({"type": "Recreate"});
+    let pod = &mut deployment["spec"]["template"]["spec"];
+    pod["automountServiceAccountToken"] = json!(false);
+    pod["volumes"] = json!([]);
+    let container = &mut pod["containers"][0];
+    container["name"] = json!("agent");
+    container["env"] = json!([from_spoke_config("FLEET_CLUSTER", "cluster"), {"name": "NATS_REPLICAS", "value": NATS_REPLICAS.to_string()}]);
+    container["volumeMounts"] = json!([]);
+    container["resources"] = json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}});
+    provision::with_identity(deployment, Identity::FleetAgent)
+}
+
+/// `deploy/fleet-spoke/`: what a spoke cluster of a fleet runs: its bus (provisioned as the
+/// spoke's by the meta-operator, with no rights beyond its namespace), the fleet agent, and every
+/// component operator on the bus. The spoke's admin first makes ConfigMap [`SPOKE_CONFIG`] and
+/// Secret `nats-hub-ca` (the hub's CA); a kustomize overlay may leave out the operators it does
+/// not need.
+pub fn fleet_spoke_package() -> (String, Vec<(String, String)>) {
+    let components = bus_component_operators();
+    let meta_operator_account = operator_rbac("meta-operator", &[]).into_iter().filter(|o| o["kind"] != "ClusterRole" && o["kind"] != "ClusterRoleBinding");
+    let agent_account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": FLEET_AGENT, "namespace": OPERATOR_NAMESPACE}, "automountServiceAccountToken": false});
+    let rbac = [meta_operator_account.collect(), meta_operator_namespaced_rbac(), vec![agent_account], components.rbac].concat();
+    let mut objects = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
+    objects.extend([spoke_bus_provisioner(), operator_disruption_budget("meta-operator"), fleet_agent_deployment(), operator_disruption_budget(FLEET_AGENT)]);
+    objects.extend(components.objects);
+    let files = vec![
+        ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operators.yaml", "installer.yaml"])),
+        ("crd.yaml".to_string(), yaml_docs(&components.crds)),
+        ("rbac.yaml".to_string(), yaml_docs(&rbac)),
+        ("operators.yaml".to_string(), yaml_docs(&objects)),
+        ("installer.yaml".to_string(), yaml_docs(&installer_objects())),
+    ];
+    ("fleet-spoke".to_string(), files)
 }
 
 /// Files of `deploy/<component>/` for `component`.
@@ -479,7 +565,7 @@ pub fn component_package(component: &RegisteredComponent) -> (String, Vec<(Strin
 /// Every package: `(directory under deploy/, files)`.
 pub fn render_all() -> Vec<(String, Vec<(String, String)>)> {
     let mut packages: Vec<_> = kubeflow_component_registry::all().iter().map(component_package).collect();
-    packages.extend([meta_operator_package(), nats_package(), all_package()]);
+    packages.extend([meta_operator_package(), nats_package(), all_package(), fleet_spoke_package()]);
     packages
 }
 
@@ -589,7 +675,7 @@ mod tests {
         assert_eq!(lock.repository, IMAGE_REPOSITORY);
         assert_eq!(lock.version, env!("CARGO_PKG_VERSION"));
         let mut operators: Vec<String> = kubeflow_component_registry::all().into_iter().map(|c| c.operator).collect();
-        operators.push("meta-operator".into());
+        operators.extend(["meta-operator".into(), "fleet-agent".into()]);
         operators.sort();
         assert_eq!(lock.images.keys().cloned().collect::<Vec<_>>(), operators);
         for (name, digest) in &lock.images {
@@ -653,7 +739,9 @@ mod tests {
                 assert_eq!(budget["metadata"]["namespace"], deployment["metadata"]["namespace"], "{dir}: {name}");
                 assert_eq!(budget["spec"]["selector"], deployment["spec"]["selector"], "{dir}: {name}");
                 assert_eq!(budget["spec"]["maxUnavailable"], 1, "{dir}: {name}");
-                assert_eq!(deployment["spec"]["replicas"], 2, "{dir}: {name}");
+                // The fleet agent alone runs once (fleet_agent_deployment says why).
+                let replicas = if name == FLEET_AGENT { 1 } else { 2 };
+                assert_eq!(deployment["spec"]["replicas"], replicas, "{dir}: {name}");
             }
         }
     }
@@ -715,6 +803,39 @@ mod tests {
                 assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": operator_name, "namespace": OPERATOR_NAMESPACE}]));
                 assert_eq!(binding["roleRef"]["name"], format!("{operator_name}-renderer-caller"));
             }
+        }
+    }
+
+    #[test]
+    fn a_spokes_agent_has_no_credential_and_its_provisioner_no_right_outside_its_namespace() {
+        let (_, files) = fleet_spoke_package();
+        let docs = |file: &str| -> Vec<Value> { files.iter().filter(|(f, _)| f == file).flat_map(|(_, text)| text.split("\n---\n").skip(1).map(|d| serde_yaml_ng::from_str(d).unwrap()).collect::<Vec<Value>>()).collect() };
+        let (objects, rbac) = (docs("operators.yaml"), docs("rbac.yaml"));
+        let bound = |account: &str| -> Vec<&Value> {
+            rbac.iter().filter(|o| o["subjects"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == account && s["namespace"] == OPERATOR_NAMESPACE))).collect()
+        };
+        assert!(bound("fleet-agent").is_empty(), "the agent's account is bound to a role");
+        let provisioner_bindings = bound("meta-operator");
+        assert_eq!(provisioner_bindings.len(), 2, "its leader election and its bus");
+        for binding in provisioner_bindings {
+            assert_eq!((&binding["kind"], &binding["metadata"]["namespace"]), (&json!("RoleBinding"), &json!(OPERATOR_NAMESPACE)), "{binding}");
+        }
+        let find = |kind: &str, name: &str| objects.iter().chain(&rbac).find(|o| o["kind"] == kind && o["metadata"]["name"] == name).unwrap_or_else(|| panic!("no {kind} {name}"));
+        assert_eq!(find("ServiceAccount", "fleet-agent")["automountServiceAccountToken"], false);
+        let agent = &find("Deployment", "fleet-agent")["spec"]["template"]["spec"];
+        assert_eq!(agent["automountServiceAccountToken"], false);
+        assert_eq!(agent["volumes"], json!([{"name": "nats-identity", "secret": {"secretName": "nats-identity-fleet-agent", "optional": true}}]), "only its bus identity");
+        let env = |pod: &Value, name: &str| pod["containers"][0]["env"].as_array().unwrap().iter().find(|e| e["name"] == name).cloned();
+        let from_config = |key: &str| json!({"configMapKeyRef": {"name": "fleet-spoke", "key": key}});
+        assert_eq!(env(agent, "FLEET_CLUSTER").map(|e| e["valueFrom"].clone()), Some(from_config("cluster")));
+        let provisioner = &find("Deployment", "meta-operator")["spec"]["template"]["spec"];
+        assert_eq!(env(provisioner, "FLEET_CLUSTER").map(|e| e["valueFrom"].clone()), Some(from_config("cluster")));
+        assert_eq!(env(provisioner, "FLEET_HUB_URL").map(|e| e["valueFrom"].clone()), Some(from_config("hubUrl")));
+        assert_eq!(env(provisioner, "PROVISION_NATS_SERVER").map(|e| e["value"].clone()), Some(json!("true")));
+        // The server is the provisioner's (made for the cluster), not the package's.
+        assert!(!objects.iter().any(|o| o["kind"] == "StatefulSet"));
+        for component in kubeflow_component_registry::all() {
+            find("Deployment", &component.operator);
         }
     }
 

@@ -6,9 +6,9 @@ fn main() -> ExitCode {
     let result = match std::env::args().nth(1).as_deref() {
         None => kubeflow_deploy::write_all(),
         Some("--check") => kubeflow_deploy::check_all(),
-        // The operators with an image of their own (hack/images.sh builds one per name).
-        Some("--operators") => {
-            for name in kubeflow_deploy::operators() {
+        // The binaries with an image of their own (hack/images.sh builds one per name).
+        Some("--images") => {
+            for name in kubeflow_deploy::images() {
                 println!("{name}");
             }
             Ok(())
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Some(_) => {
-            eprintln!("usage: deploygen [--check | --operators | --package-renderers]");
+            eprintln!("usage: deploygen [--check | --images | --package-renderers]");
             return ExitCode::from(2);
         }
     };

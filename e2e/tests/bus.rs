@@ -234,39 +234,111 @@ impl Drop for ServerProcess {
     }
 }
 
-/// Where a [`provisioned_server`] listens: its client port, and (as the fleet's hub) its leaf
-/// and monitor ports.
+/// Where a [`provisioned_server`] listens: its client port, its monitor port (none: not served),
+/// and as the fleet's hub its leaf port.
 #[derive(Clone, Copy)]
 struct Ports {
     client: u16,
-    hub: Option<(u16, u16)>,
+    monitor: Option<u16>,
+    leaf: Option<u16>,
 }
 
-/// A nats-server run as the provisioned StatefulSet's pod would be: its ConfigMap's configuration
-/// (paths and ports moved into `dir` and `ports`), the TLS Secret, and each identity's public key
-/// from its Secret. Its log is `dir/nats.log`.
-async fn provisioned_server(client: &kube::Client, namespace: &str, dir: &std::path::Path, ports: Ports) -> ServerProcess {
+/// The files the kubelet would mount for `container` of `pod` (in `namespace`): each mounted
+/// volume's ConfigMap or Secret written under `dir/<volume>` (a volume claim: an empty
+/// directory). Returns each mount path with its directory.
+async fn mount_volumes(client: &kube::Client, namespace: &str, pod: &k8s_openapi::api::core::v1::PodSpec, container: &k8s_openapi::api::core::v1::Container, dir: &std::path::Path) -> Vec<(String, std::path::PathBuf)> {
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    for file in ["ca.crt", "tls.crt", "tls.key"] {
-        std::fs::write(dir.join(file), secret_data(&secrets, "nats-tls", file).await).unwrap();
+    let mut mounts = Vec::new();
+    for mount in container.volume_mounts.iter().flatten() {
+        let local = dir.join(&mount.name);
+        std::fs::create_dir_all(&local).unwrap();
+        let volume = pod.volumes.iter().flatten().find(|v| v.name == mount.name);
+        let files: Vec<(String, Vec<u8>)> = match (volume.and_then(|v| v.config_map.as_ref()), volume.and_then(|v| v.secret.as_ref())) {
+            (Some(config_map), _) => {
+                let data = Api::<ConfigMap>::namespaced(client.clone(), namespace).get(&config_map.name).await.unwrap_or_else(|e| panic!("ConfigMap {}: {e}", config_map.name)).data.unwrap_or_default();
+                data.into_iter().map(|(k, v)| (k, v.into_bytes())).collect()
+            }
+            (_, Some(secret)) => {
+                let name = secret.secret_name.clone().unwrap_or_default();
+                let found = Api::<Secret>::namespaced(client.clone(), namespace).get_opt(&name).await.unwrap();
+                assert!(found.is_some() || secret.optional == Some(true), "Secret {namespace}/{name}, which the pod mounts, is missing");
+                found.and_then(|s| s.data).unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()
+            }
+            _ => Vec::new(),
+        };
+        for (file, bytes) in files {
+            std::fs::write(local.join(file), bytes).unwrap();
+        }
+        mounts.push((mount.mount_path.clone(), local));
     }
-    let config = Api::<ConfigMap>::namespaced(client.clone(), namespace).get("nats-config").await.unwrap().data.unwrap()["nats.conf"].clone();
-    let mut config = config
-        .replace("/etc/nats/tls/", &format!("{}/", dir.display()))
-        .replace("\"/data\"", &format!("{:?}", dir.join("store")))
-        .replace("port: 4222", &format!("port: {}", ports.client));
-    config = match ports.hub {
-        Some((leaf, monitor)) => config.replace(&format!("port: {HUB_LEAF_PORT}"), &format!("port: {leaf}")).replace("http_port: 8222\n", &format!("http_port: {monitor}\n")),
+    mounts
+}
+
+/// The environment the kubelet would give `container` of pod `pod_name` in `namespace`: values
+/// (with `$(VAR)` references to earlier ones), the pod's name and namespace, ConfigMap and
+/// Secret keys (a missing one fails the test, as the pod would not start).
+async fn container_env(client: &kube::Client, namespace: &str, container: &k8s_openapi::api::core::v1::Container, pod_name: &str) -> Vec<(String, String)> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let mut env: Vec<(String, String)> = Vec::new();
+    for var in container.env.iter().flatten() {
+        let value = match (&var.value, &var.value_from) {
+            (Some(value), _) => env.iter().fold(value.clone(), |v, (name, earlier)| v.replace(&format!("$({name})"), earlier)),
+            (None, Some(from)) => match (&from.field_ref, &from.config_map_key_ref, &from.secret_key_ref) {
+                (Some(field), _, _) => match field.field_path.as_str() {
+                    "metadata.name" => pod_name.to_string(),
+                    "metadata.namespace" => namespace.to_string(),
+                    other => panic!("{}: field {other} is not emulated", var.name),
+                },
+                (_, Some(key), _) => {
+                    let data = Api::<ConfigMap>::namespaced(client.clone(), namespace).get(&key.name).await.unwrap_or_else(|e| panic!("{}: ConfigMap {}: {e}", var.name, key.name)).data.unwrap_or_default();
+                    data.get(&key.key).unwrap_or_else(|| panic!("{}: ConfigMap {} has no {}", var.name, key.name, key.key)).clone()
+                }
+                (_, _, Some(key)) => secret_data(&Api::<Secret>::namespaced(client.clone(), namespace), &key.name, &key.key).await,
+                _ => panic!("{}: this source is not emulated", var.name),
+            },
+            (None, None) => String::new(),
+        };
+        env.push((var.name.clone(), value));
+    }
+    env
+}
+
+/// The first container of a pod template, with the template's pod spec.
+fn first_container(template: &k8s_openapi::api::core::v1::PodTemplateSpec) -> (k8s_openapi::api::core::v1::PodSpec, k8s_openapi::api::core::v1::Container) {
+    let pod = template.spec.clone().unwrap();
+    let container = pod.containers[0].clone();
+    (pod, container)
+}
+
+/// A nats-server run as the provisioned StatefulSet's pod `nats-0` would be: its volumes'
+/// ConfigMap and Secrets as files under `dir` (the configuration's paths moved there), its
+/// environment as the kubelet makes it, its ports moved to `ports`. Its log is `dir/nats.log`.
+async fn provisioned_server(client: &kube::Client, namespace: &str, dir: &std::path::Path, ports: Ports) -> ServerProcess {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    let statefulset = Api::<StatefulSet>::namespaced(client.clone(), namespace).get("nats").await.unwrap();
+    let (pod, container) = first_container(&statefulset.spec.unwrap().template);
+    let mounts = mount_volumes(client, namespace, &pod, &container, dir).await;
+    let args = container.args.clone().unwrap_or_default();
+    assert_eq!(args.first().map(String::as_str), Some("-c"), "{args:?}");
+    let config_path = &args[1];
+    let local = |path: &str| mounts.iter().find_map(|(mount, local)| path.strip_prefix(mount.as_str()).map(|rest| format!("{}{rest}", local.display()))).unwrap_or_else(|| panic!("{path} is on no volume"));
+    let mut config = std::fs::read_to_string(local(config_path)).unwrap();
+    for (mount, local) in &mounts {
+        config = config.replace(&format!("\"{mount}"), &format!("\"{}", local.display()));
+    }
+    config = config.replace(&format!("port: {}\n", meta_operator::provision::CLIENT_PORT), &format!("port: {}\n", ports.client));
+    config = match ports.monitor {
+        Some(monitor) => config.replace("http_port: 8222\n", &format!("http_port: {monitor}\n")),
         None => config.replace("http_port: 8222\n", ""),
     };
+    if let Some(leaf) = ports.leaf {
+        config = config.replace(&format!("port: {HUB_LEAF_PORT}\n"), &format!("port: {leaf}\n"));
+    }
     std::fs::write(dir.join("nats.conf"), config).unwrap();
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("nats.log")).unwrap();
     let mut command = std::process::Command::new(std::env::var("KFOP_NATS_SERVER").unwrap());
-    command.args(["-c", dir.join("nats.conf").to_str().unwrap()]).env("SERVER_NAME", "nats-0").stdout(log.try_clone().unwrap()).stderr(log);
-    for identity in Identity::all() {
-        command.env(operator_runtime::bus_security::public_key_env(identity), secret_data(&secrets, &meta_operator::provision::identity_secret(identity), "nkey.pub").await);
-    }
+    command.args(["-c", dir.join("nats.conf").to_str().unwrap()]).stdout(log.try_clone().unwrap()).stderr(log);
+    command.envs(container_env(client, namespace, &container, "nats-0").await);
     let child = ServerProcess(command.spawn().unwrap());
     let addr = format!("127.0.0.1:{}", ports.client);
     eventually("provisioned nats-server listening", || async { tokio::net::TcpStream::connect(&addr).await.map(|_| ()).map_err(|e| e.to_string()) }).await;
@@ -300,12 +372,14 @@ async fn provisioning_meta_operator(client: &kube::Client, namespace: &str, env:
     (meta, nats)
 }
 
-/// Connects with `seed` and the CA of the provisioned identity Secret.
-async fn connect_with(ca: &str, seed: String, port: u16) -> Result<async_nats::Client, async_nats::ConnectError> {
+/// Connects as `identity` with `seed` and the CA of the provisioned identity Secret; replies come
+/// to the identity's own inbox, the only one it may subscribe to.
+async fn connect_with(identity: Identity, ca: &str, seed: String, port: u16) -> Result<async_nats::Client, async_nats::ConnectError> {
     let dir = std::env::temp_dir().join(unique_name("nats-ca"));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("ca.crt"), ca).unwrap();
-    async_nats::ConnectOptions::with_nkey(seed).add_root_certificates(dir.join("ca.crt")).require_tls(true).connect(format!("tls://localhost:{port}")).await
+    let options = async_nats::ConnectOptions::with_nkey(seed).custom_inbox_prefix(identity.inbox_prefix());
+    options.add_root_certificates(dir.join("ca.crt")).require_tls(true).connect(format!("tls://localhost:{port}")).await
 }
 
 #[tokio::test]
@@ -338,13 +412,13 @@ async fn the_meta_operator_provisions_a_working_bus_and_rotates_an_identity_on_r
     let dir = std::env::temp_dir().join(unique_name("provisioned-nats"));
     std::fs::create_dir_all(&dir).unwrap();
     let port = free_port();
-    let ports = Ports { client: port, hub: None };
+    let ports = Ports { client: port, monitor: None, leaf: None };
     let server = provisioned_server(&client, n, &dir, ports).await;
     let ca = secret_data(&secrets, &katib, "ca.crt").await;
     let old_seed = secret_data(&secrets, &katib, "nkey.seed").await;
-    connect_with(&ca, old_seed.clone(), port).await.expect("Katib connects with its provisioned identity");
-    let anonymous = async_nats::ConnectOptions::new().add_root_certificates(dir.join("ca.crt")).require_tls(true).connect(format!("tls://localhost:{port}")).await;
-    assert!(anonymous.is_err(), "an anonymous client connected to the provisioned server");
+    connect_with(Identity::Component(ComponentKind::Katib), &ca, old_seed.clone(), port).await.expect("Katib connects with its provisioned identity");
+    let anonymous = async_nats::ConnectOptions::new().add_root_certificates(dir.join("tls/ca.crt")).require_tls(true).connect(format!("tls://localhost:{port}")).await;
+    assert_eq!(anonymous.expect_err("an anonymous client connected to the provisioned server").kind(), async_nats::ConnectErrorKind::AuthorizationViolation);
 
     // Rotation on request: a new seed, and the server's pods rolled onto the new public keys.
     let request = unique_name("rotate");
@@ -367,8 +441,8 @@ async fn the_meta_operator_provisions_a_working_bus_and_rotates_an_identity_on_r
     // The restarted server takes the new key and no longer the old one.
     drop(server);
     let server = provisioned_server(&client, n, &dir, ports).await;
-    connect_with(&ca, new_seed, port).await.expect("Katib connects with its rotated identity");
-    let old = connect_with(&ca, old_seed, port).await.expect_err("the rotated-out seed still connects");
+    connect_with(Identity::Component(ComponentKind::Katib), &ca, new_seed, port).await.expect("Katib connects with its rotated identity");
+    let old = connect_with(Identity::Component(ComponentKind::Katib), &ca, old_seed, port).await.expect_err("the rotated-out seed still connects");
     assert_eq!(old.kind(), async_nats::ConnectErrorKind::AuthorizationViolation);
     drop(server);
     drop(meta);
@@ -425,11 +499,11 @@ async fn the_hubs_provisioned_server_admits_exactly_the_registered_clusters() {
     // The hub runs from what was provisioned; a spoke server joins it with the cluster's seed.
     let dir = std::env::temp_dir().join(unique_name("provisioned-hub"));
     std::fs::create_dir_all(&dir).unwrap();
-    let ports = Ports { client: free_port(), hub: Some((free_port(), free_port())) };
-    let (leaf_port, monitor) = ports.hub.unwrap();
+    let ports = Ports { client: free_port(), monitor: Some(free_port()), leaf: Some(free_port()) };
+    let (leaf_port, monitor) = (ports.leaf.unwrap(), ports.monitor.unwrap());
     let hub = provisioned_server(&client, n, &dir, ports).await;
     let spoke_of = |name: String, seed: String| {
-        let ca = dir.join("ca.crt").to_string_lossy().into_owned();
+        let ca = dir.join("tls/ca.crt").to_string_lossy().into_owned();
         async move {
             let domain = name.clone();
             NatsServer::start_configured(&format!("{name}-nats"), move |c| {
@@ -466,10 +540,173 @@ async fn the_hubs_provisioned_server_admits_exactly_the_registered_clusters() {
         if config.contains(&key) { Err(config) } else { Ok(()) }
     })
     .await;
-    assert_ne!(config_hash().await.unwrap(), joined_hash, "the configuration changed and the pods were not rolled");
+    // The StatefulSet is applied after the ConfigMap.
+    eventually("the pods rolled onto the configuration without the cluster", || async {
+        let hash = config_hash().await?;
+        if hash != joined_hash { Ok(()) } else { Err(format!("still {hash:?}")) }
+    })
+    .await;
     drop(hub);
     let hub = provisioned_server(&client, n, &dir, ports).await;
     eventually("the deregistered cluster refused after the restart", || async { if log().contains(&refused(&key)) { Ok(()) } else { Err(tail(log())) } }).await;
     assert_eq!(leaf_servers(monitor).await.unwrap(), Vec::<String>::new());
     drop(hub);
+}
+
+/// `deploy/fleet-spoke` on a spoke control plane of the local environment, with the ConfigMap and
+/// the hub's CA its admin makes first. Its meta-operator (the package's account, which reaches
+/// nothing outside its namespace) provisions the spoke's bus and the cluster's NKey; the server
+/// started from what it provisioned joins the hub's (provisioned by a hub meta-operator) once the
+/// hub registers that key; and the package's fleet agent relays the hub's desired state into
+/// the spoke's buckets and its heartbeat back. Every process gets its environment and files as
+/// the kubelet would from the package's objects, on one JetStream node as the environment runs.
+#[tokio::test]
+async fn a_spoke_installed_from_its_package_joins_the_hub_and_relays_its_desired_state() {
+    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+    use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+    use k8s_openapi::api::core::v1::Secret;
+    use kubeflow_crds::fleet::{self, ClusterName};
+    use kubeflow_crds::fleet_cluster::FleetCluster;
+    use kubeflow_e2e::fleet::{SPOKE_NAMES, SpokeCluster};
+    use meta_operator::provision;
+    const OPERATORS: &str = "kubeflow-operators";
+    let hub_client = client().await;
+    let hub_ns = TestNamespace::create(&hub_client, "e2e-bus-fleet-hub").await;
+    let (_hub_meta, _nats) = provisioning_meta_operator(&hub_client, &hub_ns.name, &[("FLEET_LEAF_PORT", &HUB_LEAF_PORT.to_string())]).await;
+    let hub_secrets: Api<Secret> = Api::namespaced(hub_client.clone(), &hub_ns.name);
+    eventually("the hub's bus provisioned", || async { hub_secrets.get(provision::TLS_SECRET).await.map(drop).map_err(|e| e.to_string()) }).await;
+    let hub_ports = Ports { client: free_port(), monitor: Some(free_port()), leaf: Some(free_port()) };
+
+    // The spoke's admin: the cluster's name and the hub's leaf URL, the hub's CA, then the package.
+    let spoke = SpokeCluster::up(SPOKE_NAMES[0], 1).await;
+    let spoke_client = spoke.client().await;
+    let cluster: ClusterName = unique_name("e2e-spoke").parse().unwrap();
+    let hub_url = format!("tls://localhost:{}", hub_ports.leaf.unwrap());
+    let hub_ca = secret_data(&hub_secrets, provision::TLS_SECRET, "ca.crt").await;
+    let admin_objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATORS}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fleet-spoke", "namespace": OPERATORS}, "data": {"cluster": cluster.as_str(), "hubUrl": hub_url}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": provision::HUB_CA_SECRET, "namespace": OPERATORS}, "stringData": {"ca.crt": hub_ca}},
+    ]});
+    let file = std::env::temp_dir().join(unique_name("spoke-admin"));
+    std::fs::write(&file, admin_objects.to_string()).unwrap();
+    let spoke_kubeconfig = spoke.kubeconfig.to_str().unwrap();
+    kubectl(&["--kubeconfig", spoke_kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", file.to_str().unwrap()]);
+    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/fleet-spoke");
+    kubectl(&["--kubeconfig", spoke_kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", package.to_str().unwrap()]);
+
+    // The package's meta-operator: its account reaches nothing outside its namespace.
+    let provisioner_kubeconfig = service_account_kubeconfig_with(&spoke_client, &spoke.kubeconfig, OPERATORS, "meta-operator").await;
+    let provisioner_client = kube::Client::try_from(kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&provisioner_kubeconfig).unwrap(), &Default::default()).await.unwrap()).unwrap();
+    let may = |verb: &str, group: &str, resource: &str, namespace: Option<&str>| {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes { verb: Some(verb.into()), group: Some(group.into()), resource: Some(resource.into()), namespace: namespace.map(Into::into), ..Default::default() }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let reviews: Api<SelfSubjectAccessReview> = Api::all(provisioner_client.clone());
+        async move { reviews.create(&PostParams::default(), &review).await.unwrap().status.unwrap().allowed }
+    };
+    assert!(may("create", "apps", "statefulsets", Some(OPERATORS)).await);
+    assert!(!may("get", "", "secrets", Some("kube-system")).await, "the spoke's provisioner reads Secrets outside its namespace");
+    assert!(!may("list", "kfdef.apps.kubeflow.org", "kfdefs", None).await, "the spoke's provisioner reads KfDefs");
+    assert!(!may("create", "apps", "deployments", Some(OPERATORS)).await, "the spoke's provisioner makes Deployments");
+    let deployments: Api<Deployment> = Api::namespaced(spoke_client.clone(), OPERATORS);
+    let dir = std::env::temp_dir().join(unique_name("fleet-spoke"));
+    std::fs::create_dir_all(&dir).unwrap();
+    // One JetStream node, as the environment runs (three would wait for a quorum).
+    let one_node = ("NATS_REPLICAS".to_string(), "1".to_string());
+    let provisioner = deployments.get("meta-operator").await.unwrap();
+    let (_, container) = first_container(&provisioner.spec.unwrap().template);
+    let mut env = container_env(&spoke_client, OPERATORS, &container, "meta-operator-0").await;
+    env.extend([one_node.clone(), ("KUBECONFIG".to_string(), provisioner_kubeconfig.to_string_lossy().into_owned())]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let provisioner = OperatorProcess::start("meta-operator", &[], &env);
+    let spoke_secrets: Api<Secret> = Api::namespaced(spoke_client.clone(), OPERATORS);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(spoke_client.clone(), OPERATORS);
+    eventually(&format!("the spoke's bus provisioned for {cluster} (log: {})", provisioner.log.display()), || async {
+        let statefulset = statefulsets.get("nats").await.map_err(|e| e.to_string())?;
+        let env = format!("{:?}", statefulset.spec.unwrap().template.spec.unwrap().containers[0].env);
+        if env.contains(&format!("{cluster}-$(POD_NAME)")) { Ok(()) } else { Err(env) }
+    })
+    .await;
+    let key = secret_data(&spoke_secrets, provision::LEAF_IDENTITY_SECRET, "nkey.pub").await;
+
+    // The hub registers the cluster's key; its server, started with it, admits the spoke's.
+    let registrations: Api<FleetCluster> = Api::all(hub_client.clone());
+    let registration = json!({"apiVersion": "fleet.kubeflow.org/v1alpha1", "kind": "FleetCluster", "metadata": {"name": cluster.as_str(), "labels": {TEST_NAMESPACE_LABEL: hub_ns.name}}, "spec": {"publicKey": key}});
+    registrations.create(&PostParams::default(), &serde_json::from_value(registration).unwrap()).await.unwrap();
+    let hub_configs: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(hub_client.clone(), &hub_ns.name);
+    eventually("the hub's server configuration admitting the cluster", || async {
+        let config = hub_configs.get("nats-config").await.map_err(|e| e.to_string())?.data.unwrap_or_default().remove("nats.conf").unwrap_or_default();
+        if config.contains(&key) { Ok(()) } else { Err(config) }
+    })
+    .await;
+    let hub_dir = dir.join("hub");
+    std::fs::create_dir_all(&hub_dir).unwrap();
+    let _hub = provisioned_server(&hub_client, &hub_ns.name, &hub_dir, hub_ports).await;
+    let spoke_dir = dir.join("spoke");
+    std::fs::create_dir_all(&spoke_dir).unwrap();
+    let spoke_ports = Ports { client: free_port(), monitor: None, leaf: None };
+    let _spoke_server = provisioned_server(&spoke_client, OPERATORS, &spoke_dir, spoke_ports).await;
+    let server_name = format!("{cluster}-nats-0");
+    eventually(&format!("{server_name}'s leaf connection on the hub (hub log: {})", hub_dir.join("nats.log").display()), || async {
+        let leaves = leaf_servers(hub_ports.monitor.unwrap()).await?;
+        if leaves.contains(&server_name) { Ok(()) } else { Err(format!("{leaves:?}")) }
+    })
+    .await;
+
+    // The package's agent, on the spoke's server as its pod would reach it.
+    let agent = deployments.get("fleet-agent").await.unwrap();
+    let (pod, container) = first_container(&agent.spec.unwrap().template);
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let mounts = mount_volumes(&spoke_client, OPERATORS, &pod, &container, &dir.join("agent")).await;
+    let mut env = container_env(&spoke_client, OPERATORS, &container, "fleet-agent-0").await;
+    for (_, value) in env.iter_mut() {
+        if let Some((mount, local)) = mounts.iter().find(|(mount, _)| value.starts_with(mount.as_str())) {
+            *value = value.replacen(mount.as_str(), &local.to_string_lossy(), 1);
+        }
+    }
+    env.extend([one_node, ("NATS_URL".to_string(), format!("tls://localhost:{}", spoke_ports.client))]);
+    assert!(env.iter().any(|(k, v)| k == "FLEET_CLUSTER" && v == cluster.as_str()), "{env:?}");
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let agent = OperatorProcess::start("fleet-agent", &[], &env);
+
+    // The hub writes the cluster's desired state, as its meta-operator (with its provisioned identity).
+    let hub_meta = connect_with(Identity::MetaOperator, &hub_ca, secret_data(&hub_secrets, &provision::identity_secret(Identity::MetaOperator), "nkey.seed").await, hub_ports.client).await.unwrap();
+    let hub_js = jetstream::new(hub_meta);
+    let (hub_desired, hub_status) = nats::ensure_fleet_buckets(&hub_js, &cluster, 1).await.unwrap();
+    let key_of = bus::key(ComponentKind::Dex, "kubeflow", "kubeflow");
+    let spec = bus::DesiredComponent {
+        kfdef: bus::KfDefRef { namespace: "kubeflow".into(), name: "kubeflow".into(), uid: "uid-kubeflow".into(), generation: 1 },
+        component: ComponentKind::Dex,
+        spec_hash: "hash-v2.24.0".into(),
+        spec: json!({"version": "v2.24.0"}),
+        traceparent: None,
+        preview: None,
+        cluster: Some(cluster.to_string()),
+    };
+    let spec = serde_json::to_vec(&spec).unwrap();
+    hub_desired.put(&key_of, spec.clone().into()).await.unwrap();
+    // Read back as the spoke's agent identity (a component operator may only watch its bucket).
+    let spoke_identity = provision::identity_secret(Identity::FleetAgent);
+    let spoke_reader = connect_with(Identity::FleetAgent, &secret_data(&spoke_secrets, &spoke_identity, "ca.crt").await, secret_data(&spoke_secrets, &spoke_identity, "nkey.seed").await, spoke_ports.client).await.unwrap();
+    let spoke_js = jetstream::new(spoke_reader);
+    eventually(&format!("the hub's entry in the spoke's Dex bucket (agent log: {})", agent.log.display()), || async {
+        let (desired, _, _) = nats::component_buckets(&spoke_js, ComponentKind::Dex).await.map_err(|e| e.to_string())?;
+        let entry = desired.get(&key_of).await.map_err(|e| e.to_string())?;
+        if entry.as_deref() == Some(spec.as_slice()) { Ok(()) } else { Err(format!("{entry:?}")) }
+    })
+    .await;
+    let agent_key = fleet::StatusKey::Agent.key();
+    eventually("the agent's heartbeat in the hub's status bucket", || async {
+        let beat = hub_status.get(&agent_key).await.map_err(|e| e.to_string())?.ok_or_else(|| "none yet".to_string())?;
+        let beat: fleet::AgentHeartbeat = serde_json::from_slice(&beat).map_err(|e| e.to_string())?;
+        if beat.cluster == cluster { Ok(()) } else { Err(format!("{beat:?}")) }
+    })
+    .await;
+    drop(agent);
+    drop(provisioner);
 }

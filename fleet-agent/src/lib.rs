@@ -98,14 +98,15 @@ fn nats_retry() -> backoff::ExponentialBackoff {
 
 /// Hub desired state → the cluster's desired buckets, for as long as the process runs. The
 /// watch is made again (and so the hub listed again) whenever it ends or fails: each entry is
-/// the latest value of its key, so a replay changes nothing.
-pub async fn relay_desired(cluster: ClusterName, hub: jetstream::Context, local: jetstream::Context) {
+/// the latest value of its key, so a replay changes nothing. The cluster's buckets are made with
+/// `replicas` copies when missing.
+pub async fn relay_desired(cluster: ClusterName, hub: jetstream::Context, local: jetstream::Context, replicas: usize) {
     let bucket = fleet::desired_bucket(&cluster);
     let mut delays = nats_retry();
     loop {
         let opened = async {
             let hub_desired = hub.get_key_value(&bucket).await.map_err(|e| format!("hub bucket {bucket}: {e}"))?;
-            let (locals, _, _) = nats::ensure_buckets(&local, 1).await.map_err(|e| e.to_string())?;
+            let (locals, _, _) = nats::ensure_buckets(&local, replicas).await.map_err(|e| e.to_string())?;
             let watch = nats::watch(|| hub_desired.watch_with_history(">")).await.map_err(|e| format!("watch of {bucket}: {e}"))?;
             Ok::<_, String>((locals, watch))
         };
@@ -146,14 +147,14 @@ pub async fn relay_desired(cluster: ClusterName, hub: jetstream::Context, local:
 
 /// The cluster's status reports and operator heartbeats → the hub's status bucket, with the
 /// agent's heartbeat every [`fleet::AGENT_HEARTBEAT_EVERY`].
-pub async fn relay_status(cluster: ClusterName, hub: jetstream::Context, local: jetstream::Context) {
+pub async fn relay_status(cluster: ClusterName, hub: jetstream::Context, local: jetstream::Context, replicas: usize) {
     let bucket = fleet::status_bucket(&cluster);
     let mut outbox = Outbox::default();
     let mut hub_status: Option<kv::Store> = None;
     let mut delays = nats_retry();
     loop {
         let opened = async {
-            let (_, status, operators) = nats::ensure_buckets(&local, 1).await.map_err(|e| e.to_string())?;
+            let (_, status, operators) = nats::ensure_buckets(&local, replicas).await.map_err(|e| e.to_string())?;
             let reports = nats::watch(|| status.watch_with_history(">")).await.map_err(|e| e.to_string())?;
             let beats = nats::watch(|| operators.watch_with_history(">")).await.map_err(|e| e.to_string())?;
             Ok::<_, String>(futures::stream::select(reports, beats))

@@ -17,6 +17,9 @@ struct Cli {
     /// The cluster's own NATS server(s), whose leaf node connection reaches the hub.
     #[arg(long, env = "NATS_URL", default_value = "nats://127.0.0.1:4222")]
     nats_url: String,
+    /// Copies of each of the cluster's buckets the agent makes (3 on a three-node JetStream cluster).
+    #[arg(long, env = "NATS_REPLICAS", default_value_t = 1)]
+    nats_replicas: usize,
     #[command(flatten)]
     nats_credentials: operator_runtime::nats::BusCredentials,
     /// Address of the health and metrics endpoint.
@@ -45,8 +48,8 @@ async fn main() -> std::process::ExitCode {
     let hub = async_nats::jetstream::with_domain(client, fleet::HUB_DOMAIN);
     metrics.set_ready();
     tracing::info!(cluster = %cli.cluster, "fleet agent started");
-    let desired = fleet_agent::relay_desired(cli.cluster.clone(), hub.clone(), local.clone());
-    let status = fleet_agent::relay_status(cli.cluster, hub, local);
+    let desired = fleet_agent::relay_desired(cli.cluster.clone(), hub.clone(), local.clone(), cli.nats_replicas);
+    let status = fleet_agent::relay_status(cli.cluster, hub, local, cli.nats_replicas);
     tokio::select! {
         _ = desired => {}
         _ = status => {}

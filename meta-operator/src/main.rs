@@ -1,6 +1,7 @@
 //! The meta-operator: splits each KfDef into one desired spec per component, publishes them over
 //! NATS JetStream to the component operators, and folds their status reports into the KfDef.
 
+use meta_operator::provision::{FleetRole, Server, Spoke};
 use meta_operator::{controller, fleet_controller, upgrade_controller};
 
 use std::sync::Arc;
@@ -46,6 +47,15 @@ struct Cli {
     /// FleetCluster's key is accepted; the configuration follows the registrations.
     #[arg(long, env = "FLEET_LEAF_PORT", requires = "provision_nats_server")]
     fleet_leaf_port: Option<u16>,
+    /// This cluster is a spoke of a fleet, registered on the hub under this name: provision the
+    /// server (with `--provision-nats-server`) as that spoke's, with a leaf connection out to
+    /// `--fleet-hub-url`, and the cluster's NKey (Secret `nats-fleet-leaf`). A spoke's
+    /// meta-operator provisions its bus and nothing else: its desired state comes from the hub.
+    #[arg(long, env = "FLEET_CLUSTER", requires_all = ["provision_nats_server", "bus_namespace", "fleet_hub_url"], conflicts_with = "fleet_leaf_port")]
+    fleet_cluster: Option<kubeflow_crds::fleet::ClusterName>,
+    /// The hub's leaf port a spoke connects out to: `tls://<host>:<port>`.
+    #[arg(long, env = "FLEET_HUB_URL", requires = "fleet_cluster", value_parser = meta_operator::provision::hub_url)]
+    fleet_hub_url: Option<String>,
     /// Names the spokes reach the hub's leaf port by (comma-separated): the bus certificate is
     /// issued for them too.
     #[arg(long, env = "FLEET_HUB_HOSTS", value_delimiter = ',')]
@@ -56,6 +66,16 @@ struct Cli {
     /// Address of the health and metrics endpoint.
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080")]
     metrics_addr: std::net::SocketAddr,
+}
+
+/// Provisions the bus in `namespace` ([`meta_operator::provision::provision`]), retrying with
+/// backoff until it is done.
+async fn provision_bus(client: &kube::Client, namespace: &str, hosts: &[String], server: Option<&Server>) {
+    let mut delays = operator_runtime::retry::exponential(std::time::Duration::from_millis(500), std::time::Duration::from_secs(30));
+    while let Err(error) = meta_operator::provision::provision(client, namespace, hosts, server).await {
+        tracing::warn!(%error, %namespace, "cannot provision the bus yet; retrying");
+        tokio::time::sleep(backoff::backoff::Backoff::next_backoff(&mut delays).unwrap_or(operator_runtime::retry::MAX)).await;
+    }
 }
 
 fn receiver_stream<T: Send + 'static>(rx: mpsc::UnboundedReceiver<T>) -> impl futures::Stream<Item = T> + Send + 'static {
@@ -97,17 +117,24 @@ async fn main() -> std::process::ExitCode {
         }
     };
 
+    if let (Some(cluster), Some(hub_url), Some(namespace)) = (cli.fleet_cluster.clone(), cli.fleet_hub_url.clone(), cli.bus_namespace.clone()) {
+        let spoke = Server { replicas: cli.nats_replicas, fleet: Some(FleetRole::Spoke(Spoke { cluster, hub_url })) };
+        provision_bus(&client, &namespace, &cli.fleet_hub_hosts, Some(&spoke)).await;
+        metrics.set_ready();
+        tokio::select! {
+            _ = meta_operator::provision::rotate_on_request(client, namespace) => {}
+            _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
+        }
+        leadership.release().await;
+        return std::process::ExitCode::SUCCESS;
+    }
     if let Some(namespace) = cli.bus_namespace.clone() {
         // The hub's server is applied once the registrations are listed, not before: a restart
         // must not roll it onto a configuration without them.
-        let server = (cli.provision_nats_server && cli.fleet_leaf_port.is_none()).then(|| meta_operator::provision::Server::single_cluster(cli.nats_replicas));
+        let server = (cli.provision_nats_server && cli.fleet_leaf_port.is_none()).then(|| Server::single_cluster(cli.nats_replicas));
         let (client, hosts, replicas, leaf_port) = (client.clone(), cli.fleet_hub_hosts.clone(), cli.nats_replicas, cli.fleet_leaf_port);
         tokio::spawn(async move {
-            let mut delays = operator_runtime::retry::exponential(std::time::Duration::from_millis(500), std::time::Duration::from_secs(30));
-            while let Err(error) = meta_operator::provision::provision(&client, &namespace, &hosts, server.as_ref()).await {
-                tracing::warn!(%error, %namespace, "cannot provision the bus yet; retrying");
-                tokio::time::sleep(backoff::backoff::Backoff::next_backoff(&mut delays).unwrap_or(operator_runtime::retry::MAX)).await;
-            }
+            provision_bus(&client, &namespace, &hosts, server.as_ref()).await;
             if let Some(leaf_port) = leaf_port {
                 tokio::spawn(meta_operator::provision::follow_registrations(client.clone(), namespace.clone(), replicas, leaf_port));
             }

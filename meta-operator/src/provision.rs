@@ -8,7 +8,10 @@
 //!   itself: [`server_objects`], the same objects `deploy/nats` and `deploy/all` hold;
 //! * with `--fleet-leaf-port` too, the server is the fleet's hub ([`follow_registrations`]): its
 //!   configuration accepts each registered cluster's key on the leaf port, and is made again, its
-//!   pods rolled, whenever a registration comes, goes or changes its key.
+//!   pods rolled, whenever a registration comes, goes or changes its key;
+//! * with `--fleet-cluster` instead, the server is that spoke cluster's ([`FleetRole::Spoke`]):
+//!   its own JetStream domain and a leaf connection out to the hub, as the cluster's NKey, whose
+//!   seed this process issues into Secret [`LEAF_IDENTITY_SECRET`] and which never leaves it.
 //!
 //! Secrets are created when missing and never overwritten, except on request: annotating an
 //! identity Secret with [`ROTATE_ANNOTATION`] (any new value) issues a new seed and rolls the
@@ -27,7 +30,7 @@ use kube::{Api, Client, ResourceExt};
 use kubeflow_crds::bus::Identity;
 use kubeflow_crds::fleet::{ClusterName, HUB_DOMAIN};
 use kubeflow_crds::fleet_cluster::FleetCluster;
-use operator_runtime::bus_security::{self, Cluster, LeafNodes, PublicKeys, ServerConfig};
+use operator_runtime::bus_security::{self, Cluster, LeafNodes, PublicKeys, Seed, ServerConfig};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -58,6 +61,16 @@ pub const CONFIG_ANNOTATION: &str = "bus.kubeflow.org/config-hash";
 pub const HOSTS_ANNOTATION: &str = "bus.kubeflow.org/hosts";
 /// The hub's leaf Service: what spokes' servers connect out to (a LoadBalancer).
 pub const LEAF_SERVICE: &str = "nats-leaf";
+/// On a spoke: the cluster's NKey (`nkey.seed`, `nkey.pub`), issued here; its public key is what
+/// the hub's registration names.
+pub const LEAF_IDENTITY_SECRET: &str = "nats-fleet-leaf";
+/// On a spoke: the hub's CA certificate (`ca.crt`), which the spoke's admin copies from the hub's
+/// [`TLS_SECRET`]; the spoke's server checks the hub's certificate against it.
+pub const HUB_CA_SECRET: &str = "nats-hub-ca";
+/// The spoke server's environment variable holding the cluster's seed (nats-server takes the seed
+/// itself, not a file).
+const LEAF_SEED_ENV: &str = "KFOP_FLEET_SEED";
+const HUB_CA_MOUNT: &str = "/etc/nats/hub";
 const FIELD_MANAGER: &str = "kubeflow-meta-operator-bus";
 const NATS_IMAGE: &str = "docker.io/library/nats:2.12.1-alpine";
 
@@ -93,8 +106,19 @@ fn labels() -> Value {
 pub struct Server {
     /// JetStream nodes (a StatefulSet's pods).
     pub replicas: usize,
-    /// As the fleet's hub: its leaf port and the clusters it accepts there.
-    pub hub: Option<Hub>,
+    /// Its place in a fleet; none on a single cluster.
+    pub fleet: Option<FleetRole>,
+}
+
+/// What a server is in a fleet.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FleetRole {
+    /// The hub: its leaf port and the clusters it accepts there.
+    Hub(Hub),
+    /// A spoke cluster's server: JetStream domain the cluster's name, a leaf connection out to
+    /// the hub as the cluster's NKey ([`LEAF_IDENTITY_SECRET`]), the hub's certificate checked
+    /// against [`HUB_CA_SECRET`].
+    Spoke(Spoke),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -104,17 +128,52 @@ pub struct Hub {
     pub clusters: Vec<(ClusterName, String)>,
 }
 
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spoke {
+    /// The cluster's name, as registered on the hub.
+    pub cluster: ClusterName,
+    /// The hub's leaf port, `tls://<host>:<port>` ([`hub_url`]).
+    pub hub_url: String,
+}
+
 impl Server {
     /// A server of `replicas` nodes, no fleet.
     pub fn single_cluster(replicas: usize) -> Self {
-        Self { replicas, hub: None }
+        Self { replicas, fleet: None }
     }
+
+    fn hub(&self) -> Option<&Hub> {
+        match &self.fleet {
+            Some(FleetRole::Hub(hub)) => Some(hub),
+            _ => None,
+        }
+    }
+
+    fn spoke(&self) -> Option<&Spoke> {
+        match &self.fleet {
+            Some(FleetRole::Spoke(spoke)) => Some(spoke),
+            _ => None,
+        }
+    }
+}
+
+/// The hub's leaf URL a spoke is given, checked: `tls://<host>:<port>` (a leaf connection to the
+/// hub is always TLS), nothing else.
+pub fn hub_url(url: &str) -> Result<String, String> {
+    let allowed = "allowed: tls://<host>:<port>";
+    let address = url.strip_prefix("tls://").ok_or_else(|| format!("hub URL {url:?} is not a TLS URL; {allowed}"))?;
+    let (host, port) = address.rsplit_once(':').ok_or_else(|| format!("hub URL {url:?} names no port; {allowed}"))?;
+    let host_ok = !host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '[' | ']' | ':'));
+    if !host_ok || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(format!("hub URL {url:?} is not a host and port; {allowed}"));
+    }
+    Ok(url.to_string())
 }
 
 /// The server's configuration in the pods: TLS from [`TLS_SECRET`], public keys from the
 /// identity Secrets (environment), routes to every other pod when `replicas > 1`; as the hub,
 /// JetStream domain [`HUB_DOMAIN`] and the leaf port, where each registered cluster's key is a
-/// user with its cluster's permissions.
+/// user with its cluster's permissions; as a spoke, the cluster's domain and its leaf connection.
 pub fn server_config(namespace: &str, server: &Server) -> String {
     let replicas = server.replicas;
     let cluster = (replicas > 1).then(|| Cluster {
@@ -133,8 +192,14 @@ pub fn server_config(namespace: &str, server: &Server) -> String {
         ca_file: "/etc/nats/tls/ca.crt".into(),
         public_keys: PublicKeys::FromEnv,
         cluster,
-        jetstream_domain: server.hub.as_ref().map(|_| HUB_DOMAIN.to_string()),
-        leaf_nodes: server.hub.as_ref().map(|hub| LeafNodes::Hub { port: hub.leaf_port, clusters: hub.clusters.clone() }),
+        jetstream_domain: server.fleet.as_ref().map(|role| match role {
+            FleetRole::Hub(_) => HUB_DOMAIN.to_string(),
+            FleetRole::Spoke(spoke) => spoke.cluster.to_string(),
+        }),
+        leaf_nodes: server.fleet.as_ref().map(|role| match role {
+            FleetRole::Hub(hub) => LeafNodes::Hub { port: hub.leaf_port, clusters: hub.clusters.clone() },
+            FleetRole::Spoke(spoke) => LeafNodes::Spoke { hub_url: spoke.hub_url.clone(), seed: Seed::FromEnv(LEAF_SEED_ENV.into()), hub_ca_file: format!("{HUB_CA_MOUNT}/ca.crt") },
+        }),
     })
 }
 
@@ -160,13 +225,32 @@ pub fn leaf_users<'a>(registrations: impl IntoIterator<Item = &'a FleetCluster>)
 /// disruption budget keeping a quorum, and a NetworkPolicy that lets only operator pods (label
 /// [`CLIENT_LABEL`]) reach the client port and only the server's own pods its route port; as the
 /// hub, the leaf port, open to any address (the spokes' servers connect from other clusters; TLS
-/// and each cluster's key guard it), and its LoadBalancer Service [`LEAF_SERVICE`].
+/// and each cluster's key guard it), and its LoadBalancer Service [`LEAF_SERVICE`]; as a spoke,
+/// server names that hold the cluster's name (the hub refuses a second leaf connection from a
+/// server name it has), the cluster's seed and the hub's CA.
 pub fn server_objects(namespace: &str, server: &Server) -> Vec<Value> {
     let replicas = server.replicas;
     let config = server_config(namespace, server);
-    let mut env = vec![json!({"name": "SERVER_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})];
+    let mut env = match server.spoke() {
+        None => vec![json!({"name": "SERVER_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})],
+        Some(spoke) => vec![
+            json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+            json!({"name": "SERVER_NAME", "value": format!("{}-$(POD_NAME)", spoke.cluster)}),
+            json!({"name": LEAF_SEED_ENV, "valueFrom": {"secretKeyRef": {"name": LEAF_IDENTITY_SECRET, "key": "nkey.seed"}}}),
+        ],
+    };
     for identity in Identity::all() {
         env.push(json!({"name": bus_security::public_key_env(identity), "valueFrom": {"secretKeyRef": {"name": identity_secret(identity), "key": "nkey.pub"}}}));
+    }
+    let mut mounts = vec![
+        json!({"name": "data", "mountPath": "/data"}),
+        json!({"name": "config", "mountPath": "/etc/nats/config", "readOnly": true}),
+        json!({"name": "tls", "mountPath": "/etc/nats/tls", "readOnly": true}),
+    ];
+    let mut volumes = vec![json!({"name": "config", "configMap": {"name": "nats-config"}}), json!({"name": "tls", "secret": {"secretName": TLS_SECRET}})];
+    if server.spoke().is_some() {
+        mounts.push(json!({"name": "hub-ca", "mountPath": HUB_CA_MOUNT, "readOnly": true}));
+        volumes.push(json!({"name": "hub-ca", "secret": {"secretName": HUB_CA_SECRET}}));
     }
     let mut ports = vec![json!({"name": "client", "containerPort": CLIENT_PORT}), json!({"name": "cluster", "containerPort": CLUSTER_PORT}), json!({"name": "monitor", "containerPort": MONITOR_PORT})];
     let mut ingress = vec![
@@ -174,7 +258,7 @@ pub fn server_objects(namespace: &str, server: &Server) -> Vec<Value> {
         json!({"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": SERVER}}}], "ports": [{"port": CLUSTER_PORT}]}),
         json!({"from": [{"podSelector": {}}], "ports": [{"port": MONITOR_PORT}]}),
     ];
-    if let Some(hub) = &server.hub {
+    if let Some(hub) = server.hub() {
         ports.push(json!({"name": "leafnodes", "containerPort": hub.leaf_port}));
         ingress.push(json!({"ports": [{"port": hub.leaf_port}]}));
     }
@@ -202,16 +286,9 @@ pub fn server_objects(namespace: &str, server: &Server) -> Vec<Value> {
                            "readinessProbe": {"httpGet": {"path": "/healthz?js-enabled-only=true", "port": "monitor"}},
                            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
                            "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
-                           "volumeMounts": [
-                               {"name": "data", "mountPath": "/data"},
-                               {"name": "config", "mountPath": "/etc/nats/config", "readOnly": true},
-                               {"name": "tls", "mountPath": "/etc/nats/tls", "readOnly": true},
-                           ],
+                           "volumeMounts": mounts,
                        }],
-                       "volumes": [
-                           {"name": "config", "configMap": {"name": "nats-config"}},
-                           {"name": "tls", "secret": {"secretName": TLS_SECRET}},
-                       ],
+                       "volumes": volumes,
                    }},
                    "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}}],
                }}),
@@ -222,7 +299,7 @@ pub fn server_objects(namespace: &str, server: &Server) -> Vec<Value> {
                    "ingress": ingress,
                }}),
     ];
-    if let Some(hub) = &server.hub {
+    if let Some(hub) = server.hub() {
         objects.push(json!({"apiVersion": "v1", "kind": "Service", "metadata": metadata(LEAF_SERVICE),
                             "spec": {"type": "LoadBalancer", "selector": {"app.kubernetes.io/name": SERVER}, "ports": [{"name": "leafnodes", "port": hub.leaf_port}]}}));
     }
@@ -287,13 +364,18 @@ fn secret(name: &str, type_: &str, labels: &[(&str, &str)], entries: &[(&str, &s
     }
 }
 
-/// The identity Secret for `identity` with a fresh seed.
-fn new_identity(identity: Identity, ca: &str) -> Secret {
+/// Secret `name` with a fresh NKey seed and its public key (and `more`), labelled as the
+/// identity `user` (so [`ROTATE_ANNOTATION`] applies to it).
+fn new_nkey(name: &str, user: &str, more: &[(&str, &str)]) -> Secret {
     let seed = bus_security::new_seed();
     let public = bus_security::public_key(&seed).expect("a generated seed has a public key");
-    let user = identity.user();
-    let labels = [(IDENTITY_LABEL, user.as_str()), ("app.kubernetes.io/part-of", "kubeflow-operator")];
-    secret(&identity_secret(identity), "Opaque", &labels, &[("nkey.seed", &seed), ("nkey.pub", &public), ("ca.crt", ca)])
+    let labels = [(IDENTITY_LABEL, user), ("app.kubernetes.io/part-of", "kubeflow-operator")];
+    secret(name, "Opaque", &labels, &[[("nkey.seed", seed.as_str()), ("nkey.pub", &public)].as_slice(), more].concat())
+}
+
+/// The identity Secret for `identity` with a fresh seed.
+fn new_identity(identity: Identity, ca: &str) -> Secret {
+    new_nkey(&identity_secret(identity), &identity.user(), &[("ca.crt", ca)])
 }
 
 /// Creates `secret` unless it exists; returns what is stored.
@@ -343,6 +425,14 @@ pub async fn provision(client: &Client, namespace: &str, extra_hosts: &[String],
             Some(_) => {}
         }
     }
+    if let Some(spoke) = server.and_then(Server::spoke) {
+        let leaf = match secrets.get_opt(LEAF_IDENTITY_SECRET).await? {
+            Some(leaf) => leaf,
+            None => create_or_get(&secrets, new_nkey(LEAF_IDENTITY_SECRET, "fleet-leaf", &[])).await?,
+        };
+        let public_key = data(&leaf, "nkey.pub").unwrap_or_default();
+        info!(cluster = %spoke.cluster, %public_key, secret = LEAF_IDENTITY_SECRET, "this cluster's NKey: the hub admits it once a FleetCluster of this name has it as spec.publicKey");
+    }
     if let Some(server) = server {
         apply_server(client, namespace, server).await?;
     }
@@ -361,8 +451,9 @@ pub async fn apply_server(client: &Client, namespace: &str, server: &Server) -> 
         let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
         api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&object)).await?;
     }
-    let clusters: Vec<&str> = server.hub.iter().flat_map(|hub| hub.clusters.iter().map(|(c, _)| c.as_str())).collect();
-    info!(replicas = server.replicas, hub = server.hub.is_some(), ?clusters, "NATS server applied");
+    let clusters: Vec<&str> = server.hub().iter().flat_map(|hub| hub.clusters.iter().map(|(c, _)| c.as_str())).collect();
+    let spoke_of = server.spoke().map(|spoke| spoke.hub_url.as_str());
+    info!(replicas = server.replicas, hub = server.hub().is_some(), ?clusters, ?spoke_of, "NATS server applied");
     Ok(())
 }
 
@@ -384,7 +475,7 @@ pub async fn follow_registrations(client: Client, namespace: String, replicas: u
     let mut applied: Option<Server> = None;
     let mut delays = operator_runtime::retry::exponential(std::time::Duration::from_millis(500), std::time::Duration::from_secs(30));
     loop {
-        let wanted = Server { replicas, hub: Some(Hub { leaf_port, clusters: leaf_users(store.state().iter().map(|r| r.as_ref())) }) };
+        let wanted = Server { replicas, fleet: Some(FleetRole::Hub(Hub { leaf_port, clusters: leaf_users(store.state().iter().map(|r| r.as_ref())) })) };
         if applied.as_ref() != Some(&wanted) {
             match apply_server(&client, &namespace, &wanted).await {
                 Ok(()) => {
@@ -431,7 +522,8 @@ async fn rotate(client: &Client, namespace: &str, mut secret: Secret, request: &
     info!(secret = %name, "bus identity rotated");
     // The server reads public keys at start: roll its pods onto the new set.
     let identities: BTreeMap<String, Secret> = secrets.list(&ListParams::default().labels(IDENTITY_LABEL)).await?.items.into_iter().map(|s| (s.name_any(), s)).collect();
-    let keys: Vec<String> = Identity::all().into_iter().filter_map(|identity| identities.get(&identity_secret(identity))).map(public_key_prefix).collect();
+    let names = Identity::all().into_iter().map(identity_secret).chain([LEAF_IDENTITY_SECRET.to_string()]);
+    let keys: Vec<String> = names.filter_map(|name| identities.get(&name)).map(public_key_prefix).collect();
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
     if statefulsets.get_opt(SERVER).await?.is_some() {
         // A merge patch: the annotation only, whoever applied the StatefulSet (kubectl, or this
@@ -497,7 +589,7 @@ mod tests {
     #[test]
     fn the_hubs_server_has_the_hub_domain_a_leaf_port_open_to_spokes_and_rolls_when_a_cluster_joins() {
         let key = user_key();
-        let hub = |clusters: Vec<(ClusterName, String)>| Server { replicas: 3, hub: Some(Hub { leaf_port: 7422, clusters }) };
+        let hub = |clusters: Vec<(ClusterName, String)>| Server { replicas: 3, fleet: Some(FleetRole::Hub(Hub { leaf_port: 7422, clusters })) };
         let none = server_objects("ops", &hub(vec![]));
         let joined = server_objects("ops", &hub(vec![("eu-1".parse().unwrap(), key.clone())]));
         let config = |objects: &[Value]| objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap()["data"]["nats.conf"].as_str().unwrap().to_string();
@@ -516,6 +608,50 @@ mod tests {
         let policy = joined.iter().find(|o| o["kind"] == "NetworkPolicy").unwrap();
         assert!(policy["spec"]["ingress"].as_array().unwrap().contains(&json!({"ports": [{"port": 7422}]})));
         assert!(!server_objects("ops", &Server::single_cluster(3)).iter().any(|o| o["metadata"]["name"] == LEAF_SERVICE));
+    }
+
+    #[test]
+    fn a_spokes_server_joins_the_hub_as_its_cluster_under_names_of_its_own() {
+        let spoke = Server { replicas: 3, fleet: Some(FleetRole::Spoke(Spoke { cluster: "eu-1".parse().unwrap(), hub_url: "tls://hub.example.com:7422".into() })) };
+        let config = server_config("ops", &spoke);
+        assert!(config.contains("domain: \"eu-1\""), "{config}");
+        assert!(config.contains("remotes: [{url: \"tls://hub.example.com:7422\", nkey: $KFOP_FLEET_SEED, tls: {ca_file: \"/etc/nats/hub/ca.crt\""), "{config}");
+        let objects = server_objects("ops", &spoke);
+        let pod = &objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap()["spec"]["template"]["spec"];
+        let env = pod["containers"][0]["env"].as_array().unwrap();
+        // POD_NAME is defined before SERVER_NAME refers to it.
+        assert_eq!(env[..3], [
+            json!({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+            json!({"name": "SERVER_NAME", "value": "eu-1-$(POD_NAME)"}),
+            json!({"name": "KFOP_FLEET_SEED", "valueFrom": {"secretKeyRef": {"name": "nats-fleet-leaf", "key": "nkey.seed"}}}),
+        ]);
+        assert!(pod["volumes"].as_array().unwrap().contains(&json!({"name": "hub-ca", "secret": {"secretName": "nats-hub-ca"}})));
+        assert!(pod["containers"][0]["volumeMounts"].as_array().unwrap().contains(&json!({"name": "hub-ca", "mountPath": "/etc/nats/hub", "readOnly": true})));
+        // Outbound only: no leaf port, no leaf Service.
+        assert!(!objects.iter().any(|o| o["metadata"]["name"] == LEAF_SERVICE));
+        assert!(!config.contains("port: 7422\n"), "{config}");
+        let single = server_objects("ops", &Server::single_cluster(3));
+        let single_pod = &single.iter().find(|o| o["kind"] == "StatefulSet").unwrap()["spec"]["template"]["spec"];
+        assert_eq!(single_pod["containers"][0]["env"][0], json!({"name": "SERVER_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}));
+        assert!(!single_pod["volumes"].to_string().contains("nats-hub-ca"));
+    }
+
+    #[test]
+    fn a_hub_url_is_tls_with_a_host_and_port() {
+        assert_eq!(hub_url("tls://hub.example.com:7422").unwrap(), "tls://hub.example.com:7422");
+        assert!(hub_url("tls://10.0.0.1:7422").is_ok());
+        for (bad, says) in [
+            ("nats://hub.example.com:7422", "not a TLS URL"),
+            ("hub.example.com:7422", "not a TLS URL"),
+            ("tls://hub.example.com", "names no port"),
+            ("tls://:7422", "not a host and port"),
+            ("tls://hub:0", "not a host and port"),
+            ("tls://hub:99999", "not a host and port"),
+            ("tls://hub\", nkey: x:7422", "not a host and port"),
+        ] {
+            let error = hub_url(bad).unwrap_err();
+            assert!(error.contains(says) && error.contains("allowed: tls://<host>:<port>"), "{bad}: {error}");
+        }
     }
 
     #[test]
