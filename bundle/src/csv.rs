@@ -166,6 +166,7 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
         *env = json!([env.as_array().cloned().unwrap_or_default(), package.env.clone()].concat());
     }
     let (deployment, renderer) = if package.renders_packages { kubeflow_deploy::with_renderer(deployment) } else { (deployment, Vec::new()) };
+    let companions = (package.companions)(release.version);
     let owned: Vec<Value> = package.crds.iter().map(|crd| owned_crd(package, crd, &kind_description(crd["spec"]["names"]["kind"].as_str().unwrap_or_default()))).collect();
     let examples = serde_json::to_string_pretty(&(package.examples)(release)).expect("JSON values serialise");
     let mut annotations = json!({
@@ -201,18 +202,28 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
         ],
         "customresourcedefinitions": {"owned": owned},
         "install": {"strategy": "deployment", "spec": {
-            "clusterPermissions": [{"serviceAccountName": package.operator, "rules": package.rules}],
-            "deployments": (std::iter::once(&deployment).chain(renderer.iter().filter(|o| o["kind"] == "Deployment")).map(|d| json!({"name": d["metadata"]["name"], "label": d["metadata"]["labels"], "spec": d["spec"]})).collect::<Vec<_>>()),
+            "deployments": (std::iter::once(&deployment).chain(renderer.iter().filter(|o| o["kind"] == "Deployment")).chain(&companions).map(|d| json!({"name": d["metadata"]["name"], "label": d["metadata"]["labels"], "spec": d["spec"]})).collect::<Vec<_>>()),
         }},
-        "relatedImages": [{"name": "operator", "image": image}],
+        "relatedImages": (std::iter::once(json!({"name": "operator", "image": image})).chain(companions.iter().map(|d| json!({"name": d["metadata"]["name"], "image": d["spec"]["template"]["spec"]["containers"][0]["image"]}))).collect::<Vec<_>>()),
     });
+    if !package.rules.is_empty() {
+        spec["install"]["spec"]["clusterPermissions"] = json!([{"serviceAccountName": package.operator, "rules": package.rules}]);
+    }
+    // The rules in the install namespace are the bundle's Role (`namespace_role`), not
+    // `permissions`: under an AllNamespaces OperatorGroup, OLM lifts `permissions` to a
+    // ClusterRole, which would grant them in every namespace. An operator without cluster rules
+    // is listed here with none, so that OLM makes its ServiceAccount.
     let mut permissions = Vec::new();
-    if !package.namespaced_rules.is_empty() {
-        permissions.push(json!({"serviceAccountName": package.operator, "rules": package.namespaced_rules}));
+    if package.rules.is_empty() {
+        permissions.push(json!({"serviceAccountName": package.operator, "rules": []}));
     }
     if package.renders_packages {
         // No rules: listed so that OLM makes the renderer's ServiceAccount, bound to nothing.
         permissions.push(json!({"serviceAccountName": kubeflow_deploy::renderer_name(&package.operator), "rules": []}));
+    }
+    for companion in &companions {
+        // Likewise: each companion's ServiceAccount, bound to nothing.
+        permissions.push(json!({"serviceAccountName": companion["spec"]["template"]["spec"]["serviceAccountName"], "rules": []}));
     }
     if !permissions.is_empty() {
         spec["install"]["spec"]["permissions"] = json!(permissions);
@@ -234,6 +245,25 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
         },
         "spec": spec,
     })
+}
+
+/// The Role and RoleBinding that grant `package`'s operator its rules in the namespace OLM
+/// installs it in (none if it has none). Bundle objects keep their kind: OLM creates them in the
+/// install namespace, and a ServiceAccount subject without a namespace is the binding's own.
+pub fn namespace_role(package: &Package) -> Vec<Value> {
+    if package.namespaced_rules.is_empty() {
+        return Vec::new();
+    }
+    let name = &package.operator;
+    let labels = json!({"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"});
+    vec![
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name, "labels": labels}, "rules": package.namespaced_rules}),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name}],
+        }),
+    ]
 }
 
 /// The renderer objects `kubeflow_deploy::with_renderer` makes for `package`'s operator at
@@ -276,6 +306,7 @@ pub fn meta_operator_package() -> Package {
         bus_identity: Some(kubeflow_crds::bus::Identity::MetaOperator),
         namespaced_rules: [meta_operator::provision::namespaced_rules(), operator_runtime::leader::lease_rules()].concat(),
         renders_packages: false,
+        companions: no_companions,
         first_release: 0,
         endpoints: &[],
         examples: Box::new(meta_examples),
@@ -316,6 +347,35 @@ fn meta_examples(release: &OperatorRelease) -> Vec<Value> {
         }));
     }
     examples
+}
+
+fn no_companions(_version: &str) -> Vec<Value> {
+    Vec::new()
+}
+
+/// The package of a fleet's spoke: the meta-operator as the spoke's bus provisioner, with no
+/// right outside its namespace and no CRD, and the fleet agent beside it, with no credential. The
+/// component operators the spoke runs are their own packages, connected to its bus.
+pub fn fleet_spoke_package() -> Package {
+    Package {
+        name: "kubeflow-fleet-spoke".into(),
+        display_name: "Kubeflow fleet spoke".into(),
+        summary: "Joins this cluster to a Kubeflow fleet's hub: its own bus, and the agent that relays the hub's desired state.".into(),
+        description: include_str!("fleet-spoke.md").into(),
+        keywords: ["kubeflow", "fleet", "multi-cluster", "nats", "machine learning", "mlops"].map(String::from).into(),
+        operator: "meta-operator".into(),
+        crds: Vec::new(),
+        rules: Vec::new(),
+        created_kinds: BTreeMap::new(),
+        env: kubeflow_deploy::spoke_provisioner_env(),
+        bus_identity: None,
+        namespaced_rules: [meta_operator::provision::namespaced_rules(), operator_runtime::leader::lease_rules()].concat(),
+        renders_packages: false,
+        companions: |version| vec![kubeflow_deploy::fleet_agent_deployment(version)],
+        first_release: releases::first_release("kubeflow-fleet-spoke"),
+        endpoints: &[],
+        examples: Box::new(|_| Vec::new()),
+    }
 }
 
 /// The package of one component operator, installable without the meta-operator.
@@ -359,6 +419,7 @@ pub fn component_package(component: RegisteredComponent) -> Package {
         bus_identity: None,
         namespaced_rules,
         renders_packages: component.renders_packages,
+        companions: no_companions,
         first_release: releases::first_release(&format!("kubeflow-{name}-operator")),
         endpoints: component.endpoints,
         examples: Box::new(example),

@@ -68,6 +68,9 @@ pub struct Package {
     /// The operator sends its builds to a renderer pod (`kubeflow_deploy::with_renderer`), which
     /// the bundle installs beside it.
     pub renders_packages: bool,
+    /// Deployments the bundle runs beside the operator's at a release (by version), each under a
+    /// ServiceAccount of its own bound to no rule.
+    pub companions: fn(&str) -> Vec<Value>,
     /// Endpoints the operator serves besides health and metrics.
     pub endpoints: &'static [component_framework::Endpoint],
     /// Index of the first release that has this package.
@@ -86,10 +89,11 @@ fn yaml(value: &Value) -> String {
     serde_yaml_ng::to_string(value).expect("JSON values serialise to YAML")
 }
 
-/// Every package: the meta-operator and one per component operator.
+/// Every package: the meta-operator, one per component operator, and a fleet spoke's.
 pub fn packages() -> Vec<Package> {
     let mut packages = vec![csv::meta_operator_package()];
     packages.extend(kubeflow_component_registry::all().into_iter().map(csv::component_package));
+    packages.push(csv::fleet_spoke_package());
     packages
 }
 
@@ -114,7 +118,7 @@ fn release_dir(package: &Package, index: usize) -> String {
     format!("{}/{}", package.name, OPERATOR_RELEASES[index].version)
 }
 
-/// The manifests of one bundle: the CSV first, then the CRDs, the Deployment's disruption budget and a renderer's objects. A released bundle's are read from
+/// The manifests of one bundle: the CSV first, then the CRDs, the Deployments' disruption budgets, the operator's Role in its namespace and a renderer's objects. A released bundle's are read from
 /// `dir` (published bundles never change); the release in development's are rendered from code.
 pub fn bundle_manifests(dir: &Path, package: &Package, index: usize) -> Result<Vec<(String, Value)>, BundleError> {
     if OPERATOR_RELEASES[index].is_released() {
@@ -132,10 +136,18 @@ pub fn bundle_manifests(dir: &Path, package: &Package, index: usize) -> Result<V
     let csv = csv::cluster_service_version(package, index);
     let mut manifests = vec![(format!("{}.clusterserviceversion.yaml", package.name), csv)];
     manifests.extend(package.crds.iter().map(|crd| (crd_file(crd), crd.clone())));
-    // OLM creates the budget in the namespace it installs the operator in.
-    let mut budget = kubeflow_deploy::operator_disruption_budget(&package.operator);
-    budget["metadata"].as_object_mut().expect("metadata is an object").remove("namespace");
-    manifests.push((format!("{}.poddisruptionbudget.yaml", package.operator), budget));
+    // OLM creates the budgets in the namespace it installs the operator in.
+    let companions = (package.companions)(OPERATOR_RELEASES[index].version);
+    let names = companions.iter().map(|c| c["metadata"]["name"].as_str().expect("a named Deployment"));
+    for name in std::iter::once(package.operator.as_str()).chain(names) {
+        let mut budget = kubeflow_deploy::operator_disruption_budget(name);
+        budget["metadata"].as_object_mut().expect("metadata is an object").remove("namespace");
+        manifests.push((format!("{name}.poddisruptionbudget.yaml"), budget));
+    }
+    for object in csv::namespace_role(package) {
+        let file = format!("{}.{}.yaml", object["metadata"]["name"].as_str().expect("named"), object["kind"].as_str().expect("a kind").to_lowercase());
+        manifests.push((file, object));
+    }
     // The renderer's objects but its Deployment (in the CSV), ServiceAccount and Role (from the
     // CSV's permissions): its Service, NetworkPolicy and disruption budget.
     for mut object in csv::renderer_objects(package, index).into_iter().filter(|o| ["Service", "NetworkPolicy", "PodDisruptionBudget"].contains(&o["kind"].as_str().unwrap_or_default())) {

@@ -37,7 +37,7 @@ pub const OPERATOR_RELEASES: &[OperatorRelease] = &[
 ];
 
 /// Packages that appeared after the first release, with the version that introduced them.
-pub const INTRODUCED: &[(&str, &str)] = &[("kubeflow-profiles-operator", "0.2.0"), ("kubeflow-kustomize-operator", "0.2.0")];
+pub const INTRODUCED: &[(&str, &str)] = &[("kubeflow-profiles-operator", "0.2.0"), ("kubeflow-kustomize-operator", "0.2.0"), ("kubeflow-fleet-spoke", "0.2.0")];
 
 /// Index of the first release that has package `name`.
 pub fn first_release(name: &str) -> usize {

@@ -67,7 +67,8 @@ fn csv_deployment_is_restricted_with_probes_and_requests() {
         let deployments = csv["spec"]["install"]["spec"]["deployments"].as_array().unwrap();
         // From the release in development on, the generic operator's renderer runs beside it.
         let with_renderer = package.renders_packages && !OPERATOR_RELEASES[index].is_released();
-        assert_eq!(deployments.len(), 1 + usize::from(with_renderer), "{}", package.name);
+        let companions = (package.companions)(OPERATOR_RELEASES[index].version).len();
+        assert_eq!(deployments.len(), 1 + usize::from(with_renderer) + companions, "{}", package.name);
         assert_eq!(deployments[0]["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 0, "never two operators at once");
         assert_eq!(deployments[0]["name"], package.operator);
         for deployment in deployments {
@@ -102,7 +103,9 @@ fn the_release_in_development_bounds_disruptions_of_its_deployment() {
             assert!(budget["metadata"]["namespace"].is_null(), "{}: OLM chooses the namespace", package.name);
             assert_eq!(budget["spec"]["selector"], deployment["spec"]["selector"], "{}", package.name);
             assert_eq!(budget["spec"]["maxUnavailable"], 1, "{}", package.name);
-            assert_eq!(deployment["spec"]["replicas"], 2, "{}", package.name);
+            // The fleet agent alone runs once (kubeflow_deploy::fleet_agent_deployment says why).
+            let replicas = if deployment["name"] == kubeflow_deploy::FLEET_AGENT { 1 } else { 2 };
+            assert_eq!(deployment["spec"]["replicas"], replicas, "{}", package.name);
         }
     }
 }
@@ -129,11 +132,10 @@ fn the_generic_operators_bundle_runs_its_renderer_without_credential_or_network(
     assert_eq!(pod["containers"][0]["args"], json!(["render-server", "--listen=0.0.0.0:8081", "--no-network-route"]));
     assert_eq!(pod["containers"][0]["env"], json!([{"name": "KFOP_RENDERER_CALLERS", "valueFrom": {"secretKeyRef": {"name": "kustomize-renderer-caller", "key": "nkey.pub"}}}]));
     assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {"sizeLimit": "1024Mi"}}]));
-    assert_eq!(install["permissions"][1], json!({"serviceAccountName": "kustomize-renderer", "rules": []}));
+    assert_eq!(install["permissions"], json!([{"serviceAccountName": "kustomize-renderer", "rules": []}]));
     assert!(!install["clusterPermissions"].as_array().unwrap().iter().any(|p| p["serviceAccountName"] == "kustomize-renderer"));
-    let operator_rules = &install["permissions"][0];
-    assert_eq!(operator_rules["serviceAccountName"], "kustomize-operator");
-    let secret_rules: Vec<&Value> = operator_rules["rules"].as_array().unwrap().iter().filter(|r| r["resources"] == json!(["secrets"])).collect();
+    let role = manifests.iter().find(|o| o["kind"] == "Role" && o["metadata"]["name"] == "kustomize-operator").expect("the operator's Role");
+    let secret_rules: Vec<&Value> = role["rules"].as_array().unwrap().iter().filter(|r| r["resources"] == json!(["secrets"])).collect();
     assert_eq!(secret_rules, [&json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}), &json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["kustomize-renderer-caller"]})]);
     let env = install["deployments"][0]["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap().clone();
     assert!(env.contains(&json!({"name": "KFOP_RENDERER_URL", "value": "http://kustomize-renderer:8081"})), "{env:?}");
@@ -149,8 +151,9 @@ fn the_generic_operators_bundle_runs_its_renderer_without_credential_or_network(
 #[test]
 fn csv_permissions_have_no_wildcards_and_cover_the_owned_resources() {
     for (package, _, csv, crds) in csvs() {
-        let rules = csv["spec"]["install"]["spec"]["clusterPermissions"][0]["rules"].as_array().unwrap();
-        for rule in rules {
+        let install = &csv["spec"]["install"]["spec"];
+        let rules: Vec<&Value> = install["clusterPermissions"].as_array().into_iter().flatten().chain(install["permissions"].as_array().into_iter().flatten()).flat_map(|p| p["rules"].as_array().unwrap()).collect();
+        for rule in &rules {
             for field in ["apiGroups", "resources", "verbs"] {
                 assert!(!rule[field].as_array().unwrap().iter().any(|v| v == "*"), "{}: wildcard in {rule}", package.name);
             }
@@ -199,14 +202,14 @@ fn management_state_descriptor_offers_exactly_the_allowed_values() {
 fn alm_examples_use_owned_kinds_and_versions_the_release_ships() {
     for (package, index, csv, crds) in csvs() {
         let examples: Vec<Value> = serde_json::from_str(csv["metadata"]["annotations"]["alm-examples"].as_str().unwrap()).unwrap();
-        assert!(!examples.is_empty());
+        assert_eq!(examples.is_empty(), crds.is_empty(), "{}: an example for each package that owns kinds", package.name);
         for example in &examples {
             let owned = crds.iter().any(|crd| {
                 crd["spec"]["names"]["kind"] == example["kind"] && example["apiVersion"] == format!("{}/{}", crd["spec"]["group"].as_str().unwrap(), crd["spec"]["versions"][0]["name"].as_str().unwrap())
             });
             assert!(owned, "{}: example {} is not an owned kind", package.name, example["kind"]);
         }
-        if package.name != "kubeflow-meta-operator" {
+        if !["kubeflow-meta-operator", "kubeflow-fleet-spoke"].contains(&package.name.as_str()) {
             // The newest version of the component each operator release ships.
             let newest = match (package.name.as_str(), index) {
                 ("kubeflow-istio-operator", 0) => "1.3.1",
@@ -295,7 +298,14 @@ fn the_release_in_development_names_its_images_by_digest_and_supports_disconnect
         let image = format!("{}/{}@{}", lock.repository, package.operator, lock.images[&package.operator]);
         assert_eq!(csv["metadata"]["annotations"]["features.operators.openshift.io/disconnected"], "true", "{}", package.name);
         assert_eq!(csv["metadata"]["annotations"]["containerImage"], image.as_str());
-        assert_eq!(csv["spec"]["relatedImages"], json!([{"name": "operator", "image": image}]));
+        let companions: Vec<Value> = (package.companions)(OPERATOR_RELEASES[index].version)
+            .iter()
+            .map(|d| {
+                let name = d["metadata"]["name"].as_str().unwrap();
+                json!({"name": name, "image": format!("{}/{name}@{}", lock.repository, lock.images[name])})
+            })
+            .collect();
+        assert_eq!(csv["spec"]["relatedImages"], json!([vec![json!({"name": "operator", "image": image})], companions].concat()));
         let containers = &csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"]["containers"];
         assert_eq!(containers[0]["image"], image.as_str());
         // Nothing in the CSV names an operator image by tag.
@@ -311,4 +321,65 @@ fn the_release_in_development_names_its_images_by_digest_and_supports_disconnect
             assert_eq!(bundle["relatedImages"], shipped["spec"]["relatedImages"], "{}", bundle["name"]);
         }
     }
+}
+
+/// A spoke's bundle runs its bus provisioner with rights in its own namespace alone (no
+/// clusterPermissions, so nothing outside it) and owns no kind; its fleet agent runs with no token
+/// under an account bound to nothing, configured by the spoke's ConfigMap, on the bus as itself.
+#[test]
+fn a_spokes_bundle_provisions_in_its_namespace_alone_and_its_agent_holds_no_credential() {
+    let index = OPERATOR_RELEASES.len() - 1;
+    let package = all_packages().iter().find(|p| p.name == "kubeflow-fleet-spoke").expect("the spoke's package");
+    let manifests: Vec<Value> = bundle_manifests(&bundle_dir(), package, index).unwrap().into_iter().map(|(_, o)| o).collect();
+    let csv = &manifests[0];
+    let install = &csv["spec"]["install"]["spec"];
+    assert!(install.get("clusterPermissions").is_none(), "{}", install["clusterPermissions"]);
+    assert!(csv["spec"]["customresourcedefinitions"]["owned"].as_array().unwrap().is_empty());
+    assert!(!manifests.iter().any(|o| o["kind"] == "CustomResourceDefinition"));
+    let provisioner = &install["deployments"][0]["spec"]["template"]["spec"]["containers"][0];
+    let env = provisioner["env"].as_array().unwrap();
+    for (name, key) in [("FLEET_CLUSTER", "cluster"), ("FLEET_HUB_URL", "hubUrl")] {
+        assert!(env.contains(&json!({"name": name, "valueFrom": {"configMapKeyRef": {"name": "fleet-spoke", "key": key}}})), "{name}: {env:?}");
+    }
+    assert!(env.contains(&json!({"name": "PROVISION_NATS_SERVER", "value": "true"})), "{env:?}");
+    let agent = &install["deployments"][1];
+    assert_eq!(agent["name"], "fleet-agent");
+    let pod = &agent["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["serviceAccountName"], "fleet-agent");
+    assert_eq!(install["permissions"], json!([{"serviceAccountName": "meta-operator", "rules": []}, {"serviceAccountName": "fleet-agent", "rules": []}]));
+    let role = manifests.iter().find(|o| o["kind"] == "Role").expect("the provisioner's Role");
+    assert_eq!(role["rules"], serde_json::to_value([meta_operator::provision::namespaced_rules(), operator_runtime::leader::lease_rules()].concat()).unwrap());
+    let agent_env = pod["containers"][0]["env"].as_array().unwrap();
+    assert!(agent_env.contains(&json!({"name": "FLEET_CLUSTER", "valueFrom": {"configMapKeyRef": {"name": "fleet-spoke", "key": "cluster"}}})), "{agent_env:?}");
+    let volumes = serde_json::to_string(&pod["volumes"]).unwrap();
+    assert!(volumes.contains("nats-identity-fleet-agent"), "the agent connects as its own bus identity: {volumes}");
+}
+
+/// OLM lifts a CSV's `permissions` to a ClusterRole under an AllNamespaces OperatorGroup (the only
+/// install mode the bundles support), so no bundle lists a rule there: each operator's rules in its
+/// install namespace are a Role of the bundle, bound to its account there, which OLM creates as it
+/// is (e2e `olm` checks what the account may do in another namespace).
+#[test]
+fn namespaced_rules_are_a_role_of_the_bundle_never_csv_permissions() {
+    let index = OPERATOR_RELEASES.len() - 1;
+    let mut with_role = 0;
+    for package in all_packages() {
+        let manifests: Vec<Value> = bundle_manifests(&bundle_dir(), package, index).unwrap().into_iter().map(|(_, o)| o).collect();
+        let permissions = manifests[0]["spec"]["install"]["spec"]["permissions"].as_array().cloned().unwrap_or_default();
+        assert!(permissions.iter().all(|p| p["rules"] == json!([])), "{}: {permissions:?}", package.name);
+        let role = manifests.iter().find(|o| o["kind"] == "Role");
+        let binding = manifests.iter().find(|o| o["kind"] == "RoleBinding");
+        if package.namespaced_rules.is_empty() {
+            assert!(role.is_none() && binding.is_none(), "{}", package.name);
+            continue;
+        }
+        with_role += 1;
+        let (role, binding) = (role.unwrap(), binding.unwrap());
+        assert_eq!(role["rules"], serde_json::to_value(&package.namespaced_rules).unwrap(), "{}", package.name);
+        assert!(role["metadata"]["namespace"].is_null() && binding["metadata"]["namespace"].is_null(), "{}: OLM chooses the namespace", package.name);
+        assert_eq!(binding["roleRef"], json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}));
+        assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": package.operator}]), "{}: the account in the binding's namespace", package.name);
+    }
+    assert!(with_role >= 3, "the meta-operator, the generic operator and the spoke's provisioner have rules in their namespace");
 }

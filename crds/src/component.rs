@@ -569,6 +569,16 @@ impl ChangePlan {
         }
     }
 
+    /// Leaves out every line but the failures, counting them in `omitted`, and the per-application
+    /// counts; `unchanged` stays (a plan's summary, made before, keeps its totals).
+    pub fn drop_details(&mut self) {
+        for lines in [&mut self.add, &mut self.change, &mut self.prune, &mut self.keep, &mut self.crd_changes, &mut self.leave] {
+            self.omitted = self.omitted.saturating_add(u32::try_from(lines.len()).unwrap_or(u32::MAX));
+            lines.clear();
+        }
+        self.applications.clear();
+    }
+
     /// `N to add, M to change, K to prune, …`.
     pub fn totals(&self) -> String {
         let omitted = if self.omitted > 0 { format!(" ({} lines omitted)", self.omitted) } else { String::new() };

@@ -493,27 +493,34 @@ fn from_spoke_config(name: &str, key: &str) -> Value {
     json!({"name": name, "valueFrom": {"configMapKeyRef": {"name": SPOKE_CONFIG, "key": key}}})
 }
 
-/// The meta-operator as a spoke's bus provisioner (`FLEET_CLUSTER`): it issues the bus's
-/// Secrets and the cluster's NKey and applies the spoke's server; it runs no controller.
-fn spoke_bus_provisioner() -> Value {
-    let mut deployment = operator_deployment("meta-operator", env!("CARGO_PKG_VERSION"));
-    let env = &mut deployment["spec"]["template"]["spec"]["containers"][0]["env"];
-    env.as_array_mut().expect("operator env").extend([
+/// The environment that makes the meta-operator a spoke's bus provisioner (`FLEET_CLUSTER`): it
+/// issues the bus's Secrets and the cluster's NKey and applies the spoke's server in its own
+/// namespace; it runs no controller. The cluster's name and the hub's URL come from ConfigMap
+/// [`SPOKE_CONFIG`].
+pub fn spoke_provisioner_env() -> Vec<Value> {
+    vec![
         json!({"name": "BUS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
         json!({"name": "NATS_REPLICAS", "value": NATS_REPLICAS.to_string()}),
         json!({"name": "PROVISION_NATS_SERVER", "value": "true"}),
         from_spoke_config("FLEET_CLUSTER", "cluster"),
         from_spoke_config("FLEET_HUB_URL", "hubUrl"),
-    ]);
+    ]
+}
+
+fn spoke_bus_provisioner() -> Value {
+    let mut deployment = operator_deployment("meta-operator", env!("CARGO_PKG_VERSION"));
+    let env = &mut deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    env.as_array_mut().expect("operator env").extend(spoke_provisioner_env());
     deployment
 }
 
-/// The fleet agent: a client of the spoke's bus and nothing else. No Kubernetes credential (no
-/// token mounted, its account bound to nothing) and no writable volume. One replica: two relays
-/// could write a cluster's reports to the hub out of order, and with no credential it cannot
-/// elect a leader; while its pod is replaced, the spoke goes on reconciling.
-fn fleet_agent_deployment() -> Value {
-    let mut deployment = operator_deployment(FLEET_AGENT, env!("CARGO_PKG_VERSION"));
+/// The fleet agent at operator release `version`: a client of the spoke's bus and nothing else.
+/// No Kubernetes credential (no token mounted, its account bound to nothing) and no writable
+/// volume. One replica: two relays could write a cluster's reports to the hub out of order, and
+/// with no credential it cannot elect a leader; while its pod is replaced, the spoke goes on
+/// reconciling.
+pub fn fleet_agent_deployment(version: &str) -> Value {
+    let mut deployment = operator_deployment(FLEET_AGENT, version);
     deployment["spec"]["replicas"] = json!(1);
     deployment["spec"]["strategy"] = json!({"type": "Recreate"});
     let pod = &mut deployment["spec"]["template"]["spec"];
@@ -538,7 +545,7 @@ pub fn fleet_spoke_package() -> (String, Vec<(String, String)>) {
     let agent_account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": FLEET_AGENT, "namespace": OPERATOR_NAMESPACE}, "automountServiceAccountToken": false});
     let rbac = [meta_operator_account.collect(), meta_operator_namespaced_rbac(), vec![agent_account], components.rbac].concat();
     let mut objects = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
-    objects.extend([spoke_bus_provisioner(), operator_disruption_budget("meta-operator"), fleet_agent_deployment(), operator_disruption_budget(FLEET_AGENT)]);
+    objects.extend([spoke_bus_provisioner(), operator_disruption_budget("meta-operator"), fleet_agent_deployment(env!("CARGO_PKG_VERSION")), operator_disruption_budget(FLEET_AGENT)]);
     objects.extend(components.objects);
     let files = vec![
         ("kustomization.yaml".to_string(), kustomization(&["crd.yaml", "rbac.yaml", "operators.yaml", "installer.yaml"])),

@@ -2,6 +2,7 @@
 //! found through `KUBECONFIG` and `NATS_URL` (both written to `$STATE_DIR/env`).
 
 pub mod fleet;
+pub mod kubelet;
 pub mod olm;
 
 use std::collections::BTreeMap;
@@ -749,6 +750,27 @@ pub async fn service_account_kubeconfig_with(client: &Client, admin: &std::path:
     let path = std::env::temp_dir().join(unique_name(&format!("kubeconfig-{name}")));
     std::fs::write(&path, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
     path
+}
+
+/// A client that authenticates as `kubeconfig` says (e.g. one of [`service_account_kubeconfig`]).
+pub async fn client_from(kubeconfig: &std::path::Path) -> Client {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig).unwrap_or_else(|e| panic!("read {}: {e}", kubeconfig.display()));
+    Client::try_from(kube::Config::from_custom_kubeconfig(config, &Default::default()).await.unwrap()).unwrap()
+}
+
+/// Whether `client`'s identity may `verb` `resource` of API `group` (in `namespace`, or
+/// cluster-wide), as the API server's authorizer answers it.
+pub async fn may(client: &Client, verb: &str, group: &str, resource: &str, namespace: Option<&str>) -> bool {
+    use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes { verb: Some(verb.into()), group: Some(group.into()), resource: Some(resource.into()), namespace: namespace.map(Into::into), ..Default::default() }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    reviews.create(&PostParams::default(), &review).await.unwrap().status.unwrap().allowed
 }
 
 /// The version of each component installed for the resource `name` in `namespace` (its

@@ -9,6 +9,7 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use kubeflow_crds::bus::{self, Identity, StatusReport};
 use kubeflow_crds::{ComponentKind, Katib, KfDef};
+use kubeflow_e2e::kubelet::{container_env, first_container, mount_volumes, secret_data};
 use kubeflow_e2e::*;
 use operator_runtime::nats;
 use serde_json::json;
@@ -219,11 +220,6 @@ async fn a_refusal_is_withdrawn_when_the_applied_value_is_put_back() {
 }
 
 /// The material of Secret `name`, key `key`.
-async fn secret_data(secrets: &Api<k8s_openapi::api::core::v1::Secret>, name: &str, key: &str) -> String {
-    let secret = secrets.get(name).await.unwrap_or_else(|e| panic!("Secret {name}: {e}"));
-    String::from_utf8(secret.data.unwrap()[key].0.clone()).unwrap()
-}
-
 /// A [`provisioned_server`]'s process, killed when dropped (a failed test leaves none behind).
 struct ServerProcess(std::process::Child);
 
@@ -241,73 +237,6 @@ struct Ports {
     client: u16,
     monitor: Option<u16>,
     leaf: Option<u16>,
-}
-
-/// The files the kubelet would mount for `container` of `pod` (in `namespace`): each mounted
-/// volume's ConfigMap or Secret written under `dir/<volume>` (a volume claim: an empty
-/// directory). Returns each mount path with its directory.
-async fn mount_volumes(client: &kube::Client, namespace: &str, pod: &k8s_openapi::api::core::v1::PodSpec, container: &k8s_openapi::api::core::v1::Container, dir: &std::path::Path) -> Vec<(String, std::path::PathBuf)> {
-    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-    let mut mounts = Vec::new();
-    for mount in container.volume_mounts.iter().flatten() {
-        let local = dir.join(&mount.name);
-        std::fs::create_dir_all(&local).unwrap();
-        let volume = pod.volumes.iter().flatten().find(|v| v.name == mount.name);
-        let files: Vec<(String, Vec<u8>)> = match (volume.and_then(|v| v.config_map.as_ref()), volume.and_then(|v| v.secret.as_ref())) {
-            (Some(config_map), _) => {
-                let data = Api::<ConfigMap>::namespaced(client.clone(), namespace).get(&config_map.name).await.unwrap_or_else(|e| panic!("ConfigMap {}: {e}", config_map.name)).data.unwrap_or_default();
-                data.into_iter().map(|(k, v)| (k, v.into_bytes())).collect()
-            }
-            (_, Some(secret)) => {
-                let name = secret.secret_name.clone().unwrap_or_default();
-                let found = Api::<Secret>::namespaced(client.clone(), namespace).get_opt(&name).await.unwrap();
-                assert!(found.is_some() || secret.optional == Some(true), "Secret {namespace}/{name}, which the pod mounts, is missing");
-                found.and_then(|s| s.data).unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()
-            }
-            _ => Vec::new(),
-        };
-        for (file, bytes) in files {
-            std::fs::write(local.join(file), bytes).unwrap();
-        }
-        mounts.push((mount.mount_path.clone(), local));
-    }
-    mounts
-}
-
-/// The environment the kubelet would give `container` of pod `pod_name` in `namespace`: values
-/// (with `$(VAR)` references to earlier ones), the pod's name and namespace, ConfigMap and
-/// Secret keys (a missing one fails the test, as the pod would not start).
-async fn container_env(client: &kube::Client, namespace: &str, container: &k8s_openapi::api::core::v1::Container, pod_name: &str) -> Vec<(String, String)> {
-    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-    let mut env: Vec<(String, String)> = Vec::new();
-    for var in container.env.iter().flatten() {
-        let value = match (&var.value, &var.value_from) {
-            (Some(value), _) => env.iter().fold(value.clone(), |v, (name, earlier)| v.replace(&format!("$({name})"), earlier)),
-            (None, Some(from)) => match (&from.field_ref, &from.config_map_key_ref, &from.secret_key_ref) {
-                (Some(field), _, _) => match field.field_path.as_str() {
-                    "metadata.name" => pod_name.to_string(),
-                    "metadata.namespace" => namespace.to_string(),
-                    other => panic!("{}: field {other} is not emulated", var.name),
-                },
-                (_, Some(key), _) => {
-                    let data = Api::<ConfigMap>::namespaced(client.clone(), namespace).get(&key.name).await.unwrap_or_else(|e| panic!("{}: ConfigMap {}: {e}", var.name, key.name)).data.unwrap_or_default();
-                    data.get(&key.key).unwrap_or_else(|| panic!("{}: ConfigMap {} has no {}", var.name, key.name, key.key)).clone()
-                }
-                (_, _, Some(key)) => secret_data(&Api::<Secret>::namespaced(client.clone(), namespace), &key.name, &key.key).await,
-                _ => panic!("{}: this source is not emulated", var.name),
-            },
-            (None, None) => String::new(),
-        };
-        env.push((var.name.clone(), value));
-    }
-    env
-}
-
-/// The first container of a pod template, with the template's pod spec.
-fn first_container(template: &k8s_openapi::api::core::v1::PodTemplateSpec) -> (k8s_openapi::api::core::v1::PodSpec, k8s_openapi::api::core::v1::Container) {
-    let pod = template.spec.clone().unwrap();
-    let container = pod.containers[0].clone();
-    (pod, container)
 }
 
 /// A nats-server run as the provisioned StatefulSet's pod `nats-0` would be: its volumes'
@@ -563,7 +492,6 @@ async fn the_hubs_provisioned_server_admits_exactly_the_registered_clusters() {
 #[tokio::test]
 async fn a_spoke_installed_from_its_package_joins_the_hub_and_relays_its_desired_state() {
     use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-    use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
     use k8s_openapi::api::core::v1::Secret;
     use kubeflow_crds::fleet::{self, ClusterName};
     use kubeflow_crds::fleet_cluster::FleetCluster;
@@ -597,18 +525,8 @@ async fn a_spoke_installed_from_its_package_joins_the_hub_and_relays_its_desired
 
     // The package's meta-operator: its account reaches nothing outside its namespace.
     let provisioner_kubeconfig = service_account_kubeconfig_with(&spoke_client, &spoke.kubeconfig, OPERATORS, "meta-operator").await;
-    let provisioner_client = kube::Client::try_from(kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&provisioner_kubeconfig).unwrap(), &Default::default()).await.unwrap()).unwrap();
-    let may = |verb: &str, group: &str, resource: &str, namespace: Option<&str>| {
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes { verb: Some(verb.into()), group: Some(group.into()), resource: Some(resource.into()), namespace: namespace.map(Into::into), ..Default::default() }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let reviews: Api<SelfSubjectAccessReview> = Api::all(provisioner_client.clone());
-        async move { reviews.create(&PostParams::default(), &review).await.unwrap().status.unwrap().allowed }
-    };
+    let provisioner_client = client_from(&provisioner_kubeconfig).await;
+    let may = |verb, group, resource, namespace| may(&provisioner_client, verb, group, resource, namespace);
     assert!(may("create", "apps", "statefulsets", Some(OPERATORS)).await);
     assert!(!may("get", "", "secrets", Some("kube-system")).await, "the spoke's provisioner reads Secrets outside its namespace");
     assert!(!may("list", "kfdef.apps.kubeflow.org", "kfdefs", None).await, "the spoke's provisioner reads KfDefs");

@@ -35,7 +35,11 @@ impl Subscribed {
 
     /// Serves the catalog as it was when `last` was the newest bundle, then subscribes.
     async fn install(client: &Client, olm: &mut Olm, package: &str, last: &str) -> Self {
-        let namespace = TestNamespace::create(client, "olm-install").await;
+        Self::install_into(client, olm, TestNamespace::create(client, "olm-install").await, package, last).await
+    }
+
+    /// As [`Subscribed::install`], into `namespace`, which holds what the package needs first.
+    async fn install_into(client: &Client, olm: &mut Olm, namespace: TestNamespace, package: &str, last: &str) -> Self {
         let address = olm.serve_catalog(&catalog_until(package, last)).await;
         let ns = namespace.name.as_str();
         let create = |api: Api<DynamicObject>, object: Value| async move {
@@ -176,6 +180,45 @@ async fn upgrade_to(olm: &mut Olm, subscribed: &Subscribed, operator: &str, olde
     subscribed.examples_are_valid(&csv).await
 }
 
+/// The account of `kubeconfig` may `verb` `resource` (core API) in `namespace`, where OLM
+/// installed it, and nowhere else: OLM created the bundle's Role as it is, not lifted to a
+/// ClusterRole as it lifts a CSV's `permissions` under an AllNamespaces OperatorGroup.
+async fn only_in_its_namespace(kubeconfig: &Path, namespace: &str, resource: &str, verb: &str) {
+    let operator = client_from(kubeconfig).await;
+    eventually(&format!("{verb} {resource} in {namespace}"), || async { if may(&operator, verb, "", resource, Some(namespace)).await { Ok(()) } else { Err("not yet".to_string()) } }).await;
+    for elsewhere in ["kube-system", "default"] {
+        assert!(!may(&operator, verb, "", resource, Some(elsewhere)).await, "{} may {verb} {resource} in {elsewhere}", kubeconfig.display());
+    }
+}
+
+/// What OLM bound ServiceAccount `account` to grants nothing but what OLM gives every CSV
+/// Deployment's account (its own OperatorCondition), which a pod without a token cannot use.
+async fn bound_to_nothing(client: &Client, namespace: &str, account: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+    let granted = |rules: Vec<PolicyRule>| -> Vec<PolicyRule> {
+        rules.into_iter().filter(|r| r.api_groups.as_deref() != Some(&["operators.coreos.com".to_string()]) || r.resources.as_deref() != Some(&["operatorconditions".to_string()])).collect()
+    };
+    let roles: Api<Role> = Api::namespaced(client.clone(), namespace);
+    for binding in Api::<RoleBinding>::namespaced(client.clone(), namespace).list(&Default::default()).await.unwrap() {
+        if binding.subjects.iter().flatten().any(|s| s.name == account) {
+            assert_eq!(binding.role_ref.kind, "Role", "{binding:?}");
+            let rules = granted(roles.get(&binding.role_ref.name).await.unwrap().rules.unwrap_or_default());
+            assert!(rules.is_empty(), "{account} may {rules:?}");
+        }
+    }
+    // The empty Role of the CSV's `permissions`, lifted by OLM to a ClusterRole to which OLM adds
+    // viewing namespaces, and nothing more.
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    let olm_view = PolicyRule { api_groups: Some(vec![String::new()]), resources: Some(vec!["namespaces".into()]), verbs: ["get", "list", "watch"].map(String::from).into(), ..Default::default() };
+    for binding in Api::<ClusterRoleBinding>::all(client.clone()).list(&Default::default()).await.unwrap() {
+        if binding.subjects.iter().flatten().any(|s| s.name == account && s.namespace.as_deref() == Some(namespace)) {
+            let mut rules = granted(cluster_roles.get(&binding.role_ref.name).await.unwrap().rules.unwrap_or_default());
+            rules.retain(|r| *r != olm_view);
+            assert!(rules.is_empty(), "{account} may, in every namespace, {rules:?}");
+        }
+    }
+}
+
 fn start_meta(nats: &NatsServer, kubeconfig: &Path) -> OperatorProcess {
     OperatorProcess::on_bus("meta-operator", nats, kubeflow_crds::bus::Identity::MetaOperator, &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())])
 }
@@ -220,6 +263,8 @@ async fn meta_operator_package_installs_with_olm_and_upgrades_along_the_channel(
     // the Kubeflow version of the newer release's example.
     meta.kill();
     let kubeconfig = service_account_kubeconfig(&client, &ns, "meta-operator").await;
+    // The newer release provisions the bus in its namespace, and Secrets nowhere else.
+    only_in_its_namespace(&kubeconfig, &ns, "secrets", "get").await;
     let meta = start_meta(&nats, &kubeconfig);
     let newer_kubeflow = &examples.iter().find(|e| e["kind"] == "KfDef").unwrap()["spec"]["version"];
     assert_ne!(newer_kubeflow.as_str(), kfdef.spec.version.as_deref(), "the newer release's example should name a newer Kubeflow");
@@ -313,7 +358,6 @@ async fn every_bundles_alm_examples_are_accepted_by_the_api_server() {
 async fn the_generic_operators_package_installs_its_renderer_with_olm() {
     use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
     use k8s_openapi::api::networking::v1::NetworkPolicy;
-    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     let _serial = SERIAL.lock().await;
     let client = client().await;
     let package = "kubeflow-kustomize-operator";
@@ -334,20 +378,11 @@ async fn the_generic_operators_package_installs_its_renderer_with_olm() {
     // Egress among its types and no egress rule (the API server drops the empty list): every
     // egress denied.
     assert!(spec.egress.unwrap_or_default().is_empty(), "every egress denied");
-    // What OLM bound the renderer's account to grants nothing but what OLM gives every CSV
-    // Deployment's account (its own OperatorCondition), which a pod without a token cannot use.
-    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
-    for binding in Api::<RoleBinding>::namespaced(client.clone(), &ns).list(&Default::default()).await.unwrap() {
-        if binding.subjects.iter().flatten().any(|s| s.name == "kustomize-renderer") {
-            assert_eq!(binding.role_ref.kind, "Role", "{binding:?}");
-            let rules = roles.get(&binding.role_ref.name).await.unwrap().rules.unwrap_or_default();
-            let granted: Vec<_> = rules.iter().filter(|r| r.api_groups.as_deref() != Some(&["operators.coreos.com".to_string()]) || r.resources.as_deref() != Some(&["operatorconditions".to_string()])).collect();
-            assert!(granted.is_empty(), "the renderer may {granted:?}");
-        }
-    }
+    bound_to_nothing(&client, &ns, "kustomize-renderer").await;
 
     // The operator with the CSV's RBAC makes its caller key (and would refuse to start without).
     let kubeconfig = service_account_kubeconfig(&client, &ns, "kustomize-operator").await;
+    only_in_its_namespace(&kubeconfig, &ns, "secrets", "create").await;
     let env = [
         ("KUBECONFIG", kubeconfig.to_str().unwrap()),
         (kubeflow_manifests::remote::RENDERER_URL_ENV, "http://127.0.0.1:9"),
@@ -362,5 +397,86 @@ async fn the_generic_operators_package_installs_its_renderer_with_olm() {
     let seed = String::from_utf8(data["nkey.seed"].0.clone()).unwrap();
     assert_eq!(kubeflow_manifests::remote::CallerKey::from_secret_data("caller", Some(seed.as_bytes()), Some(public.as_bytes())).unwrap().public_key(), public);
     drop(operator);
+    subscribed.uninstall(&newest).await;
+}
+
+/// A fleet spoke's package installs with OLM into the namespace its admin prepared (ConfigMap
+/// `fleet-spoke`, the hub's CA): its bus provisioner and its fleet agent, each running the image
+/// the CSV lists. The agent's account is bound to nothing. The provisioner, run with the CSV's
+/// account and the environment its Deployment gives, cannot reach outside its namespace, and still
+/// provisions the spoke's bus as the cluster's: a server named after the cluster, a leaf connection
+/// to the hub's URL with the hub's CA, the cluster's leaf key, and the agent's identity, all that
+/// the agent's pod needs to start.
+#[tokio::test]
+async fn the_fleet_spoke_package_installs_with_olm_and_provisions_the_spokes_bus() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use kubeflow_e2e::kubelet::{container_env, first_container, mount_volumes, secret_data};
+    use meta_operator::provision;
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    let package = "kubeflow-fleet-spoke";
+    let namespace = TestNamespace::create(&client, "olm-spoke").await;
+    let ns = namespace.name.clone();
+    let cluster = unique_name("olm-spoke");
+    let hub_url = "tls://hub.example.org:7422";
+    let admin_objects = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fleet-spoke", "namespace": ns}, "data": {"cluster": cluster, "hubUrl": hub_url}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": provision::HUB_CA_SECRET, "namespace": ns}, "stringData": {"ca.crt": "the hub's CA"}},
+    ]});
+    let file = std::env::temp_dir().join(unique_name("spoke-admin"));
+    std::fs::write(&file, admin_objects.to_string()).unwrap();
+    kubectl(&["apply", "--server-side", "-f", file.to_str().unwrap()]);
+
+    let mut olm = Olm::start(&client).await;
+    let newest = channel_entries(package).last().unwrap().clone();
+    let subscribed = Subscribed::install_into(&client, &mut olm, namespace, package, &newest).await;
+    let csv = subscribed.succeeded(&newest).await;
+    subscribed.deployment_at("meta-operator", &csv).await;
+    let agent = deployment_available(&client, &ns, "fleet-agent").await;
+    let (agent_pod, agent_container) = first_container(&agent.spec.unwrap().template);
+    let related = csv.data["spec"]["relatedImages"].as_array().unwrap().iter().find(|i| i["name"] == "fleet-agent").unwrap_or_else(|| panic!("no fleet-agent in {}", csv.data["spec"]["relatedImages"]));
+    assert_eq!(agent_container.image.as_deref(), related["image"].as_str());
+    assert_eq!(agent_pod.automount_service_account_token, Some(false));
+    assert_eq!(agent_pod.service_account_name.as_deref(), Some("fleet-agent"));
+    bound_to_nothing(&client, &ns, "fleet-agent").await;
+
+    let kubeconfig = service_account_kubeconfig(&client, &ns, "meta-operator").await;
+    only_in_its_namespace(&kubeconfig, &ns, "secrets", "get").await;
+    let provisioner_client = client_from(&kubeconfig).await;
+    assert!(may(&provisioner_client, "create", "apps", "statefulsets", Some(&ns)).await);
+    assert!(!may(&provisioner_client, "list", "kfdef.apps.kubeflow.org", "kfdefs", None).await, "the spoke's provisioner reads KfDefs");
+    assert!(!may(&provisioner_client, "create", "apps", "deployments", Some(&ns)).await, "the spoke's provisioner makes Deployments");
+    let provisioner = deployment_available(&client, &ns, "meta-operator").await;
+    let (_, container) = first_container(&provisioner.spec.unwrap().template);
+    let mut env = container_env(&client, &ns, &container, "meta-operator-0").await;
+    env.push(("KUBECONFIG".to_string(), kubeconfig.to_string_lossy().into_owned()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let provisioner = OperatorProcess::start("meta-operator", &[], &env);
+
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    eventually(&format!("the spoke's bus provisioned for {cluster} (log: {})", provisioner.log.display()), || async {
+        let statefulset = statefulsets.get("nats").await.map_err(|e| e.to_string())?;
+        let env = format!("{:?}", statefulset.spec.unwrap().template.spec.unwrap().containers[0].env);
+        if !env.contains(&format!("{cluster}-$(POD_NAME)")) {
+            return Err(env);
+        }
+        let config = configs.get("nats-config").await.map_err(|e| e.to_string())?.data.unwrap_or_default().remove("nats.conf").unwrap_or_default();
+        let joins_the_hub = config.contains(&format!("remotes: [{{url: \"{hub_url}\", nkey: $KFOP_FLEET_SEED, tls: {{ca_file: \"/etc/nats/hub/ca.crt\""));
+        if joins_the_hub && config.contains(&format!("domain: \"{cluster}\"")) { Ok(()) } else { Err(config) }
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let leaf_key = secret_data(&secrets, provision::LEAF_IDENTITY_SECRET, "nkey.pub").await;
+    assert!(leaf_key.starts_with('U') && leaf_key.len() == 56, "the cluster's leaf key is an NKey user: {leaf_key}");
+
+    // The agent's pod can start: every file it mounts exists, and its environment names the cluster.
+    let dir = std::env::temp_dir().join(unique_name("olm-spoke-agent"));
+    let mounts = mount_volumes(&client, &ns, &agent_pod, &agent_container, &dir).await;
+    assert!(!mounts.is_empty(), "the agent mounts its bus identity");
+    let agent_env = container_env(&client, &ns, &agent_container, "fleet-agent-0").await;
+    assert!(agent_env.contains(&("FLEET_CLUSTER".to_string(), cluster.clone())), "{agent_env:?}");
+    drop(provisioner);
     subscribed.uninstall(&newest).await;
 }

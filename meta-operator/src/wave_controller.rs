@@ -209,13 +209,18 @@ async fn plan_clusters(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Ap
         // Reports arrive as triggers; only the deadline needs a timer.
         return Ok(Action::requeue(left + Duration::from_secs(1)));
     }
-    let summary: Vec<String> = status
+    let trimmed = waves::bound_plans(&mut status.waves);
+    let mut summary: Vec<String> = status
         .waves
         .iter()
         .flat_map(|w| w.clusters.iter())
         .filter(|c| !c.plan.is_empty())
         .map(|c| format!("cluster {}: {}", c.name, c.plan.iter().map(|p| format!("{} {} → {}: {}", p.component, p.from_version, p.to_version, p.summary)).collect::<Vec<_>>().join(", ")))
         .collect();
+    if trimmed > 0 {
+        // First, so that a message cut to its bound still says it.
+        summary.insert(0, format!("the plans of the last {trimmed} clusters keep their summaries but not their lines, to keep this status small"));
+    }
     condition(status, "Planned", true, "Planned", &summary.join("; "), up.meta().generation);
     event(ctx, up, EventType::Normal, "Planned", summary.join("; ")).await;
     status.phase = Some(UpgradePhase::Upgrading);

@@ -44,6 +44,34 @@ pub fn assign(waves: &[Wave], clusters: &[(String, BTreeMap<String, String>)]) -
     Ok(assigned)
 }
 
+/// Most bytes the clusters' plans take in a fleet upgrade's status (serialised), so that the
+/// status of an upgrade of hundreds of clusters stays well under what the API server stores
+/// (1.5 MiB per object in etcd by default).
+pub const PLANS_IN_STATUS_MAX: usize = 256 * 1024;
+
+/// Bounds the clusters' plans to [`PLANS_IN_STATUS_MAX`]: beyond it, the plans of the last
+/// clusters (latest wave first) keep their summaries and lose their lines
+/// ([`kubeflow_crds::component::ChangePlan::drop_details`]), so the first waves, looked at first,
+/// keep theirs longest. Returns how many clusters' plans lost their lines.
+pub fn bound_plans(waves: &mut [WaveStatus]) -> usize {
+    let size = |cluster: &ClusterUpgrade| serde_json::to_vec(&cluster.plan).map_or(0, |bytes| bytes.len());
+    let mut total: usize = waves.iter().flat_map(|w| &w.clusters).map(size).sum();
+    let mut trimmed = 0;
+    for cluster in waves.iter_mut().rev().flat_map(|w| w.clusters.iter_mut().rev()) {
+        if total <= PLANS_IN_STATUS_MAX {
+            break;
+        }
+        let before = size(cluster);
+        cluster.plan.iter_mut().for_each(|step| step.changes.drop_details());
+        let after = size(cluster);
+        if after < before {
+            total -= before - after;
+            trimmed += 1;
+        }
+    }
+    trimmed
+}
+
 /// What cluster `name` gets for `steps` (an upgrade's moves on it) over its pins `previous`.
 pub fn cluster_plan(name: &str, steps: &[UpgradeStep], previous: Option<ClusterPins>) -> ClusterUpgrade {
     let mut target = previous.clone().unwrap_or_default();
@@ -411,5 +439,73 @@ mod tests {
         let skipped = advance(&spec(&format!("{WAVES}  staleClusters: Skip\n")), &mut w, Some(&stale), &at(0));
         assert!(skipped.writes.is_empty());
         assert_eq!((w[0].clusters[0].phase, skipped.verdict), (ClusterUpgradePhase::Skipped, Verdict::Succeeded));
+    }
+
+    /// A plan with `lines` lines of `length` bytes in each list, and a count for each of 40
+    /// applications. With `ChangePlan::MAX_LINES` of `ChangePlan::MAX_LINE`, the largest a
+    /// component operator makes.
+    fn plan_of(component: ComponentKind, lines: usize, length: usize) -> kubeflow_crds::kfupgrade::StepPlan {
+        use kubeflow_crds::component::{ApplicationChanges, ChangePlan, PlanList};
+        let mut changes = ChangePlan { spec_hash: "0123456789abcdef".into(), version: "v1.3.0".into(), unchanged: 120, ..Default::default() };
+        for list in [PlanList::Add, PlanList::Change, PlanList::Prune, PlanList::Keep, PlanList::CrdChanges, PlanList::Leave] {
+            for line in 0..lines {
+                changes.push(list, format!("Deployment kubeflow/object-{line} {}", "x".repeat(length)));
+            }
+        }
+        changes.applications = (0..40).map(|a| ApplicationChanges { name: format!("application-{a}"), add: 10, change: 3, prune: 1, keep: 0 }).collect();
+        kubeflow_crds::kfupgrade::StepPlan { component, from_version: "v1.2.0".into(), to_version: "v1.3.0".into(), summary: changes.totals(), changes }
+    }
+
+    /// A wave of `clusters` clusters, each moving every component, with plans of `lines` lines of
+    /// `length` bytes per list.
+    fn planned_wave(name: &str, clusters: usize, lines: usize, length: usize) -> WaveStatus {
+        let steps: Vec<UpgradeStep> = ComponentKind::ALL.iter().map(|c| upgrade_step(*c, "v1.2.0", "v1.3.0")).collect();
+        let previous = ClusterPins { components: ComponentKind::ALL.iter().map(|c| (c.name().to_string(), "v1.2.0".to_string())).collect(), repos: vec![] };
+        let clusters = (0..clusters)
+            .map(|n| {
+                let mut cluster = cluster_plan(&format!("{name}-{n:03}"), &steps, Some(previous.clone()));
+                cluster.plan = ComponentKind::ALL.iter().map(|c| plan_of(*c, lines, length)).collect();
+                cluster
+            })
+            .collect();
+        WaveStatus { name: name.into(), phase: WavePhase::Pending, clusters }
+    }
+
+    #[test]
+    fn the_plans_of_hundreds_of_clusters_stay_within_what_the_api_server_stores() {
+        use kubeflow_crds::component::ChangePlan;
+        use kubeflow_crds::kfupgrade::KfUpgradeStatus;
+        // The largest plans a component operator makes, on 301 clusters.
+        let largest = |name, clusters| planned_wave(name, clusters, ChangePlan::MAX_LINES + 5, ChangePlan::MAX_LINE);
+        let whole = largest("canary", 1).clusters[0].plan.clone();
+        let mut waves = vec![largest("canary", 1), largest("rest", 300)];
+        assert_eq!(bound_plans(&mut waves), 301);
+        let bytes = serde_json::to_vec(&KfUpgradeStatus { waves: waves.clone(), ..Default::default() }).unwrap().len();
+        // etcd stores at most 1.5 MiB per object, and the rest of the object needs room.
+        assert!(bytes < 1024 * 1024, "{bytes} bytes of status for 301 clusters");
+        let last = &waves[1].clusters[299].plan[0];
+        assert!(last.changes.add.is_empty() && last.changes.leave.is_empty() && last.changes.applications.is_empty());
+        assert_eq!(last.changes.omitted, whole[0].changes.omitted + 6 * ChangePlan::MAX_LINES as u32, "every line left out is counted");
+        assert_eq!((&last.summary, last.changes.unchanged), (&whole[0].summary, whole[0].changes.unchanged), "the summary stays");
+    }
+
+    #[test]
+    fn the_first_waves_keep_their_plans_whole_longest_and_plans_that_fit_keep_every_line() {
+        let typical = |name, clusters| planned_wave(name, clusters, 3, 60);
+        let whole = typical("canary", 1).clusters[0].plan.clone();
+        let mut waves = vec![typical("canary", 1), typical("rest", 40)];
+        let trimmed = bound_plans(&mut waves);
+        assert!(trimmed > 0 && trimmed < 40, "{trimmed}");
+        assert_eq!(waves[0].clusters[0].plan, whole, "the canary keeps its whole plan");
+        // The clusters that lost their lines are the last ones.
+        let kept: Vec<bool> = waves[1].clusters.iter().map(|c| c.plan == whole).collect();
+        assert_eq!(kept, [vec![true; 40 - trimmed], vec![false; trimmed]].concat());
+        let size: usize = waves.iter().flat_map(|w| &w.clusters).map(|c| serde_json::to_vec(&c.plan).unwrap().len()).sum();
+        assert!(size <= PLANS_IN_STATUS_MAX, "{size}");
+
+        let mut fits = vec![typical("canary", 1), typical("rest", 2)];
+        let before = fits.clone();
+        assert_eq!(bound_plans(&mut fits), 0);
+        assert_eq!(fits, before);
     }
 }

@@ -40,20 +40,21 @@ pub const EVENT_NOTE_MAX: usize = 1024;
 /// An Event whose note is cut to [`EVENT_NOTE_MAX`] bytes (at a character boundary, ending in
 /// "…"): notes carry error messages, and an API server's message can run to kilobytes.
 pub fn event(type_: kube::runtime::events::EventType, reason: &str, note: String, action: &str) -> kube::runtime::events::Event {
-    kube::runtime::events::Event { type_, reason: reason.into(), note: Some(bounded_note(note)), action: action.into(), secondary: None }
+    kube::runtime::events::Event { type_, reason: reason.into(), note: Some(cut_to(note, EVENT_NOTE_MAX)), action: action.into(), secondary: None }
 }
 
-fn bounded_note(mut note: String) -> String {
+/// `text` cut to at most `max` bytes, at a character boundary, ending in "…" where it was cut.
+pub fn cut_to(mut text: String, max: usize) -> String {
     const ELLIPSIS: &str = "…";
-    if note.len() > EVENT_NOTE_MAX {
-        let mut end = EVENT_NOTE_MAX - ELLIPSIS.len();
-        while !note.is_char_boundary(end) {
+    if text.len() > max {
+        let mut end = max.saturating_sub(ELLIPSIS.len());
+        while !text.is_char_boundary(end) {
             end -= 1;
         }
-        note.truncate(end);
-        note.push_str(ELLIPSIS);
+        text.truncate(end);
+        text.push_str(ELLIPSIS);
     }
-    note
+    text
 }
 
 #[cfg(test)]
@@ -62,12 +63,12 @@ mod tests {
 
     #[test]
     fn event_notes_are_cut_to_what_the_api_server_accepts() {
-        assert_eq!(super::bounded_note("short".into()), "short");
+        assert_eq!(super::cut_to("short".into(), 1024), "short");
         let exact = "a".repeat(1024);
-        assert_eq!(super::bounded_note(exact.clone()), exact);
+        assert_eq!(super::cut_to(exact.clone(), 1024), exact);
         // 1021 bytes of 'a', then a 2-byte character across the cut: it goes whole.
         let long = format!("{}é{}", "a".repeat(1020), "b".repeat(2000));
-        let cut = super::bounded_note(long);
+        let cut = super::cut_to(long, 1024);
         assert_eq!(cut, format!("{}…", "a".repeat(1020)));
         assert!(cut.len() <= 1024);
     }
