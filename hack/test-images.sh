@@ -62,6 +62,8 @@ package_dir() { case $1 in meta-operator) echo deploy/meta-operator ;; fleet-age
 # What a binary needs on its command line besides its health port: the agent, its cluster's name
 # (deploy/fleet-spoke's ConfigMap gives it in a pod).
 extra_args() { case $1 in fleet-agent) echo '["--cluster=image-test"]' ;; *) echo '[]' ;; esac; }
+# Whether the pod mounts its ServiceAccount token (the fleet agent's does not: it holds no credential).
+token() { [[ $1 != fleet-agent ]] && echo true || echo false; }
 
 # --- each image runs as its nonroot user and becomes ready ----------------------------------------
 printf '127.0.0.1 localhost\n' >"$WORK/hosts"
@@ -124,7 +126,7 @@ while read -r op digest layer_bytes gz_bytes; do
   # host's network (the API server listens on loopback), a read-only root as in deploy/, the
   # mounts, the in-cluster environment; no cgroups (see runtime()).
   jq --arg secrets "$secrets" --arg identity "$identity" --arg hosts "$WORK/hosts" --arg port "$port" --arg apiport "$APISERVER_PORT" \
-     --arg nats "tls://localhost:$NATS_PORT" --argjson extra "$(extra_args "$op")" '
+     --arg nats "tls://localhost:$NATS_PORT" --argjson extra "$(extra_args "$op")" --argjson token "$(token "$op")" '
     .process.terminal = false
     | .process.args += ["--metrics-addr=127.0.0.1:\($port)"] + $extra
     | .process.env += ["KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=\($apiport)", "NATS_URL=\($nats)", "NATS_NKEY_FILE=/var/run/kubeflow/nats/nkey.seed", "NATS_CA_FILE=/var/run/kubeflow/nats/ca.crt", "RUST_LOG=info"]
@@ -132,8 +134,7 @@ while read -r op digest layer_bytes gz_bytes; do
     | .linux.namespaces |= map(select(.type != "network"))
     | del(.linux.resources, .linux.cgroupsPath)
     | .mounts |= map(select(.type != "cgroup"))
-    | .mounts += [
-        {destination: "/var/run/secrets/kubernetes.io/serviceaccount", type: "bind", source: $secrets, options: ["rbind", "ro"]},
+    | .mounts += (if $token then [{destination: "/var/run/secrets/kubernetes.io/serviceaccount", type: "bind", source: $secrets, options: ["rbind", "ro"]}] else [] end) + [
         {destination: "/var/run/kubeflow/nats", type: "bind", source: $identity, options: ["rbind", "ro"]},
         {destination: "/etc/hosts", type: "bind", source: $hosts, options: ["bind", "ro"]}
       ]' "$config" >"$config.new" && mv "$config.new" "$config"
@@ -162,11 +163,19 @@ while read -r op digest layer_bytes gz_bytes; do
   uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status") gid=$(awk '/^Gid:/ {print $2}' "/proc/$pid/status")
   [[ $uid == "$NONROOT" && $gid == "$NONROOT" ]] || die "$op runs as $uid:$gid, not $NONROOT:$NONROOT"
   [[ $(readlink "/proc/$pid/exe") == */usr/local/bin/$op* || $(cat "/proc/$pid/comm") == "${op:0:15}" ]] || die "$op: pid $pid is not the image's binary"
+  # Stopped as the kubelet stops a pod: SIGTERM to the container's PID 1, which the kernel
+  # ignores unless the binary handles it.
   runtime kill "$id" TERM
+  deadline=$((SECONDS + 20))
+  while kill -0 "$runner" 2>/dev/null; do
+    ((SECONDS < deadline)) || { runtime kill "$id" KILL; die "$op did not stop within 20 s of SIGTERM"; }
+    sleep 0.2
+  done
   wait "$runner" || true
   runtime delete --force "$id" >/dev/null 2>&1 || true
   summary+=("$(awk -v op="$op" -v d="$digest" -v l="$layer_bytes" -v g="$gz_bytes" 'BEGIN {printf "%-20s %s  %5.1f MiB (%4.1f MiB compressed)", op, d, l / 1048576, g / 1048576}')")
-  log "ok: $op ran as $uid:$gid and became ready on /readyz with its ServiceAccount token"
+  with=$([[ $(token "$op") == true ]] && echo "with its ServiceAccount token" || echo "with no ServiceAccount token")
+  log "ok: $op ran as $uid:$gid, became ready on /readyz $with and stopped on SIGTERM"
 done <"$OUT/digests"
 
 # --- the renderer: the kustomize-operator image as deploy/all runs it beside the operator ----------

@@ -53,7 +53,7 @@ async fn main() -> std::process::ExitCode {
     tokio::select! {
         _ = desired => {}
         _ = status => {}
-        _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
+        _ = operator_runtime::stop_signal() => tracing::info!("stopping"),
     }
     std::process::ExitCode::SUCCESS
 }

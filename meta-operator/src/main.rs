@@ -123,7 +123,7 @@ async fn main() -> std::process::ExitCode {
         metrics.set_ready();
         tokio::select! {
             _ = meta_operator::provision::rotate_on_request(client, namespace) => {}
-            _ = tokio::signal::ctrl_c() => tracing::info!("stopping"),
+            _ = operator_runtime::stop_signal() => tracing::info!("stopping"),
         }
         leadership.release().await;
         return std::process::ExitCode::SUCCESS;

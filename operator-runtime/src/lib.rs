@@ -43,6 +43,15 @@ pub fn event(type_: kube::runtime::events::EventType, reason: &str, note: String
     kube::runtime::events::Event { type_, reason: reason.into(), note: Some(cut_to(note, EVENT_NOTE_MAX)), action: action.into(), secondary: None }
 }
 
+/// Completes on SIGTERM (what the kubelet sends to stop a pod) or SIGINT. A binary that is its
+/// container's PID 1 and does not wait for this is never stopped by SIGTERM: the kernel ignores
+/// it for PID 1 without a handler, and the kubelet kills the pod only after its grace period.
+pub async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut term, mut int) = (signal(SignalKind::terminate()).expect("SIGTERM handler"), signal(SignalKind::interrupt()).expect("SIGINT handler"));
+    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+}
+
 /// `text` cut to at most `max` bytes, at a character boundary, ending in "…" where it was cut.
 pub fn cut_to(mut text: String, max: usize) -> String {
     const ELLIPSIS: &str = "…";

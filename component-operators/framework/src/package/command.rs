@@ -95,13 +95,6 @@ pub fn augment(command: clap::Command) -> clap::Command {
     FetchArgs::augment_args(command)
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn stopped() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (mut term, mut int) = (signal(SignalKind::terminate()).expect("SIGTERM handler"), signal(SignalKind::interrupt()).expect("SIGINT handler"));
-    tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-}
-
 /// Runs the renderer's command `name` (`render-server` or `render-client`).
 pub fn run_tool(name: &str, matches: &clap::ArgMatches) -> std::process::ExitCode {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
@@ -109,7 +102,7 @@ pub fn run_tool(name: &str, matches: &clap::ArgMatches) -> std::process::ExitCod
         match name {
             "render-server" => {
                 let args = kubeflow_manifests::remote::ServerArgs::from_arg_matches(matches).map_err(|e| e.to_string())?;
-                kubeflow_manifests::remote::serve(args, stopped()).await
+                kubeflow_manifests::remote::serve(args, operator_runtime::stop_signal()).await
             }
             _ => {
                 let args = ClientArgs::from_arg_matches(matches).map_err(|e| e.to_string())?;
