@@ -248,22 +248,12 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
 }
 
 /// The Role and RoleBinding that grant `package`'s operator its rules in the namespace OLM
-/// installs it in (none if it has none). Bundle objects keep their kind: OLM creates them in the
-/// install namespace, and a ServiceAccount subject without a namespace is the binding's own.
+/// installs it in (none if it has none): bundle objects, which OLM creates as they are.
 pub fn namespace_role(package: &Package) -> Vec<Value> {
     if package.namespaced_rules.is_empty() {
         return Vec::new();
     }
-    let name = &package.operator;
-    let labels = json!({"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"});
-    vec![
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name, "labels": labels}, "rules": package.namespaced_rules}),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name}],
-        }),
-    ]
+    kubeflow_deploy::namespaced_role(&package.operator, &package.operator, &package.namespaced_rules, None)
 }
 
 /// The renderer objects `kubeflow_deploy::with_renderer` makes for `package`'s operator at

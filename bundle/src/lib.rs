@@ -136,21 +136,15 @@ pub fn bundle_manifests(dir: &Path, package: &Package, index: usize) -> Result<V
     let csv = csv::cluster_service_version(package, index);
     let mut manifests = vec![(format!("{}.clusterserviceversion.yaml", package.name), csv)];
     manifests.extend(package.crds.iter().map(|crd| (crd_file(crd), crd.clone())));
-    // OLM creates the budgets in the namespace it installs the operator in.
+    // The Deployments' disruption budgets, the operator's Role in its namespace, and the
+    // renderer's objects but its Deployment (in the CSV), ServiceAccount and Role (from the CSV's
+    // permissions): its Service, NetworkPolicy and disruption budget. OLM creates each in the
+    // namespace it installs the operator in.
     let companions = (package.companions)(OPERATOR_RELEASES[index].version);
     let names = companions.iter().map(|c| c["metadata"]["name"].as_str().expect("a named Deployment"));
-    for name in std::iter::once(package.operator.as_str()).chain(names) {
-        let mut budget = kubeflow_deploy::operator_disruption_budget(name);
-        budget["metadata"].as_object_mut().expect("metadata is an object").remove("namespace");
-        manifests.push((format!("{name}.poddisruptionbudget.yaml"), budget));
-    }
-    for object in csv::namespace_role(package) {
-        let file = format!("{}.{}.yaml", object["metadata"]["name"].as_str().expect("named"), object["kind"].as_str().expect("a kind").to_lowercase());
-        manifests.push((file, object));
-    }
-    // The renderer's objects but its Deployment (in the CSV), ServiceAccount and Role (from the
-    // CSV's permissions): its Service, NetworkPolicy and disruption budget.
-    for mut object in csv::renderer_objects(package, index).into_iter().filter(|o| ["Service", "NetworkPolicy", "PodDisruptionBudget"].contains(&o["kind"].as_str().unwrap_or_default())) {
+    let budgets = std::iter::once(package.operator.as_str()).chain(names).map(kubeflow_deploy::operator_disruption_budget);
+    let renderer = csv::renderer_objects(package, index).into_iter().filter(|o| ["Service", "NetworkPolicy", "PodDisruptionBudget"].contains(&o["kind"].as_str().unwrap_or_default()));
+    for mut object in budgets.chain(csv::namespace_role(package)).chain(renderer) {
         object["metadata"].as_object_mut().expect("metadata is an object").remove("namespace");
         let file = format!("{}.{}.yaml", object["metadata"]["name"].as_str().expect("named"), object["kind"].as_str().expect("a kind").to_lowercase());
         manifests.push((file, object));

@@ -249,13 +249,8 @@ pub fn with_renderer(mut deployment: Value) -> (Value, Vec<Value>) {
             },
         }),
         operator_disruption_budget(&name),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": role, "namespace": OPERATOR_NAMESPACE}, "rules": renderer_caller_rules(&operator)}),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": role, "namespace": OPERATOR_NAMESPACE},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": operator, "namespace": OPERATOR_NAMESPACE}],
-        }),
     ];
+    let objects = [objects, namespaced_role(&role, &operator, &renderer_caller_rules(&operator), Some(OPERATOR_NAMESPACE))].concat();
     (deployment, objects)
 }
 
@@ -286,13 +281,32 @@ pub fn operator_rbac(name: &str, rules: &[k8s_openapi::api::rbac::v1::PolicyRule
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": OPERATOR_NAMESPACE}],
         }),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": election, "namespace": OPERATOR_NAMESPACE}, "rules": operator_runtime::leader::lease_rules()}),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": election, "namespace": OPERATOR_NAMESPACE},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": election},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": OPERATOR_NAMESPACE}],
-        }),
     ]
+    .into_iter()
+    .chain(namespaced_role(&election, name, &operator_runtime::leader::lease_rules(), Some(OPERATOR_NAMESPACE)))
+    .collect()
+}
+
+/// Role `role` with `rules` and its RoleBinding to ServiceAccount `account`, in `namespace`. With
+/// none, they name no namespace and go in the one they are created in (a bundle's, which OLM
+/// installs in its namespace): a RoleBinding's ServiceAccount subject without a namespace is in
+/// the binding's own.
+pub fn namespaced_role(role: &str, account: &str, rules: &[k8s_openapi::api::rbac::v1::PolicyRule], namespace: Option<&str>) -> Vec<Value> {
+    let mut objects = vec![
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": role, "namespace": namespace}, "rules": rules}),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": role, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        }),
+    ];
+    if namespace.is_none() {
+        for object in &mut objects {
+            object["metadata"].as_object_mut().expect("metadata is an object").remove("namespace");
+        }
+        objects[1]["subjects"][0].as_object_mut().expect("a subject is an object").remove("namespace");
+    }
+    objects
 }
 
 /// The meta-operator's ClusterRole: it reads and finalizes KfDefs and KfUpgrades and writes
@@ -346,15 +360,7 @@ pub fn with_nats(deployment: Value, identity: Identity) -> Value {
 
 /// Role and RoleBinding of the meta-operator in its namespace (the bus it provisions).
 pub fn meta_operator_namespaced_rbac() -> Vec<Value> {
-    let name = "meta-operator-bus";
-    vec![
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE}, "rules": provision::namespaced_rules()}),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": "meta-operator", "namespace": OPERATOR_NAMESPACE}],
-        }),
-    ]
+    namespaced_role("meta-operator-bus", "meta-operator", &provision::namespaced_rules(), Some(OPERATOR_NAMESPACE))
 }
 
 fn kustomization(files: &[&str]) -> String {
