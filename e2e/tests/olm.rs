@@ -66,7 +66,9 @@ impl Subscribed {
         Self { client: client.clone(), namespace, package: package.to_string() }
     }
 
-    /// Waits for CSV `name` to reach phase Succeeded and the Subscription to report it installed.
+    /// Waits for CSV `name` to reach phase Succeeded, the Subscription to report it installed, and
+    /// the InstallPlan that installed it to be Complete: a plan still Installing (its status write
+    /// lost to a conflict, say) runs its steps again, and would make a CSV deleted meanwhile anew.
     async fn succeeded(&self, name: &str) -> DynamicObject {
         let subscriptions = olm_api(&self.client, &self.namespace.name, "v1alpha1", "Subscription", "subscriptions");
         let csv = eventually(&format!("CSV {name} Succeeded"), || async {
@@ -75,9 +77,15 @@ impl Subscribed {
             if phase == "Succeeded" { Ok(csv) } else { Err(format!("phase {phase}, message {}", csv.data["status"]["message"])) }
         })
         .await;
-        eventually(&format!("Subscription {} installed {name}", self.package), || async {
+        let plans = olm_api(&self.client, &self.namespace.name, "v1alpha1", "InstallPlan", "installplans");
+        eventually(&format!("Subscription {} installed {name}, its InstallPlan Complete", self.package), || async {
             let sub = subscriptions.get(&self.package).await.map_err(|e| e.to_string())?;
-            if sub.data["status"]["installedCSV"] == name { Ok(()) } else { Err(sub.data["status"].to_string()) }
+            if sub.data["status"]["installedCSV"] != name {
+                return Err(sub.data["status"].to_string());
+            }
+            let plan = sub.data["status"]["installPlanRef"]["name"].as_str().ok_or_else(|| format!("no installPlanRef: {}", sub.data["status"]))?;
+            let phase = plans.get(plan).await.map_err(|e| e.to_string())?.data["status"]["phase"].clone();
+            if phase == "Complete" { Ok(()) } else { Err(format!("InstallPlan {plan} {phase}")) }
         })
         .await;
         csv
@@ -133,11 +141,27 @@ impl Subscribed {
     }
 
     /// Removes the operator as a user would (Subscription and CSV); its CRDs and resources stay.
+    /// The CSV goes once the Subscription's InstallPlans are gone (the garbage collector takes
+    /// them with it). OLM's catalog operator can still be running a plan's steps from a stale
+    /// copy of it for a moment after, and make the deleted CSV anew: that one is deleted too, as
+    /// an admin would, until the CSV stays gone.
     async fn uninstall(&self, csv: &str) {
         let subscriptions = olm_api(&self.client, &self.namespace.name, "v1alpha1", "Subscription", "subscriptions");
         subscriptions.delete(&self.package, &DeleteParams::default()).await.unwrap();
-        self.csvs().delete(csv, &DeleteParams::default()).await.unwrap();
-        gone(&self.csvs(), csv).await;
+        let plans = olm_api(&self.client, &self.namespace.name, "v1alpha1", "InstallPlan", "installplans");
+        eventually(&format!("the InstallPlans of {} gone", self.package), || async {
+            let left: Vec<String> = plans.list(&Default::default()).await.map_err(|e| e.to_string())?.items.iter().map(|p| p.name_any()).collect();
+            if left.is_empty() { Ok(()) } else { Err(format!("{left:?}")) }
+        })
+        .await;
+        eventually(&format!("CSV {csv} deleted"), || async {
+            let Some(found) = self.csvs().get_opt(csv).await.map_err(|e| e.to_string())? else { return Ok(()) };
+            if found.metadata.deletion_timestamp.is_none() {
+                self.csvs().delete(csv, &DeleteParams::default()).await.map_err(|e| e.to_string())?;
+            }
+            Err(format!("still there (uid {:?})", found.metadata.uid))
+        })
+        .await;
     }
 }
 
