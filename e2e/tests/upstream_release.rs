@@ -236,6 +236,25 @@ async fn kubeflow_1_10_2_installs_from_its_kfdef_with_every_object_where_upstrea
         }
     }
     assert!(missing.is_empty(), "{} of {checked} objects upstream renders are not where upstream puts them: {missing:#?}", missing.len());
+    // Every Namespace upstream renders carries upstream's labels: `kubeflow` too, which existed
+    // bare before the install (made above) and which the built-ins' objects use before the
+    // application that renders it comes.
+    let home = installed.unpacked.join("home-example");
+    std::fs::create_dir_all(&home).unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut unlabelled = Vec::new();
+    let upstream_namespaces: Vec<Value> = upstream_build(&installed.root, "example", &home).await.into_iter().filter(|o| o["kind"] == "Namespace").collect();
+    assert!(upstream_namespaces.iter().any(|n| n["metadata"]["name"] == "kubeflow" && n["metadata"]["labels"]["istio-injection"] == "enabled"));
+    for object in &upstream_namespaces {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let live = namespaces.get(name).await.unwrap();
+        for (key, value) in object["metadata"]["labels"].as_object().into_iter().flatten() {
+            if live.metadata.labels.as_ref().and_then(|l| l.get(key)).map(String::as_str) != value.as_str() {
+                unlabelled.push(format!("{name}: {key}={value} (live: {:?})", live.metadata.labels));
+            }
+        }
+    }
+    assert!(unlabelled.is_empty(), "Namespaces without upstream's labels: {unlabelled:#?}");
 
     // A KfUpgrade to the later release: planned, shown, approved, applied.
     let upgrades: Api<KfUpgrade> = Api::namespaced(client.clone(), &installed.namespace);

@@ -638,6 +638,19 @@ pub fn upstream_releases() -> std::path::PathBuf {
     })
 }
 
+/// The remote bases Kubeflow 1.11 names (`remote/` of [`upstream_releases`]), each under `gh/`
+/// at the path github.com serves it: map `https://github.com/` to [`Server::url`]`("gh/")`.
+pub async fn upstream_remote_bases_mirror() -> Server {
+    let remote = upstream_releases().join("remote");
+    let file = |name: &str| std::fs::read(remote.join(name)).unwrap_or_else(|e| panic!("{}: {e}", remote.join(name).display()));
+    Server::start(BTreeMap::from([
+        ("gh/argoproj/argo-workflows/archive/v3.7.3.tar.gz".to_string(), file("argo-workflows-3.7.3.tar.gz")),
+        ("gh/kubernetes-sigs/lws/archive/v0.7.0.tar.gz".to_string(), file("lws-0.7.0.tar.gz")),
+        ("gh/kubernetes-sigs/jobset/releases/download/v0.10.1/manifests.yaml".to_string(), file("jobset-v0.10.1-manifests.yaml")),
+    ]))
+    .await
+}
+
 /// The modern fixture repository as a GitHub-style tarball.
 pub fn modern_repo_tarball() -> Vec<u8> {
     edited_modern_repo_tarball(&[])

@@ -37,6 +37,7 @@
 //! refers to a file outside the repository or to a remote base.
 
 pub mod archive;
+pub mod component_reach;
 pub mod convert;
 pub mod error;
 pub mod fetch;
@@ -60,7 +61,7 @@ pub use remote::RemoteRenderer;
 pub use kustomize::{KUSTOMIZE_ENV, KUSTOMIZE_V5_ENV, KUSTOMIZE_V5_VERSION, KUSTOMIZE_VERSION, Kustomize};
 pub use order::{INSTALL_ORDER, sort_install_order};
 pub use render::{
-    AppSpec, Mode, RemoteBases, RenderContext, RenderedApp, Renderer, component_targets, objects_to_yaml, parse_objects, yaml_stream,
+    AppSpec, Mode, RemoteBases, RenderContext, RenderedApp, Renderer, applied_note, component_reach, component_targets, trailing_targets, objects_to_yaml, parse_objects, yaml_stream,
 };
 
 /// reqwest is built without a default rustls provider; this installs ring, the provider the rest of

@@ -108,7 +108,7 @@ fn fold(key: &str) -> String {
 }
 
 /// The values of `map` under keys kustomize reads as field `name`, with the key as written.
-fn fields<'a>(map: &'a Mapping, name: &str) -> Vec<(&'a str, &'a Value)> {
+pub(crate) fn fields<'a>(map: &'a Mapping, name: &str) -> Vec<(&'a str, &'a Value)> {
     let name = fold(name);
     map.iter()
         .filter_map(|(k, v)| Some((k.as_str()?, v)))
@@ -598,7 +598,7 @@ fn unsupported_yaml(text: &str) -> Option<String> {
 }
 
 /// Reads and parses one kustomization; what is wrong with it otherwise.
-fn load(file: &Path) -> Result<Value, String> {
+pub(crate) fn load(file: &Path) -> Result<Value, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("it cannot be read: {e}"))?;
     if let Some(why) = unsupported_yaml(&text) {
         return Err(why);

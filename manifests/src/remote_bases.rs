@@ -167,8 +167,11 @@ pub fn relative_path(from: &Path, to: &Path) -> PathBuf {
 }
 
 /// Recreates the repository at `root` under `tree` with `files` (paths relative to `root`)
-/// replaced by new content: every directory on the way to a replaced file is a real directory,
-/// everything else a symlink into the repository, so relative references resolve as before.
+/// replaced by new content: every directory is a real directory and every other file a symlink
+/// into the repository. No directory may be a symlink: kustomize (and [`crate::refs::check`])
+/// resolve a directory's symlinks before following its relative references, so a kustomization
+/// reached through a linked directory would name the repository's original files again, the
+/// remote bases they were rewritten from included.
 pub fn overlay_tree(root: &Path, tree: &Path, files: &BTreeMap<PathBuf, String>) -> std::io::Result<()> {
     std::fs::create_dir_all(tree)?;
     for entry in std::fs::read_dir(root)? {
@@ -179,11 +182,12 @@ pub fn overlay_tree(root: &Path, tree: &Path, files: &BTreeMap<PathBuf, String>)
             std::fs::write(&to, content)?;
             continue;
         }
-        let below: BTreeMap<PathBuf, String> = files.iter().filter_map(|(path, content)| Some((path.strip_prefix(&name).ok()?.to_path_buf(), content.clone()))).filter(|(p, _)| !p.as_os_str().is_empty()).collect();
-        if below.is_empty() || !from.is_dir() {
-            std::os::unix::fs::symlink(&from, &to)?;
-        } else {
+        // The entry's own type: a symlink in the repository stays a link (to that link).
+        if entry.file_type()?.is_dir() {
+            let below: BTreeMap<PathBuf, String> = files.iter().filter_map(|(path, content)| Some((path.strip_prefix(&name).ok()?.to_path_buf(), content.clone()))).filter(|(p, _)| !p.as_os_str().is_empty()).collect();
             overlay_tree(&from, &to, &below)?;
+        } else {
+            std::os::unix::fs::symlink(&from, &to)?;
         }
     }
     Ok(())
@@ -278,8 +282,13 @@ mod tests {
         assert_eq!(std::fs::read_to_string(tree.join("a/b/kustomization.yaml")).unwrap(), "new");
         assert_eq!(std::fs::read_to_string(root.join("a/b/kustomization.yaml")).unwrap(), "old", "the repository is left as it is");
         assert!(std::fs::symlink_metadata(tree.join("a/b/other.yaml")).unwrap().file_type().is_symlink());
-        assert!(std::fs::symlink_metadata(tree.join("a/c")).unwrap().file_type().is_symlink());
-        assert!(!std::fs::symlink_metadata(tree.join("a")).unwrap().file_type().is_symlink());
+        // Directories are real, even where nothing below them is replaced: a kustomization in
+        // `a/c` names `../b` of the tree, not of the repository.
+        for dir in ["a", "a/c"] {
+            assert!(std::fs::symlink_metadata(tree.join(dir)).unwrap().file_type().is_dir(), "{dir}");
+        }
+        assert_eq!(std::fs::canonicalize(tree.join("a/c")).unwrap().join("../b/kustomization.yaml").canonicalize().unwrap(), tree.join("a/b/kustomization.yaml").canonicalize().unwrap());
+        assert!(std::fs::symlink_metadata(tree.join("a/c/x.yaml")).unwrap().file_type().is_symlink());
         assert_eq!(std::fs::read_to_string(tree.join("a/b/../c/x.yaml")).unwrap(), "x");
     }
 }

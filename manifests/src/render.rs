@@ -18,6 +18,7 @@ use crate::kustomize::Kustomize;
 use crate::remote::RemoteRenderer;
 use crate::order::sort_install_order;
 use crate::refs;
+use crate::component_reach::Reach;
 use crate::remote_bases::{self, Mirror, RemoteRef};
 
 /// The application whose presence makes a KfDef a stacks KfDef (kfctl's `UsingStacks`).
@@ -101,6 +102,34 @@ pub fn component_targets(apps: &[(&str, Option<&str>, &str)]) -> Vec<Result<Opti
             }
         })
         .collect()
+}
+
+/// The Component at `app`'s path, with what it reaches ([`crate::component_reach`]); `None` when
+/// the package is no `kind: Component`.
+pub fn component_reach(repo_root: &Path, app: &AppSpec) -> Result<Option<Reach>, RenderError> {
+    let (root, rel) = package_dir(repo_root, app)?;
+    crate::component_reach::reach(&root.join(rel)).map_err(|reason| RenderError::Component { app: app.name.clone(), reason })
+}
+
+/// Which of the `earlier` applications (position, rendered objects) of its repository a Component
+/// without `componentOf` is applied to, as upstream's example applies its `components:` to the
+/// build of every entry before: those it `reach`es. `Err` says what it would change that none
+/// of them renders.
+pub fn trailing_targets(reach: &Reach, earlier: &[(usize, Vec<serde_json::Value>)]) -> Result<Vec<usize>, String> {
+    let targets: Vec<usize> = earlier.iter().filter(|(_, objects)| reach.reaches(objects)).map(|(position, _)| *position).collect();
+    if targets.is_empty() {
+        let what = match reach {
+            Reach::Every(field) => format!("every object ({field})"),
+            Reach::Objects(targets) => targets.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        };
+        return Err(format!("a Component changes {what}, which no application before it of the same repository (in this install) renders; list it after the application it changes, or name that one in componentOf"));
+    }
+    Ok(targets)
+}
+
+/// What a Component applied to `applications` is told.
+pub fn applied_note(applications: &[String]) -> String {
+    format!("a Component, applied to the applications before it that it changes, as upstream's example applies its components: {}", applications.join(", "))
 }
 
 impl AppSpec {
@@ -367,6 +396,9 @@ impl Renderer {
                 Err(reason) => return Err(RenderError::Component { app: specs[index].0.name.clone(), reason }),
             }
         }
+        // Components without `componentOf` wait for the applications before them.
+        let mut trailing: Vec<(usize, AppSpec, String, Reach)> = Vec::new();
+        let mut rendered_at: BTreeMap<usize, usize> = BTreeMap::new();
         for (index, app) in kfdef.spec.applications.iter().enumerate() {
             if !seen.insert(app.name.clone()) {
                 continue;
@@ -401,10 +433,39 @@ impl Renderer {
                 );
             }
             spec.kustomize = kfdef.spec.repos.iter().find(|r| r.name == repo_name).and_then(|r| r.kustomize);
+            if let Some(reach) = component_reach(&fetched[&repo_name].root, &spec)?.filter(|r| !r.adds_only()) {
+                out.push(RenderedApp { name: spec.name.clone(), objects: Vec::new(), warnings: Vec::new(), conversions: Vec::new(), kustomize: (KustomizeRelease::V5, String::new()) });
+                trailing.push((out.len() - 1, spec, repo_name, reach));
+                continue;
+            }
+            rendered_at.insert(out.len(), index);
             out.push(
                 self.render_application(&fetched[&repo_name], &spec, &ctx, Some(RemoteBases { cache, mirrors: &mirrors }))
                     .await?,
             );
+        }
+        // Each such Component built with the earlier applications of its repository it reaches.
+        let mut applied: BTreeMap<usize, Vec<(String, String)>> = BTreeMap::new();
+        for (at, component, repo_name, reach) in &trailing {
+            let earlier: Vec<(usize, Vec<serde_json::Value>)> = rendered_at
+                .iter()
+                .filter(|(position, index)| *position < at && specs[**index].1 == *repo_name)
+                .map(|(position, _)| (*position, out[*position].objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect()))
+                .collect();
+            let targets = trailing_targets(reach, &earlier).map_err(|reason| RenderError::Component { app: component.name.clone(), reason })?;
+            let names: Vec<String> = targets.iter().map(|position| out[*position].name.clone()).collect();
+            out[*at].warnings.push(applied_note(&names));
+            out[*at].kustomize.1 = format!("built with applications {names:?}");
+            for position in targets {
+                applied.entry(position).or_default().push((component.name.clone(), component.path.clone()));
+            }
+        }
+        for (position, components) in applied {
+            let index = rendered_at[&position];
+            let (mut spec, repo_name) = specs[index].clone();
+            spec.kustomize = kfdef.spec.repos.iter().find(|r| r.name == repo_name).and_then(|r| r.kustomize);
+            spec.components.extend(components);
+            out[position] = self.render_application(&fetched[&repo_name], &spec, &ctx, Some(RemoteBases { cache, mirrors: &mirrors })).await?;
         }
         Ok(out)
     }

@@ -1,5 +1,5 @@
-//! The real kubeflow/manifests releases (`../shared/manifests`: v1.10.2, and the kfctl era's
-//! v1.2.0 with kfctl's own KfDef), rendered application by application with the real kustomize
+//! The real kubeflow/manifests releases (`../shared/manifests`: v1.11.0 with its remote bases,
+//! v1.10.2, and the kfctl era's v1.2.0 with kfctl's own KfDef), rendered application by application with the real kustomize
 //! and compared with upstream's own `kustomize build <path>` of the same path.
 
 use std::collections::BTreeMap;
@@ -28,7 +28,8 @@ async fn release(kfdef: &str, archive: &str) -> Release {
     let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join(kfdef)).unwrap()).unwrap();
     kfdef.spec.repos[0].uri = dir.join(archive).display().to_string();
     let tmp = tempfile::tempdir().unwrap();
-    let cache = RepoCache::new(tmp.path().join("cache"), FetchOptions { allow_local: true, ..FetchOptions::default() }).unwrap();
+    // Loopback: the remote bases' mirror.
+    let cache = RepoCache::new(tmp.path().join("cache"), FetchOptions { allow_local: true, address_fence: false, ..FetchOptions::default() }).unwrap();
     let kustomize = |release| async move { Kustomize::locate_release(release).await.unwrap_or_else(|e| panic!("these tests run the real kustomize: {e}")) };
     let renderer = Renderer::new(kustomize(KustomizeRelease::V3).await, tmp.path().join("work")).unwrap().with_v5(kustomize(KustomizeRelease::V5).await);
     let repo = &kfdef.spec.repos[0];
@@ -125,6 +126,88 @@ async fn every_application_of_kubeflow_1_10_2_renders_what_upstream_renders() {
     }
 }
 
+/// Upstream's `kustomize build example` of a release whose packages name remote bases: the
+/// unpacked release copied, each remote base it names replaced (as text) by the path of the copy
+/// in `remote/` (what kustomize would have fetched), then built with kustomize v5.
+async fn upstream_example_with_remote_bases(release: &Release) -> Vec<serde_json::Value> {
+    let tmp = release._tmp.path().join("upstream");
+    let copy = tmp.join("manifests");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let run = |command: &mut std::process::Command| assert!(command.status().unwrap().success(), "{command:?}");
+    run(std::process::Command::new("cp").arg("-r").arg(&release.root).arg(&copy));
+    let remote = releases().join("remote");
+    run(std::process::Command::new("tar").arg("-xzf").arg(remote.join("argo-workflows-3.7.3.tar.gz")).arg("-C").arg(&tmp));
+    std::fs::copy(remote.join("jobset-v0.10.1-manifests.yaml"), tmp.join("jobset.yaml")).unwrap();
+    let mut replaced = 0;
+    for dir in ["applications/pipeline/upstream/third-party/argo/base", "applications/pipeline/upstream/third-party/argo/installs/cluster", "applications/trainer/upstream/third-party/jobset"] {
+        // kustomize takes no absolute directory: named from the kustomization's folder.
+        let up = "../".repeat(dir.split('/').count() + 1);
+        let file = copy.join(dir).join("kustomization.yaml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut edited = text.clone();
+        for path in ["manifests/base/crds/minimal", "manifests/base/workflow-controller", "manifests/cluster-install-no-crds/workflow-controller-rbac"] {
+            edited = edited.replace(&format!("https://github.com/argoproj/argo-workflows/{path}?ref=v3.7.3"), &format!("{up}argo-workflows-3.7.3/{path}"));
+        }
+        edited = edited.replace("https://github.com/kubernetes-sigs/jobset/releases/download/v0.10.1/manifests.yaml", &format!("{up}jobset.yaml"));
+        assert_ne!(edited, text, "{} names a remote base", file.display());
+        replaced += 1;
+        std::fs::write(&file, edited).unwrap();
+    }
+    assert_eq!(replaced, 3);
+    let (_, v5) = release.renderer.local().unwrap();
+    let home = tmp.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let roots = [copy.clone(), tmp.clone()];
+    let output = v5.unwrap().build(&copy.join("example"), &home, &roots).await.unwrap_or_else(|e| panic!("upstream's build of example: {e}"));
+    kubeflow_manifests::parse_objects(&output).unwrap().iter().map(|o| serde_json::to_value(o).unwrap()).collect()
+}
+
+/// Kubeflow v1.11.0's KfDef, as released: Pipelines' Argo Workflows and Trainer's JobSet are
+/// remote bases, fetched through the fetch layer from a loopback mirror in the layout of
+/// `../shared/manifests/README.md` (nothing reaches the network from kustomize); its last
+/// application is the example's `components:` entry, a `kind: Component` that merges into the
+/// profile controller's `namespace-labels-data`, applied to that application as upstream's
+/// example applies it to the whole build. Together the applications render the 653 objects of
+/// upstream's `kustomize build example`, field for field, but for one: kustomize's `vars` are
+/// global to a build, so in upstream's single build pvcviewer's `$(CERTIFICATE_NAMESPACE)` and
+/// `$(CERTIFICATE_NAME)` also fill the placeholder JobSet's CRD carries (its cainjector annotation
+/// then names pvcviewer's certificate); built on its own, as every application is here, the CRD
+/// keeps JobSet's own text.
+#[tokio::test]
+async fn kubeflow_1_11_0_renders_upstreams_example_remote_bases_and_its_component_included() {
+    let mut release = release("kfdef-1.11.0.yaml", "manifests-1.11.0.tar.gz").await;
+    let mirror = kubeflow_manifests::fixtures::upstream_remote_bases_mirror().await;
+    release.kfdef.spec.remote_base_mirrors = vec![format!("https://github.com/={}", mirror.url("gh/"))];
+    let apps = release.renderer.render_kfdef(&release.cache, &release.kfdef).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(apps.len(), 30);
+    let component = apps.iter().find(|a| a.name == "security-pss-dynamic-baseline").unwrap();
+    assert!(component.objects.is_empty(), "built with the application it changes");
+    assert!(component.warnings.iter().any(|w| w.ends_with(": profiles")), "{:?}", component.warnings);
+    // Merged into the profile controller's namespace labels (1.11.0's profiles already carry
+    // the same labels, so the merge keeps them; the v1.10.2 test below sees a Component change).
+    let profiles = values(apps.iter().find(|a| a.name == "profiles").unwrap());
+    let labels = profiles.iter().find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"].as_str().unwrap().starts_with("namespace-labels-data")).unwrap();
+    assert!(labels["data"]["namespace-labels.yaml"].as_str().unwrap().contains("pod-security.kubernetes.io/enforce: \"baseline\""), "{labels}");
+    let all: Vec<serde_json::Value> = apps.iter().flat_map(values).collect();
+    let example = upstream_example_with_remote_bases(&release).await;
+    assert_eq!(example.len(), 653);
+    assert_eq!(identities(all.clone()), identities(example.clone()));
+    // The remote bases' objects, each where upstream puts it.
+    for (kind, namespace, name) in [("CustomResourceDefinition", "", "workflows.argoproj.io"), ("Deployment", "kubeflow", "workflow-controller"), ("CustomResourceDefinition", "", "jobsets.jobset.x-k8s.io"), ("Deployment", "kubeflow-system", "jobset-controller-manager")] {
+        assert!(identities(all.clone()).contains(&(kind.to_string(), namespace.to_string(), name.to_string())), "{kind} {namespace}/{name}");
+    }
+    let by_id = |objects: Vec<serde_json::Value>| -> BTreeMap<(String, String, String), serde_json::Value> { objects.into_iter().map(|o| (identities([o.clone()]).remove(0), o)).collect() };
+    let (ours, upstream) = (by_id(all), by_id(example));
+    let differ: Vec<_> = ours.iter().filter(|(id, object)| upstream[*id] != **object).map(|(id, _)| id.clone()).collect();
+    assert_eq!(differ, [("CustomResourceDefinition".to_string(), String::new(), "jobsets.jobset.x-k8s.io".to_string())]);
+    let annotation = |object: &serde_json::Value| object["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].clone();
+    let jobset = &differ[0];
+    assert_eq!((annotation(&ours[jobset]).as_str(), annotation(&upstream[jobset]).as_str()), (Some("$(CERTIFICATE_NAMESPACE)/$(CERTIFICATE_NAME)"), Some("kubeflow/pvcviewer-serving-cert")));
+    let mut same = ours[jobset].clone();
+    same["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] = annotation(&upstream[jobset]);
+    assert_eq!(same, upstream[jobset], "nothing else differs");
+}
+
 /// A Component of the release applied to an application (`componentOf`), as upstream's
 /// `example/kustomization.yaml` lists one under `components:`: v1.10.2's restricted Pod Security
 /// Standard (`experimental/security/PSS/dynamic/restricted`, a `kind: Component` merging into the
@@ -153,7 +236,23 @@ async fn a_component_applied_to_an_application_renders_as_upstreams_example_list
     assert_eq!(values(profiles), upstream);
     // The Component changed something: the application alone renders otherwise.
     let alone = upstream_build(&release, "profiles-pss", KustomizeRelease::V5).await;
-    assert_ne!(values(profiles), alone, "the Component changed nothing");
+    assert!(values(profiles) != alone, "the Component changed nothing");
+    // Without componentOf, as upstream's example lists it: applied to the application before it
+    // that it changes, the same objects.
+    let mut unnamed = pss.clone();
+    unnamed.kustomize_config.as_mut().unwrap().component_of = None;
+    let mut listed = release.kfdef.clone();
+    *listed.spec.applications.last_mut().unwrap() = unnamed.clone();
+    let by_example = release.renderer.render_kfdef(&release.cache, &listed).await.unwrap();
+    assert!(by_example.iter().map(values).eq(apps.iter().map(values)), "the same objects as with componentOf");
+    let note = &by_example.iter().find(|a| a.name == "pss-restricted").unwrap().warnings;
+    assert!(note.iter().any(|w| w.ends_with(": profiles-pss")), "{note:?}");
+    // Listed before the application it changes, it reaches none: refused, saying what it changes.
+    let mut first = release.kfdef.clone();
+    first.spec.applications.pop();
+    first.spec.applications.insert(0, unnamed);
+    let error = release.renderer.render_kfdef(&release.cache, &first).await.unwrap_err().to_string();
+    assert!(error.contains("pss-restricted") && error.contains("ConfigMap kubeflow/namespace-labels-data"), "{error}");
     // Every other application renders as before.
     for app in apps.iter().filter(|a| a.name != "profiles-pss" && a.name != "pss-restricted").take(3) {
         assert_eq!(values(app), upstream_build(&release, &app.name, KustomizeRelease::V5).await, "{}", app.name);

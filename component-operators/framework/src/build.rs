@@ -239,6 +239,30 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
     Ok(objects)
 }
 
+/// What of a Namespace `desired` this install sets on a live one: its rendered labels and
+/// annotations (the component's own bookkeeping annotations aside), as a server-side apply
+/// object; `None` when it renders none (a namespace created only because objects use it).
+/// Namespaces are shared (created when missing, never deleted): this is all that is applied to
+/// one that exists, so a namespace an install or a user made first still gets the labels the
+/// application renders (Istio's `istio-injection`, Pod Security's `enforce`).
+pub fn namespace_metadata(desired: &Value) -> Option<Value> {
+    let ours = |key: &str| key.starts_with("components.kubeflow.org/") || key.starts_with(USER_ANNOTATION_PREFIX);
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("name".into(), desired["metadata"]["name"].clone());
+    for field in ["labels", "annotations"] {
+        let kept: serde_json::Map<String, Value> = desired["metadata"][field].as_object().into_iter().flatten().filter(|(key, _)| !ours(key)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        if !kept.is_empty() {
+            metadata.insert(field.into(), Value::Object(kept));
+        }
+    }
+    (metadata.len() > 1).then(|| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}))
+}
+
+/// Whether the live Namespace carries every label and annotation [`namespace_metadata`] sets.
+pub fn namespace_settled(desired: &Value, live: &Value) -> bool {
+    namespace_metadata(desired).is_none_or(|wanted| manifest::is_subset(&wanted["metadata"], &live["metadata"]))
+}
+
 /// Whether `annotations` (an object's) ask cert-manager's cainjector to write its `caBundle`s:
 /// `inject-ca-from` or `inject-ca-from-secret` name where from, `inject-apiserver-ca` must be
 /// `"true"`.
@@ -510,5 +534,32 @@ mod tests {
         // Namespaces are shared: only ever created, never changed.
         let namespace = kinds::lookup("v1", "Namespace").unwrap();
         assert_eq!(claim(&json!({"metadata": {"name": "kube-system"}}), namespace, "kustomize", "team/apps", false), Claim::Ours);
+    }
+
+    /// Kubeflow's `kubeflow-namespace` application renders Namespace `kubeflow` labelled for
+    /// Istio's sidecars and Pod Security; a built-in created it bare first.
+    #[test]
+    fn a_rendered_namespace_is_labelled_on_a_namespace_that_exists() {
+        let desired = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": "kubeflow",
+            "labels": {"istio-injection": "enabled", "pod-security.kubernetes.io/enforce": "restricted"},
+            "annotations": {APPLICATION_ANNOTATION: "kubeflow-namespace", HASH_ANNOTATION: "abc", "team": "ml"},
+        }});
+        let metadata = namespace_metadata(&desired).unwrap();
+        assert_eq!(metadata, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow", "labels": {"istio-injection": "enabled", "pod-security.kubernetes.io/enforce": "restricted"}, "annotations": {"team": "ml"}}}), "our bookkeeping is not written on a shared namespace");
+        let bare = json!({"metadata": {"name": "kubeflow", "labels": {"kubernetes.io/metadata.name": "kubeflow"}}});
+        assert!(!namespace_settled(&desired, &bare));
+        let mut labelled = bare.clone();
+        labelled["metadata"]["labels"]["istio-injection"] = json!("enabled");
+        labelled["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = json!("restricted");
+        assert!(!namespace_settled(&desired, &labelled), "the annotation is missing");
+        labelled["metadata"]["annotations"] = json!({"team": "ml", "other": "kept"});
+        assert!(namespace_settled(&desired, &labelled));
+        labelled["metadata"]["labels"]["istio-injection"] = json!("disabled");
+        assert!(!namespace_settled(&desired, &labelled), "a label with another value");
+        // A namespace created only because objects use it sets nothing on one that exists.
+        let used = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow", "annotations": {APPLICATION_ANNOTATION: "katib"}}});
+        assert_eq!(namespace_metadata(&used), None);
+        assert!(namespace_settled(&used, &bare));
     }
 }

@@ -101,9 +101,12 @@ pub async fn compute(client: &Client, component: ComponentKind, owner: &str, ado
                 plan.record(application, PlanList::Leave, what);
                 continue;
             }
-            // Shared objects (namespaces) are only ever created.
+            // Shared objects (namespaces) are only ever created, and labelled as rendered.
             Claim::Ours if info.is_shared() => {
-                plan.unchanged += 1;
+                match crate::build::namespace_metadata(object).filter(|_| !crate::build::namespace_settled(object, &live)) {
+                    Some(metadata) => plan.record(application, PlanList::Change, format!("{what}: labels and annotations {}", metadata["metadata"])),
+                    None => plan.unchanged += 1,
+                }
                 continue;
             }
             Claim::Ours | Claim::HandedOver => {}

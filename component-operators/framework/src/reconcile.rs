@@ -759,7 +759,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
                 continue;
             }
             let verbs: &[&'static str] = match live {
-                Some(live) if info.is_shared() || up_to_date(desired, live, info) => &[],
+                Some(live) if up_to_date(desired, live, info) => &[],
                 Some(live) if info.is_crd() && build::crd_belongs_to_newer_release::<C>(live, &resource.core().version) => &[],
                 Some(_) => &["patch"],
                 None if info.is_shared() => &["create"],
@@ -878,8 +878,28 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
                 kept_newer = true;
                 live
             }
-            // Shared objects (namespaces) are only ever created, so the operator needs no right
-            // to change existing ones.
+            // A namespace that exists gets the labels and annotations its application renders,
+            // nothing else: applied as the installer, so a tenant cannot label a namespace it
+            // may not patch.
+            Some(_) if info.is_shared() => {
+                let Some(metadata) = build::namespace_metadata(desired) else { continue };
+                match api.patch(&entry.name, &params, &Patch::Apply(&metadata)).await {
+                    Ok(applied) => {
+                        changed.push(format!("labelled {what} as its application renders it"));
+                        serde_json::to_value(applied).expect("objects serialise")
+                    }
+                    Err(source) => {
+                        let detail = match &source {
+                            kube::Error::Api(status) => status.message.clone(),
+                            other => other.to_string(),
+                        };
+                        failed.push(Finding::new(application_of(desired), format!("labelling {what}: {detail}")).retryable());
+                        continue;
+                    }
+                }
+            }
+            // Shared objects (namespaces) are otherwise only ever created, so the operator needs
+            // no right to delete them.
             None if info.is_shared() => {
                 let object: DynamicObject = serde_json::from_value(desired.clone()).expect("desired objects are objects");
                 let post = PostParams { field_manager: Some(ctx.field_manager.clone()), ..Default::default() };
@@ -1025,7 +1045,7 @@ async fn serves_kind(client: &Client, name: &str, version: &str) -> Result<bool,
 
 fn up_to_date(desired: &Value, live: &Value, info: &KindInfo) -> bool {
     if info.is_shared() {
-        return true; // created when missing, never changed
+        return build::namespace_settled(desired, live); // created when missing, only labelled
     }
     live["metadata"]["deletionTimestamp"].is_null()
         && live["metadata"]["annotations"][HASH_ANNOTATION] == desired["metadata"]["annotations"][HASH_ANNOTATION]

@@ -418,17 +418,56 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
             fetched.insert(repo_key(source), repos.fetch(&repo).await);
         }
     }
+    // A Component without `componentOf` is applied to the applications before it that it changes
+    // (upstream's example applies its `components:` to the whole build): known once they are built.
+    let mut trailing: BTreeMap<usize, kubeflow_manifests::component_reach::Reach> = BTreeMap::new();
+    for (index, source) in spec.sources.iter().enumerate() {
+        let (Ok((_, app)), None, Some(Ok(repo))) = (app_spec(index, source), &source.component_of, fetched.get(&repo_key(source))) else { continue };
+        match kubeflow_manifests::component_reach(&repo.root, &app) {
+            Ok(Some(reach)) if !reach.adds_only() => {
+                trailing.insert(index, reach);
+            }
+            Ok(_) => {}
+            Err(error) => failed.push(ApplicationFailure { application: source.application.clone(), error: InvalidSpec::new(field(index, "path"), error.to_string()) }),
+        }
+    }
+    let skipped = |index: usize, source: &KustomizeSource| source.component_of.is_some() || trailing.contains_key(&index) || failed.iter().any(|f| f.application == source.application);
     // Collected first (not a lazy iterator's closures): the future must be `Send` for any lifetime.
     let mut builds = Vec::new();
     for (index, source) in spec.sources.iter().enumerate() {
-        if source.component_of.is_some() {
+        if skipped(index, source) {
             continue;
         }
         let applied = components.remove(&index).unwrap_or_default();
         let (fetched, repos, mirrors, renderer, context) = (&fetched, &repos, &mirrors, &renderer, &context);
         builds.push(async move { (index, source, applied.clone(), render_source(index, source, applied, fetched, repos, mirrors, renderer, context).await) });
     }
-    let results: Vec<_> = futures::stream::iter(builds).buffered(render_concurrency()).collect().await;
+    let mut results: Vec<_> = futures::stream::iter(builds).buffered(render_concurrency()).collect().await;
+    // The applications each such Component changes, built again with it.
+    let mut again: BTreeMap<usize, Vec<(String, String)>> = BTreeMap::new();
+    for (at, reach) in &trailing {
+        let component = &spec.sources[*at];
+        let earlier: Vec<(usize, Vec<Value>)> = results
+            .iter()
+            .filter(|(index, source, _, result)| index < at && repo_key(source) == repo_key(component) && result.is_ok())
+            .map(|(index, _, _, result)| (*index, result.as_ref().map(|(objects, _)| objects.clone()).unwrap_or_default()))
+            .collect();
+        match kubeflow_manifests::trailing_targets(reach, &earlier) {
+            Ok(targets) => {
+                let names: Vec<String> = targets.iter().map(|index| spec.sources[*index].application.clone()).collect();
+                tracing::info!(application = %component.application, "{}", kubeflow_manifests::applied_note(&names));
+                for index in targets {
+                    again.entry(index).or_default().push((component.application.clone(), component.path.clone().unwrap_or_default()));
+                }
+            }
+            Err(reason) => failed.push(ApplicationFailure { application: component.application.clone(), error: InvalidSpec::new(field(*at, "path"), reason) }),
+        }
+    }
+    for (index, source, applied, result) in results.iter_mut() {
+        let Some(more) = again.remove(index) else { continue };
+        applied.extend(more);
+        *result = render_source(*index, source, applied.clone(), &fetched, &repos, &mirrors, &renderer, &context).await;
+    }
     for (index, source, applied, result) in results {
         // A Component fails with the application it is built with, and is Ready with it.
         if let Err(error) = &result {
