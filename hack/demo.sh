@@ -27,7 +27,7 @@ hack/cargo.sh build -q
 BIN_DIR=$(hack/cargo.sh bin-dir)
 # The operators render with the cached kustomizes (v3.1.0 for kfctl-era packages, v5 for current ones).
 e2e/env/build.sh kustomize
-export KFOP_KUSTOMIZE=$KUSTOMIZE_BIN/kustomize KFOP_KUSTOMIZE_V5=$KUSTOMIZE_V5_BIN/kustomize
+export KFOP_KUSTOMIZE=$KUSTOMIZE_BIN/kustomize KFOP_KUSTOMIZE_V3_2=$KUSTOMIZE_V32_BIN/kustomize KFOP_KUSTOMIZE_V5=$KUSTOMIZE_V5_BIN/kustomize
 mark "operators and kustomize built (hack/cargo.sh build, e2e/env/build.sh kustomize)"
 
 echo "--- installing CRDs, RBAC and operator Deployments (kubectl apply -k deploy/all)" >&2
@@ -72,7 +72,7 @@ if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
     { echo "the kustomize-operator made no caller Secret (kubeflow-operators/kustomize-renderer-caller); see $STATE_DIR/logs/kustomize-operator.log" >&2; exit 1; }
   caller=$(kubectl -n kubeflow-operators get secret kustomize-renderer-caller -o 'jsonpath={.data.nkey\.pub}' | base64 -d)
   kept=(HOME="$HOME")
-  for v in KFOP_CACHE_DIR KFOP_KUSTOMIZE KFOP_KUSTOMIZE_V5; do [[ -n ${!v:-} ]] && kept+=("$v=${!v}"); done
+  for v in KFOP_CACHE_DIR KFOP_KUSTOMIZE KFOP_KUSTOMIZE_V3_2 KFOP_KUSTOMIZE_V5; do [[ -n ${!v:-} ]] && kept+=("$v=${!v}"); done
   env -i "${kept[@]}" setsid "$BIN_DIR/kustomize-operator" render-server --listen "127.0.0.1:$renderer_port" --callers "$caller" \
     >>"$STATE_DIR/logs/kustomize-renderer.log" 2>&1 </dev/null &
   echo $! >"$pidfile"

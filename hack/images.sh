@@ -65,8 +65,8 @@ list_operators() {
 # root, mode set explicitly; the lock then needs `hack/images.sh lock`). Every operator that renders
 # packages (`deploygen --package-renderers`: the generic one and the built-ins that render their
 # KfDef's packages, each with a renderer pod of the same image) renders kfctl packages with
-# kustomize v3.1.0 and current kubeflow/manifests with v5 (both static, from e2e/env/build.sh),
-# found beside its binary.
+# kustomize v3.1.0, kubeflow/manifests 1.3 to 1.6 with v3.2.0 and current kubeflow/manifests with
+# v5 (all static, from e2e/env/build.sh), found beside its binary.
 extra_files() {
   local op=$1 rootfs=$2
   if [[ " ${PACKAGE_RENDERERS[*]} " == *" $op "* ]]; then
@@ -74,6 +74,7 @@ extra_files() {
     "$ROOT/e2e/env/build.sh" kustomize
     install -m 0755 "$KUSTOMIZE_BIN/kustomize" "$rootfs/usr/local/bin/kustomize"
     install -m 0755 "$KUSTOMIZE_V5_BIN/kustomize" "$rootfs/usr/local/bin/kustomize-v5"
+    install -m 0755 "$KUSTOMIZE_V32_BIN/kustomize" "$rootfs/usr/local/bin/kustomize-v3.2"
   fi
 }
 

@@ -94,7 +94,7 @@ while read -r op digest layer_bytes gz_bytes; do
   files=$(cd "$rootfs" && find . -mindepth 1 | sort | tr '\n' ' ')
   expected=(./etc ./etc/group ./etc/nsswitch.conf ./etc/passwd ./etc/ssl ./etc/ssl/certs ./etc/ssl/certs/ca-certificates.crt ./tmp ./usr ./usr/local ./usr/local/bin "./usr/local/bin/$op")
   # Files extra_files() adds (hack/images.sh).
-  [[ " ${package_renderers[*]} " == *" $op "* ]] && expected+=(./usr/local/bin/kustomize ./usr/local/bin/kustomize-v5)
+  [[ " ${package_renderers[*]} " == *" $op "* ]] && expected+=(./usr/local/bin/kustomize ./usr/local/bin/kustomize-v3.2 ./usr/local/bin/kustomize-v5)
   expected=$(printf '%s\n' "${expected[@]}" | sort | tr '\n' ' ')
   [[ $files == "$expected" ]] || die "$op: unexpected root filesystem: $files"
   [[ ! -e $rootfs/bin/sh ]] || die "$op: the image has a shell"

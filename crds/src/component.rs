@@ -359,8 +359,9 @@ pub struct KustomizeSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
     pub repo_sha256: Option<String>,
-    /// The kustomize release for this repository (the KfDef repo's `kustomize`); unset: chosen
-    /// from the package's kustomizations.
+    /// The kustomize release for this repository (the KfDef repo's `kustomize`, else the one its
+    /// Kubeflow release names: 3.2.0 for 1.3 to 1.6); unset: chosen from the package's
+    /// kustomizations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo_kustomize: Option<crate::kfdef::KustomizeRelease>,
     /// This source is a `kind: Component` applied to the source of the application named here

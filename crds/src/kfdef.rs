@@ -146,13 +146,23 @@ pub struct Repo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
     pub sha256: Option<String>,
-    /// The kustomize release that renders this repository's packages. Not in kfctl's format.
-    /// Unset: chosen by the KfDef's [`Era`] — v5 for kubeflow/manifests' layout (Kubeflow 1.3 and
-    /// later); for a kfctl-era KfDef v3.1.0 (the release kfctl linked), unless a package uses what
-    /// v3.1.0 does not know (`components`, `labels`, `replacements`, `sortOptions`, a
-    /// `kind: Component`), which v5 then renders.
+    /// The kustomize release that renders this repository's packages (`v3`: 3.1.0, `v3.2`: 3.2.0,
+    /// `v5`). Not in kfctl's format. Unset: the one the Kubeflow release (`spec.version`) names —
+    /// 3.2.0 for 1.3 to 1.6 —, else chosen by the KfDef's [`Era`]: v5 for kubeflow/manifests'
+    /// layout (Kubeflow 1.7 and later); for a kfctl-era KfDef v3.1.0 (the release kfctl linked),
+    /// unless a package uses what v3.1.0 does not know (`components`, `labels`, `replacements`,
+    /// `sortOptions`, a `kind: Component`), which v5 then renders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kustomize: Option<KustomizeRelease>,
+}
+
+impl Repo {
+    /// The kustomize release this repository's packages render with in a KfDef of Kubeflow
+    /// `version`: its own choice, else the release's ([`KustomizeRelease::of_kubeflow`]); `None`:
+    /// the package decides.
+    pub fn kustomize_for(&self, version: Option<&str>) -> Option<KustomizeRelease> {
+        self.kustomize.or_else(|| version.and_then(KustomizeRelease::of_kubeflow))
+    }
 }
 
 /// Which rules build a KfDef's kustomize packages.
@@ -194,17 +204,33 @@ pub enum KustomizeRelease {
     /// generator `env:` files).
     #[serde(rename = "v3")]
     V3,
+    /// kustomize v3.2.0, the release kubeflow/manifests 1.3 to 1.6 name: their generated
+    /// ConfigMaps' names (content hashes) are v3's, not v5's.
+    #[serde(rename = "v3.2")]
+    V3_2,
     /// kustomize v5: kubeflow/manifests since Kubeflow 1.7 and the dated releases.
     #[serde(rename = "v5")]
     V5,
 }
 
 impl KustomizeRelease {
+    pub const ALL: [KustomizeRelease; 3] = [KustomizeRelease::V3, KustomizeRelease::V3_2, KustomizeRelease::V5];
+
     pub fn as_str(self) -> &'static str {
         match self {
             KustomizeRelease::V3 => "v3",
+            KustomizeRelease::V3_2 => "v3.2",
             KustomizeRelease::V5 => "v5",
         }
+    }
+
+    /// The release a Kubeflow release (`spec.version`) names for building its kubeflow/manifests:
+    /// 3.2.0 for 1.3 to 1.6 (their README's prerequisites); `None` for the others, whose packages
+    /// choose (kfctl's era: v3.1.0 unless a package needs v5; 1.7 and later: v5).
+    pub fn of_kubeflow(version: &str) -> Option<KustomizeRelease> {
+        let mut parts = version.trim_start_matches('v').split(['.', '-']);
+        let (major, minor) = (parts.next()?.parse::<u32>().ok()?, parts.next()?.parse::<u32>().ok()?);
+        (major == 1 && (3..=6).contains(&minor)).then_some(KustomizeRelease::V3_2)
     }
 }
 
@@ -358,6 +384,19 @@ mod era_tests {
         }
         for v in [None, Some(""), Some("master"), Some("v1.x")] {
             assert_eq!(Era::of_version(v), Era::FromRepository, "{v:?}");
+        }
+    }
+
+    /// Upstream's READMEs: "kustomize 3.2.0" for 1.3 to 1.6; 1.7 moved to v5; kfctl's era chose
+    /// per package.
+    #[test]
+    fn the_kustomize_release_follows_the_kubeflow_version() {
+        use super::KustomizeRelease;
+        for v in ["v1.3.1", "1.3.0", "v1.4.1", "v1.5.0-rc.1", "v1.6.1"] {
+            assert_eq!(KustomizeRelease::of_kubeflow(v), Some(KustomizeRelease::V3_2), "{v}");
+        }
+        for v in ["v1.2.0", "v1.2-branch", "v1.7.0", "v1.10.2", "v1.11.0", "v2025.10.0", "master", ""] {
+            assert_eq!(KustomizeRelease::of_kubeflow(v), None, "{v}");
         }
     }
 }

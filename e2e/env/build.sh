@@ -3,9 +3,9 @@
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes),
 #   kwok (sigs.k8s.io/kwok) and nats-server (github.com/nats-io/nats-server/v2); for the OLM
 #   packaging: OLM's olm and catalog operators with its CRDs, opm, and operator-sdk; kustomize
-#   v3.1.0 (the engine kfctl used) and v5 (current kubeflow/manifests) for rendering KfDef
-#   manifests (crate kubeflow-manifests).
-# `build.sh kustomize` builds only the two kustomizes (a minute), for the tests that run them.
+#   v3.1.0 (the engine kfctl used), v3.2.0 (kubeflow/manifests 1.3-1.6) and v5 (current
+#   kubeflow/manifests) for rendering KfDef manifests (crate kubeflow-manifests).
+# `build.sh kustomize` builds only the kustomizes (a minute), for the tests that run them.
 # Binaries land in $CACHE_DIR/bin/<name>-<version>, outside the work tree, so fresh clones reuse them.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/versions.sh"
@@ -99,8 +99,18 @@ build_kustomize() {
   rm -rf "$KUSTOMIZE_BIN" && mv "$tmp" "$KUSTOMIZE_BIN"
 }
 
+build_kustomize_v32() {
+  [[ -x $KUSTOMIZE_V32_BIN/kustomize ]] && return 0
+  local tmp
+  tmp=$(CGO_ENABLED=0 build_wrapped kustomize-v3.2 "$KUSTOMIZE_V32_BIN" "" \
+      -ldflags "-s -w -X sigs.k8s.io/kustomize/v3/pkg/commands/misc.kustomizeVersion=$KUSTOMIZE_V32_VERSION" \
+      sigs.k8s.io/kustomize/v3/cmd/kustomize) || return 1
+  rm -rf "$KUSTOMIZE_V32_BIN" && mv "$tmp" "$KUSTOMIZE_V32_BIN"
+}
+
 build_kustomizes() {
   build_kustomize
+  build_kustomize_v32
   # v5 as published (its go.mod has no replace directives); static like v3.
   CGO_ENABLED=0 install_tool sigs.k8s.io/kustomize/kustomize/v5 "$KUSTOMIZE_V5_VERSION" "$KUSTOMIZE_V5_BIN" kustomize
 }

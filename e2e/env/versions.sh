@@ -8,6 +8,10 @@ OPERATOR_SDK_VERSION=v1.34.2  # operator-sdk (bundle validate); pinned in operat
 # sigs.k8s.io/kustomize/v3, the engine kfctl v1.0–v1.2 linked (it renders KfDef manifests the same
 # way: `vars`, `bases`, `env:` generators, files outside the root); pinned in kustomize/go.mod.
 KUSTOMIZE_VERSION=v3.1.0
+# sigs.k8s.io/kustomize/v3 v3.2.0, the release kubeflow/manifests 1.3 to 1.6 name ("kustomize 3.2.0"):
+# it names generated ConfigMaps as v3.1.0 does but fixes name references and namespaces v3.1.0
+# misses, and v5 hashes their contents otherwise; pinned in kustomize-v3.2/go.mod.
+KUSTOMIZE_V32_VERSION=v3.2.0
 # sigs.k8s.io/kustomize/kustomize/v5, for kubeflow/manifests since Kubeflow 1.7 (`components`,
 # `labels`, `replacements`, `sortOptions`). Must equal KUSTOMIZE_V5_VERSION in manifests/src/kustomize.rs.
 # v5.7.1 is the release kubeflow/manifests' CI installs with; v5.8 no longer applies a replacement
@@ -24,6 +28,7 @@ KWOK_BIN=$CACHE_DIR/bin/kwok-$KWOK_VERSION
 NATS_BIN=$CACHE_DIR/bin/nats-server-$NATS_SERVER_VERSION
 OLM_BIN=$CACHE_DIR/bin/olm-$OLM_VERSION-$(sha256sum "$ENV_DIR/olm/go.sum" | cut -c1-12)
 KUSTOMIZE_BIN=$CACHE_DIR/bin/kustomize-$KUSTOMIZE_VERSION-$(sha256sum "$ENV_DIR/kustomize/go.sum" | cut -c1-12)-static
+KUSTOMIZE_V32_BIN=$CACHE_DIR/bin/kustomize-$KUSTOMIZE_V32_VERSION-$(sha256sum "$ENV_DIR/kustomize-v3.2/go.sum" | cut -c1-12)-static
 KUSTOMIZE_V5_BIN=$CACHE_DIR/bin/kustomize-$KUSTOMIZE_V5_VERSION-static
 OPERATOR_SDK_BIN=$CACHE_DIR/bin/operator-sdk-$OPERATOR_SDK_VERSION-$(sha256sum "$ENV_DIR/operator-sdk/go.sum" | cut -c1-12)
 

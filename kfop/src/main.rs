@@ -272,6 +272,11 @@ async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> R
         std::fs::write(&path, yaml).map_err(|e| format!("{}: {e}", path.display()))?;
         let applications: Vec<&str> = plan.applications.iter().filter(|a| a.component.as_deref() == Some(component.name())).map(|a| a.name.as_str()).collect();
         println!("{}: {} objects ({} {}: {})", path.display(), objects.len(), registered.operator, planned.version, applications.join(", "));
+        let releases: std::collections::BTreeSet<&str> = planned.spec["sources"].as_array().into_iter().flatten().filter_map(|s| s["repoKustomize"].as_str()).collect();
+        if !releases.is_empty() {
+            let names: Vec<&str> = releases.into_iter().collect();
+            println!("  kustomize {} (the repository's kustomize field, or the one Kubeflow {} names)", names.join(", "), kfdef.spec.version.as_deref().unwrap_or("?"));
+        }
         if !conversions.is_empty() {
             println!("  {} objects converted from API versions Kubernetes no longer serves (written converted):", conversions.len());
             for line in &conversions {

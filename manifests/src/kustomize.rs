@@ -24,11 +24,24 @@ pub const KUSTOMIZE_V5_VERSION: &str = "v5.7.1";
 /// Environment variable naming the kustomize v5 binary.
 pub const KUSTOMIZE_V5_ENV: &str = "KFOP_KUSTOMIZE_V5";
 
+/// The v3.2 release the project builds (`e2e/env/versions.sh`): the one kubeflow/manifests 1.3
+/// to 1.6 name.
+pub const KUSTOMIZE_V32_VERSION: &str = "v3.2.0";
+
+/// Environment variable naming the kustomize v3.2.0 binary.
+pub const KUSTOMIZE_V32_ENV: &str = "KFOP_KUSTOMIZE_V3_2";
+
+/// The environment variable naming `release`'s binary.
+pub fn env_of(release: KustomizeRelease) -> &'static str {
+    location(release).0
+}
+
 /// Where each release is found: its environment variable, its file name beside the operator
 /// binary (in an image), and the prefix of its directory in the build cache.
 fn location(release: KustomizeRelease) -> (&'static str, &'static str, &'static str) {
     match release {
         KustomizeRelease::V3 => (KUSTOMIZE_ENV, "kustomize", KUSTOMIZE_VERSION),
+        KustomizeRelease::V3_2 => (KUSTOMIZE_V32_ENV, "kustomize-v3.2", KUSTOMIZE_V32_VERSION),
         KustomizeRelease::V5 => (KUSTOMIZE_V5_ENV, "kustomize-v5", KUSTOMIZE_V5_VERSION),
     }
 }
@@ -102,8 +115,8 @@ impl Kustomize {
     }
 
     /// The binary of `release`: the one its environment variable (`$KFOP_KUSTOMIZE`,
-    /// `$KFOP_KUSTOMIZE_V5`) names, else one beside the running executable (`kustomize`,
-    /// `kustomize-v5`), else the one `e2e/env/build.sh` built. Runs `kustomize version` once to
+    /// `$KFOP_KUSTOMIZE_V3_2`, `$KFOP_KUSTOMIZE_V5`) names, else one beside the running executable
+    /// (`kustomize`, `kustomize-v3.2`, `kustomize-v5`), else the one `e2e/env/build.sh` built. Runs `kustomize version` once to
     /// pick the load-restrictor flag.
     pub async fn locate_release(release: KustomizeRelease) -> Result<Self, KustomizeError> {
         let (env, file, version) = location(release);
@@ -217,6 +230,7 @@ mod tests {
         let built = |name: &str| versions.lines().find_map(|l| l.strip_prefix(&format!("{name}="))).map(|v| v.split_whitespace().next().unwrap_or_default().to_string());
         assert_eq!(built("KUSTOMIZE_VERSION").as_deref(), Some(KUSTOMIZE_VERSION));
         assert_eq!(built("KUSTOMIZE_V5_VERSION").as_deref(), Some(KUSTOMIZE_V5_VERSION));
+        assert_eq!(built("KUSTOMIZE_V32_VERSION").as_deref(), Some(KUSTOMIZE_V32_VERSION));
     }
 
     #[test]

@@ -139,7 +139,7 @@ fn signed_message(time: u64, release: KustomizeRelease, dir: &str, body_sha256: 
 }
 
 fn parse_release(text: &str) -> Option<KustomizeRelease> {
-    [KustomizeRelease::V3, KustomizeRelease::V5].into_iter().find(|r| r.as_str() == text)
+    KustomizeRelease::ALL.into_iter().find(|r| r.as_str() == text)
 }
 
 // --- the operator's side ------------------------------------------------------------------------
@@ -318,6 +318,8 @@ impl RemoteRenderer {
 /// What the renderer builds with and whom it answers.
 pub struct ServerConfig {
     pub v3: Kustomize,
+    /// kubeflow/manifests 1.3 to 1.6's release, when found.
+    pub v3_2: Option<Kustomize>,
     pub v5: Option<Kustomize>,
     /// Public NKeys (`U…`) of the callers it answers.
     pub callers: Vec<String>,
@@ -361,7 +363,7 @@ fn authenticate(callers: &[String], headers: &HeaderMap, body: &[u8], now: u64) 
         return Err(answer(StatusCode::UNAUTHORIZED, format!("{TIME_HEADER} is more than {MAX_CLOCK_SKEW_SECS} s from the renderer's clock")));
     }
     let release_text = header(RELEASE_HEADER)?;
-    let release = parse_release(release_text).ok_or_else(|| answer(StatusCode::BAD_REQUEST, format!("{RELEASE_HEADER}: {release_text:?} is not v3 or v5")))?;
+    let release = parse_release(release_text).ok_or_else(|| answer(StatusCode::BAD_REQUEST, format!("{RELEASE_HEADER}: {release_text:?} is not v3, v3.2 or v5")))?;
     let dir = header(DIR_HEADER)?;
     use base64::Engine;
     let signature = base64::engine::general_purpose::STANDARD.decode(header(SIGNATURE_HEADER)?).map_err(|_| answer(StatusCode::UNAUTHORIZED, format!("{SIGNATURE_HEADER} is not base64")))?;
@@ -404,6 +406,9 @@ enum BuildFailure {
 async fn run_build(config: &ServerConfig, release: KustomizeRelease, dir: &Path, body: Bytes) -> Result<String, BuildFailure> {
     let kustomize = match release {
         KustomizeRelease::V3 => &config.v3,
+        KustomizeRelease::V3_2 => config.v3_2.as_ref().ok_or_else(|| {
+            BuildFailure::Kustomize(KustomizeError::NotFound { path: PathBuf::from("kustomize-v3.2"), hint: "this renderer has no kustomize v3.2.0".into() })
+        })?,
         KustomizeRelease::V5 => config.v5.as_ref().ok_or_else(|| {
             BuildFailure::Kustomize(KustomizeError::NotFound { path: PathBuf::from("kustomize-v5"), hint: "this renderer has no kustomize v5".into() })
         })?,
@@ -465,9 +470,10 @@ pub async fn serve(args: ServerArgs, shutdown: impl std::future::Future<Output =
         nkeys::KeyPair::from_public_key(caller).map_err(|e| format!("--callers: {caller:?} is not a public NKey: {e}"))?;
     }
     let v3 = Kustomize::locate_release(KustomizeRelease::V3).await.map_err(|e| e.to_string())?;
+    let v3_2 = Kustomize::locate_release(KustomizeRelease::V3_2).await.map_err(|e| tracing::warn!(error = %e, "no kustomize v3.2.0")).ok();
     let v5 = Kustomize::locate_release(KustomizeRelease::V5).await.map_err(|e| tracing::warn!(error = %e, "no kustomize v5")).ok();
     let work_root = args.work_dir.unwrap_or_else(std::env::temp_dir);
-    let config = ServerConfig { v3, v5, callers: args.callers, work_root, concurrency: args.concurrency };
+    let config = ServerConfig { v3, v3_2, v5, callers: args.callers, work_root, concurrency: args.concurrency };
     let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("listening on {}: {e}", args.listen))?;
     tracing::info!(address = %args.listen, "renderer listening");
     axum::serve(listener, router(config)).with_graceful_shutdown(shutdown).await.map_err(|e| e.to_string())

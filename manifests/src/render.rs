@@ -265,10 +265,11 @@ pub struct Renderer {
 /// Where kustomize runs.
 #[derive(Clone, Debug)]
 enum Engine {
-    /// Here, as a confined child ([`crate::sandbox`]): v3.1.0 for kfctl-era packages, v5 for
-    /// packages that use what v3.1.0 lacks ([`refs::check`]); without v5 such a package is an
+    /// Here, as a confined child ([`crate::sandbox`]): v3.1.0 for kfctl-era packages, and the
+    /// other releases found (v5 for packages that use what v3.1.0 lacks, [`refs::check`]; v3.2.0
+    /// for the Kubeflow releases that name it); a package needing a release not found is an
     /// error naming what it uses.
-    Local { v3: Kustomize, v5: Option<Kustomize> },
+    Local { v3: Kustomize, more: BTreeMap<KustomizeRelease, Kustomize> },
     /// In the renderer, a process with no credential and no network ([`crate::remote`]).
     Remote(RemoteRenderer),
 }
@@ -284,7 +285,7 @@ fn io(app: &str, context: impl Into<String>) -> impl FnOnce(std::io::Error) -> R
 
 impl Renderer {
     pub fn new(kustomize: Kustomize, work_root: impl Into<PathBuf>) -> Result<Self, String> {
-        Self::with_engine(Engine::Local { v3: kustomize, v5: None }, work_root)
+        Self::with_engine(Engine::Local { v3: kustomize, more: BTreeMap::new() }, work_root)
     }
 
     /// Rendering in the renderer ([`crate::remote`]) instead of here.
@@ -301,34 +302,55 @@ impl Renderer {
 
     /// With kustomize v5 for the packages that need it (a local renderer).
     pub fn with_v5(self, kustomize_v5: Kustomize) -> Self {
+        self.with_release(KustomizeRelease::V5, kustomize_v5)
+    }
+
+    /// With `kustomize` for the packages `release` builds (a local renderer).
+    pub fn with_release(self, release: KustomizeRelease, kustomize: Kustomize) -> Self {
         match self.engine {
-            Engine::Local { v3, .. } => Renderer { engine: Engine::Local { v3, v5: Some(kustomize_v5) }, ..self },
+            Engine::Local { v3, mut more } => {
+                more.insert(release, kustomize);
+                Renderer { engine: Engine::Local { v3, more }, ..self }
+            }
             Engine::Remote(_) => self,
+        }
+    }
+
+    /// The local binary of `release`, when kustomize runs here and it was found.
+    pub fn local_release(&self, release: KustomizeRelease) -> Option<&Kustomize> {
+        match &self.engine {
+            Engine::Local { v3, .. } if release == KustomizeRelease::V3 => Some(v3),
+            Engine::Local { more, .. } => more.get(&release),
+            Engine::Remote(_) => None,
         }
     }
 
     /// The local binaries (v3.1.0, v5), when kustomize runs here.
     pub fn local(&self) -> Option<(&Kustomize, Option<&Kustomize>)> {
         match &self.engine {
-            Engine::Local { v3, v5 } => Some((v3, v5.as_ref())),
+            Engine::Local { v3, more } => Some((v3, more.get(&KustomizeRelease::V5))),
             Engine::Remote(_) => None,
         }
     }
 
     /// The renderer [`RemoteRenderer::from_env`] names, when it names one. Else both local
-    /// releases from where [`Kustomize::locate_release`] finds them; v5 is optional (a package
-    /// that needs it then fails, naming what it uses). The error of v5's absence is returned
-    /// beside the renderer, for a log line.
+    /// releases from where [`Kustomize::locate_release`] finds them; all but v3.1.0 are optional
+    /// (a package that needs one missing then fails, naming what it uses). Why one is missing is
+    /// returned beside the renderer, for a log line.
     pub async fn locate(work_root: impl Into<PathBuf>) -> Result<(Self, Option<String>), String> {
         if let Some(remote) = RemoteRenderer::from_env() {
             return Ok((Renderer::remote(remote?, work_root)?, None));
         }
         let v3 = Kustomize::locate_release(KustomizeRelease::V3).await.map_err(|e| e.to_string())?;
-        let renderer = Renderer::new(v3, work_root)?;
-        match Kustomize::locate_release(KustomizeRelease::V5).await {
-            Ok(v5) => Ok((renderer.with_v5(v5), None)),
-            Err(e) => Ok((renderer, Some(e.to_string()))),
+        let mut renderer = Renderer::new(v3, work_root)?;
+        let mut missing = Vec::new();
+        for release in [KustomizeRelease::V3_2, KustomizeRelease::V5] {
+            match Kustomize::locate_release(release).await {
+                Ok(kustomize) => renderer = renderer.with_release(release, kustomize),
+                Err(e) => missing.push(format!("{release}: {e}")),
+            }
         }
+        Ok((renderer, (!missing.is_empty()).then(|| missing.join("; "))))
     }
 
     /// The release that renders `app`: its repository's choice; else v5 for a package built as
@@ -336,7 +358,7 @@ impl Renderer {
     /// otherwise. With the reason, for status and logs.
     fn choose(app: &AppSpec, build: &Build) -> (KustomizeRelease, String) {
         match (app.kustomize, build) {
-            (Some(release), _) => (release, "the repository's kustomize field".to_string()),
+            (Some(release), _) => (release, "the repository's kustomize field, or the one the Kubeflow release names (3.2.0 for 1.3 to 1.6)".to_string()),
             (None, _) if !app.components.is_empty() => (KustomizeRelease::V5, "Components are applied to it (componentOf), which kustomize v3.1.0 cannot build".to_string()),
             (None, Build::Upstream) => (KustomizeRelease::V5, "kubeflow/manifests' layout (Kubeflow 1.3 and later), built as upstream builds it".to_string()),
             (None, Build::Kfctl(Some((file, what)))) => (KustomizeRelease::V5, format!("{} uses {what}", file.display())),
@@ -348,16 +370,13 @@ impl Renderer {
     async fn build(&self, app: &AppSpec, release: KustomizeRelease, why: &str, dir: &Path, home: &Path, roots: &[PathBuf]) -> Result<String, RenderError> {
         let kustomize_error = |source| RenderError::Kustomize { app: app.name.clone(), source };
         match &self.engine {
-            Engine::Local { v3, v5 } => {
-                let kustomize = match release {
-                    KustomizeRelease::V3 => v3,
-                    KustomizeRelease::V5 => v5.as_ref().ok_or_else(|| RenderError::NoKustomize {
-                        app: app.name.clone(),
-                        release,
-                        why: why.to_string(),
-                        error: format!("set {} or run `e2e/env/build.sh kustomize`", crate::kustomize::KUSTOMIZE_V5_ENV),
-                    })?,
-                };
+            Engine::Local { .. } => {
+                let kustomize = self.local_release(release).ok_or_else(|| RenderError::NoKustomize {
+                    app: app.name.clone(),
+                    release,
+                    why: why.to_string(),
+                    error: format!("set {} or run `e2e/env/build.sh kustomize`", crate::kustomize::env_of(release)),
+                })?;
                 kustomize.build(dir, home, roots).await.map_err(kustomize_error)
             }
             Engine::Remote(remote) => remote.build(release, dir, roots).await.map_err(kustomize_error),
@@ -432,7 +451,7 @@ impl Renderer {
                     cache.fetch(&RepoSource::from(repo)).await?,
                 );
             }
-            spec.kustomize = kfdef.spec.repos.iter().find(|r| r.name == repo_name).and_then(|r| r.kustomize);
+            spec.kustomize = kfdef.spec.repos.iter().find(|r| r.name == repo_name).and_then(|r| r.kustomize_for(kfdef.spec.version.as_deref()));
             if let Some(reach) = component_reach(&fetched[&repo_name].root, &spec)?.filter(|r| !r.adds_only()) {
                 out.push(RenderedApp { name: spec.name.clone(), objects: Vec::new(), warnings: Vec::new(), conversions: Vec::new(), kustomize: (KustomizeRelease::V5, String::new()) });
                 trailing.push((out.len() - 1, spec, repo_name, reach));
@@ -463,7 +482,7 @@ impl Renderer {
         for (position, components) in applied {
             let index = rendered_at[&position];
             let (mut spec, repo_name) = specs[index].clone();
-            spec.kustomize = kfdef.spec.repos.iter().find(|r| r.name == repo_name).and_then(|r| r.kustomize);
+            spec.kustomize = kfdef.spec.repos.iter().find(|r| r.name == repo_name).and_then(|r| r.kustomize_for(kfdef.spec.version.as_deref()));
             spec.components.extend(components);
             out[position] = self.render_application(&fetched[&repo_name], &spec, &ctx, Some(RemoteBases { cache, mirrors: &mirrors })).await?;
         }

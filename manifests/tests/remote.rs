@@ -15,7 +15,7 @@ async fn kustomize(release: KustomizeRelease) -> Kustomize {
 
 /// A renderer on a loopback port answering `callers`; its URL.
 async fn start_renderer(callers: Vec<String>, work_root: &Path) -> String {
-    let config = ServerConfig { v3: kustomize(KustomizeRelease::V3).await, v5: Some(kustomize(KustomizeRelease::V5).await), callers, work_root: work_root.to_path_buf(), concurrency: 2 };
+    let config = ServerConfig { v3: kustomize(KustomizeRelease::V3).await, v3_2: Some(kustomize(KustomizeRelease::V3_2).await), v5: Some(kustomize(KustomizeRelease::V5).await), callers, work_root: work_root.to_path_buf(), concurrency: 2 };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, remote::router(config)).await.unwrap() });

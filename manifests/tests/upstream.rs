@@ -31,7 +31,7 @@ async fn release(kfdef: &str, archive: &str) -> Release {
     // Loopback: the remote bases' mirror.
     let cache = RepoCache::new(tmp.path().join("cache"), FetchOptions { allow_local: true, address_fence: false, ..FetchOptions::default() }).unwrap();
     let kustomize = |release| async move { Kustomize::locate_release(release).await.unwrap_or_else(|e| panic!("these tests run the real kustomize: {e}")) };
-    let renderer = Renderer::new(kustomize(KustomizeRelease::V3).await, tmp.path().join("work")).unwrap().with_v5(kustomize(KustomizeRelease::V5).await);
+    let renderer = Renderer::new(kustomize(KustomizeRelease::V3).await, tmp.path().join("work")).unwrap().with_v5(kustomize(KustomizeRelease::V5).await).with_release(KustomizeRelease::V3_2, kustomize(KustomizeRelease::V3_2).await);
     let repo = &kfdef.spec.repos[0];
     let root = cache.fetch(&RepoSource { name: repo.name.clone(), uri: repo.uri.clone(), sha256: None }).await.unwrap().root;
     Release { _tmp: tmp, kfdef, cache, renderer, root }
@@ -58,11 +58,7 @@ async fn upstream_build(release: &Release, app: &str, kustomize: KustomizeReleas
 /// Upstream's `kustomize build <path>` with `release`, as JSON values.
 async fn upstream_build_path(release: &Release, path: &str, kustomize: KustomizeRelease) -> Vec<serde_json::Value> {
     let app = path.replace('/', "-");
-    let (v3, v5) = release.renderer.local().unwrap();
-    let binary = match kustomize {
-        KustomizeRelease::V3 => v3,
-        KustomizeRelease::V5 => v5.unwrap(),
-    };
+    let binary = release.renderer.local_release(kustomize).unwrap();
     let home = release._tmp.path().join(format!("home-{app}"));
     std::fs::create_dir_all(&home).unwrap();
     let output = binary.build(&release.root.join(path), &home, std::slice::from_ref(&release.root)).await.unwrap_or_else(|e| panic!("upstream's build of {app} ({path}): {e}"));
@@ -124,6 +120,51 @@ async fn every_application_of_kubeflow_1_10_2_renders_what_upstream_renders() {
         let id = (kind.to_string(), namespace.to_string(), name.to_string());
         assert!(all.contains(&id), "{id:?}");
     }
+}
+
+/// Kubeflow v1.3.1's KfDef (the 30 entries of its `example/kustomization.yaml`), built with the
+/// kustomize its README names, 3.2.0, chosen from the KfDef's version: every application renders
+/// exactly what upstream's `kustomize build <path>` renders with 3.2.0, and together the 586
+/// objects of `kustomize build example`, the generated ConfigMaps under upstream's names
+/// (`jupyter-web-app-parameters-h7dbhff8cb`; v5 hashes their data otherwise, `-chmg88cm48`).
+/// A repository's `kustomize` field still chooses.
+#[tokio::test]
+async fn every_application_of_kubeflow_1_3_1_renders_with_the_kustomize_its_release_names() {
+    let release = release("kfdef-1.3.1.yaml", "manifests-1.3.1.tar.gz").await;
+    assert_eq!(release.kfdef.spec.version.as_deref(), Some("v1.3.1"));
+    let apps = release.renderer.render_kfdef(&release.cache, &release.kfdef).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(apps.len(), 30);
+    let (mut all, mut converted) = (Vec::new(), 0);
+    for app in &apps {
+        assert_eq!(app.kustomize.0, KustomizeRelease::V3_2, "{}: {:?}", app.name, app.kustomize);
+        let ours = values(app);
+        let upstream = upstream_build(&release, &app.name, KustomizeRelease::V3_2).await;
+        // 1.3's packages still ship API versions Kubernetes removed (v1beta1 CRDs, webhooks,
+        // RBAC), which are converted (listed per object); the rest is upstream's build field for
+        // field.
+        if app.conversions.is_empty() {
+            assert!(ours == upstream, "{}: not upstream's 3.2.0 build", app.name);
+        } else {
+            assert_eq!(identities(ours.clone()), identities(upstream), "{}", app.name);
+            converted += 1;
+        }
+        all.extend(ours);
+    }
+    // Istio, Knative, cert-manager, the kubeflow apps' CRDs and webhooks of 1.3: those applications
+    // compare by kind, namespace and name; the other 13 field for field.
+    assert_eq!(converted, 17);
+    let example = upstream_build_path(&release, "example", KustomizeRelease::V3_2).await;
+    assert_eq!(example.len(), 586);
+    assert_eq!(identities(all.clone()), identities(example));
+    let names: Vec<(String, String, String)> = identities(all);
+    assert!(names.contains(&("ConfigMap".into(), "kubeflow".into(), "jupyter-web-app-parameters-h7dbhff8cb".into())));
+    // The repository's own choice wins: v5 names the same ConfigMap otherwise.
+    let mut chosen = release.kfdef.clone();
+    chosen.spec.repos[0].kustomize = Some(KustomizeRelease::V5);
+    chosen.spec.applications.retain(|a| a.name == "jupyter-web-app");
+    let jupyter = release.renderer.render_kfdef(&release.cache, &chosen).await.unwrap();
+    assert_eq!(jupyter[0].kustomize.0, KustomizeRelease::V5);
+    assert!(values(&jupyter[0]).iter().any(|o| o["metadata"]["name"] == "jupyter-web-app-parameters-chmg88cm48"));
 }
 
 /// Upstream's `kustomize build example` of a release whose packages name remote bases: the

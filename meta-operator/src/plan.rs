@@ -276,7 +276,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             overlays: config.overlays,
             parameters: config.parameters,
             repo_sha256: repo.and_then(|r| r.sha256.clone()),
-            repo_kustomize: repo.and_then(|r| r.kustomize),
+            repo_kustomize: repo.and_then(|r| r.kustomize_for(kfdef.spec.version.as_deref())),
             component_of: config.component_of,
         });
         applications.push(ApplicationStatus { name: app.name.clone(), component: Some(component.name().into()), state: "Pending".into(), ..Default::default() });
