@@ -137,3 +137,18 @@ async fn kfop_build_writes_removed_api_versions_converted_and_lists_them() {
     assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `kfop init --release v1.11.0`, its archive served over HTTP as github.com would serve it
+/// (`--fetch-from`, the KfDef naming upstream's URI): the KfDef `examples/kfdef-v1.11.0.yaml`
+/// ships, byte for byte; a tag that is no release is refused, naming the flag.
+#[tokio::test]
+async fn kfop_init_writes_the_kfdef_of_a_release_from_its_example() {
+    let archive = std::fs::read(fixtures::upstream_releases().join("manifests-1.11.0.tar.gz")).unwrap();
+    let server = fixtures::Server::start(BTreeMap::from([("kubeflow/manifests/archive/v1.11.0.tar.gz".to_string(), archive)])).await;
+    let written = kfop(&["init", "--release", "v1.11.0", "--fetch-from", &server.url("kubeflow/manifests/archive/v1.11.0.tar.gz")]).await;
+    let shipped = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-v1.11.0.yaml")).unwrap();
+    assert!(written == shipped, "kfop init wrote:\n{written}");
+    let refused = Command::new(bin_dir().join("kfop")).args(["init", "--release", "main"]).output().await.unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--release \"main\": expected a release tag"), "{}", String::from_utf8_lossy(&refused.stderr));
+}

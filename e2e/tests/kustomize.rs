@@ -241,3 +241,56 @@ async fn a_webhook_backend_is_ready_before_what_it_admits() {
     namespaces.delete("demo-certs", &DeleteParams::default()).await.unwrap();
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+/// A CRD kept when the install that made it was deleted (CRDs stay unless asked) is labelled for
+/// its component and names no owner, as CRDs are shared by every install of a component. While an
+/// install of that component exists anywhere it is left alone, the application failed, naming
+/// it; once none does, the next install that renders the CRD takes it over, with no manual step
+/// (the real 1.10.2 KfDef stayed Degraded on `profiles.kubeflow.org` after the demo's KfDef was
+/// deleted, until someone relabelled the CRD).
+#[tokio::test]
+async fn a_crd_kept_by_a_deleted_install_goes_to_the_next_install_that_renders_it() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-leftover").await;
+    let kubeconfig = install_package(&client, "kustomize").await;
+    let group = format!("{}.example.org", ns.name);
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {"group": group, "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget"}, "scope": "Namespaced",
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+    let package = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [crd.yaml]\n";
+    let tarball = fixtures::edited_repo_tarball(&[("demo/gadgets/kustomization.yaml", "", package), ("demo/gadgets/crd.yaml", "", &serde_yaml_ng::to_string(&crd).unwrap())]);
+    let server = fixtures::Server::start(BTreeMap::from([("archive/gadgets.tar.gz".to_string(), tarball)])).await;
+    // As Katib's operator leaves one of its CRDs: its component's label, no owner.
+    let definitions: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut leftover: CustomResourceDefinition = serde_json::from_value(crd.clone()).unwrap();
+    leftover.metadata.labels = Some(BTreeMap::from([("components.kubeflow.org/part-of".to_string(), "katib".to_string()), ("components.kubeflow.org/version".to_string(), "v0.18.0".to_string())]));
+    definitions.create(&PostParams::default(), &leftover).await.unwrap();
+    let name = leftover.name_any();
+    // A Katib install exists (no operator runs it here): the CRD is still someone's.
+    let katibs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &kubeflow_crds::ComponentKind::Katib.api_resource());
+    let katib: DynamicObject = serde_json::from_value(json!({"apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib", "metadata": {"name": "katib"}, "spec": {"version": "v0.18.0"}})).unwrap();
+    katibs.create(&PostParams::default(), &katib).await.unwrap();
+
+    let cache = std::env::temp_dir().join(unique_name("leftover-cache"));
+    let operator = OperatorProcess::start("kustomize-operator", &["--namespace", &ns.name, "--allow-fetch-from", "127.0.0.1"], &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap())]);
+    operator.wait_ready().await;
+    let api: Api<KustomizeApplication> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &resource("gadgets", &ns.name, json!([{"application": "gadgets", "repoUri": server.url("archive/gadgets.tar.gz"), "path": "demo/gadgets"}]))).await.unwrap();
+    let status = wait_status(&api, "gadgets", &format!("gadgets Degraded (log: {})", operator.log.display()), |s| degraded_message(s).is_some()).await;
+    let message = degraded_message(&status).unwrap();
+    assert!(message.contains(&name) && message.contains("belongs to katib"), "{message}");
+    assert_eq!(definitions.get(&name).await.unwrap().labels()["components.kubeflow.org/part-of"], "katib", "taken while its component is installed");
+
+    // The Katib install goes: nobody's, so the waiting install takes it over.
+    katibs.delete("katib", &DeleteParams::default()).await.unwrap();
+    gone(&katibs, "katib").await;
+    wait_status(&api, "gadgets", "gadgets Ready after the Katib install went", |s| s.phase == Some(ComponentPhase::Ready)).await;
+    let taken = definitions.get(&name).await.unwrap();
+    assert_eq!(taken.labels()["components.kubeflow.org/part-of"], "kustomize");
+
+    api.delete("gadgets", &DeleteParams::default()).await.unwrap();
+    gone(&api, "gadgets").await;
+    definitions.delete(&name, &DeleteParams::default()).await.unwrap();
+    let _ = std::fs::remove_dir_all(&cache);
+}

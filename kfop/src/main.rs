@@ -19,6 +19,8 @@
 //!   made by this KfDef); for CRDs, the served and storage versions and the schemas that change.
 //! - `delete -f kfdef.yaml`: deletes those resources and runs their controllers until the
 //!   finalizers removed every object they made (CRDs and namespaces stay).
+//! - `init --release <tag>`: the KfDef of a kubeflow/manifests release, one application per entry
+//!   of its `example/kustomization.yaml` ([`kubeflow_manifests::example`]).
 //! - `local-bus DIR --port P`: a secured NATS bus for operators run on this machine: a CA and
 //!   server certificate for 127.0.0.1, an NKey seed per operator (`DIR/identities/<operator>.nk`)
 //!   and `DIR/<name>.conf` for `nats-server -c`, with the permissions of the bus contract.
@@ -94,6 +96,28 @@ enum Command {
         kfdef: KfDefArg,
         #[arg(long, default_value_t = 600)]
         timeout: u64,
+    },
+    /// Write the KfDef of a kubeflow/manifests release from its example/kustomization.yaml: one
+    /// application per entry of its resources, in order, then of its components.
+    Init {
+        /// The release's tag, e.g. v1.11.0.
+        #[arg(long)]
+        release: String,
+        /// The release's archive the KfDef names (default: github.com's archive of the tag).
+        #[arg(long)]
+        repo_uri: Option<String>,
+        /// Where to read the archive from, when not from --repo-uri: a mirror's URL, or a local
+        /// tarball or directory (an air-gapped machine). Fetched as the operators fetch, bounded
+        /// and checked.
+        #[arg(long)]
+        fetch_from: Option<String>,
+        /// Where to write it (default: standard output).
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+        #[arg(long, default_value = "kubeflow")]
+        name: String,
+        #[arg(long, default_value = "kubeflow")]
+        namespace: String,
     },
     /// Write a secured NATS bus (TLS, one NKey per operator) for operators run on this machine.
     LocalBus {
@@ -256,6 +280,31 @@ async fn plan_command(client: Client, kfdef: &KfDef) -> Result<(), String> {
     match failures.is_empty() {
         true => Ok(()),
         false => Err(failures.join("\n")),
+    }
+}
+
+/// `kfop init`: the release's archive fetched as `kfop build` fetches (bounded, checked), its
+/// example read, the KfDef written.
+async fn init(release: &str, repo_uri: Option<String>, fetch_from: Option<String>, output: Option<&std::path::Path>, name: &str, namespace: &str) -> Result<(), String> {
+    use kubeflow_manifests::example;
+    if !kubeflow_crds::validation::is_version(release) {
+        return Err(format!("--release {release:?}: expected a release tag such as v1.11.0"));
+    }
+    let uri = repo_uri.unwrap_or_else(|| example::upstream_archive(release));
+    let cache_dir = component_framework::package::cache_dir().join("repos");
+    let options = kubeflow_manifests::FetchOptions { allow_local: true, ..unfenced() };
+    let cache = kubeflow_manifests::RepoCache::new(cache_dir, options).map_err(|e| format!("the repository cache: {e}"))?;
+    let from = fetch_from.unwrap_or_else(|| uri.clone());
+    let repo = cache.fetch(&kubeflow_manifests::RepoSource { name: "manifests".into(), uri: from.clone(), sha256: None }).await.map_err(|e| e.to_string())?;
+    let text = std::fs::read_to_string(repo.root.join(example::EXAMPLE)).map_err(|e| format!("{from}: {}: {e} (not a kubeflow/manifests release of Kubeflow 1.3 or later?)", example::EXAMPLE))?;
+    let kfdef = example::kfdef_of_example(&text, release, &uri, name, namespace)?;
+    let yaml = example::kfdef_yaml(&kfdef, release);
+    match output {
+        Some(path) => std::fs::write(path, yaml).map_err(|e| format!("{}: {e}", path.display())),
+        None => {
+            print!("{yaml}");
+            Ok(())
+        }
     }
 }
 
@@ -453,6 +502,7 @@ async fn main() -> ExitCode {
             (Ok(k), Ok(client)) => delete(client, &k, Duration::from_secs(timeout)).await,
             (Err(e), _) | (_, Err(e)) => Err(e),
         },
+        Command::Init { release, repo_uri, fetch_from, output, name, namespace } => init(&release, repo_uri, fetch_from, output.as_deref(), &name, &namespace).await,
         Command::LocalBus { dir, name, port, monitor_port, store_dir } => local_bus(&dir, &name, port, monitor_port, &store_dir),
     };
     match result {

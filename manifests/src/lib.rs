@@ -40,6 +40,7 @@ pub mod archive;
 pub mod component_reach;
 pub mod convert;
 pub mod error;
+pub mod example;
 pub mod fetch;
 pub mod kfctl;
 pub mod kustomize;

@@ -452,7 +452,10 @@ impl Renderer {
                 );
             }
             spec.kustomize = kfdef.spec.repos.iter().find(|r| r.name == repo_name).and_then(|r| r.kustomize_for(kfdef.spec.version.as_deref()));
-            if let Some(reach) = component_reach(&fetched[&repo_name].root, &spec)?.filter(|r| !r.adds_only()) {
+            // A package that cannot be read as one is rendered as any other, which says why.
+            if let Ok(Some(reach)) = component_reach(&fetched[&repo_name].root, &spec)
+                && !reach.adds_only()
+            {
                 out.push(RenderedApp { name: spec.name.clone(), objects: Vec::new(), warnings: Vec::new(), conversions: Vec::new(), kustomize: (KustomizeRelease::V5, String::new()) });
                 trailing.push((out.len() - 1, spec, repo_name, reach));
                 continue;

@@ -167,6 +167,34 @@ async fn every_application_of_kubeflow_1_3_1_renders_with_the_kustomize_its_rele
     assert!(values(&jupyter[0]).iter().any(|o| o["metadata"]["name"] == "jupyter-web-app-parameters-chmg88cm48"));
 }
 
+/// `kfop init --release <tag>` ([`kubeflow_manifests::example`]) on each release writes the KfDef
+/// that lists its `example/kustomization.yaml`: application for application (name and path,
+/// components last) the KfDefs of `../shared/manifests`, written by hand from the same file, but
+/// 1.10.2's `profiles-pss`, which it names `profiles` as 1.11.0's is named. `examples/` holds what
+/// it writes for the current releases, with upstream's archive URIs.
+#[tokio::test]
+async fn kfop_init_writes_each_releases_example_as_its_kfdef() {
+    use kubeflow_manifests::example;
+    for (tag, kfdef_file, archive) in [("v1.3.1", "kfdef-1.3.1.yaml", "manifests-1.3.1.tar.gz"), ("v1.10.2", "kfdef-1.10.2.yaml", "manifests-1.10.2.tar.gz"), ("v1.11.0", "kfdef-1.11.0.yaml", "manifests-1.11.0.tar.gz")] {
+        let release = release(kfdef_file, archive).await;
+        let text = std::fs::read_to_string(release.root.join(example::EXAMPLE)).unwrap();
+        let written = example::kfdef_of_example(&text, tag, &example::upstream_archive(tag), "kubeflow", "kubeflow").unwrap();
+        let ours: Vec<(String, String)> = written["spec"]["applications"].as_array().unwrap().iter().map(|a| (a["name"].as_str().unwrap().to_string(), a["kustomizeConfig"]["repoRef"]["path"].as_str().unwrap().to_string())).collect();
+        let by_hand: Vec<(String, String)> = release.kfdef.spec.applications.iter().map(|a| {
+            let name = if tag == "v1.10.2" && a.name == "profiles-pss" { "profiles".to_string() } else { a.name.clone() };
+            (name, a.kustomize_config.as_ref().unwrap().repo_ref.as_ref().unwrap().path.clone())
+        }).collect();
+        assert_eq!(ours, by_hand, "{tag}");
+        let typed: kubeflow_crds::KfDef = serde_json::from_value(written.clone()).unwrap();
+        assert_eq!((typed.spec.version.as_deref(), typed.spec.repos[0].uri.as_str()), (Some(tag), example::upstream_archive(tag).as_str()));
+        if tag != "v1.3.1" {
+            let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/kfdef-{tag}.yaml"));
+            let text = std::fs::read_to_string(&shipped).unwrap_or_else(|e| panic!("{}: {e}", shipped.display()));
+            assert!(text == example::kfdef_yaml(&written, tag), "{} is not what `kfop init --release {tag}` writes: regenerate it (README, Current Kubeflow)", shipped.display());
+        }
+    }
+}
+
 /// Upstream's `kustomize build example` of a release whose packages name remote bases: the
 /// unpacked release copied, each remote base it names replaced (as text) by the path of the copy
 /// in `remote/` (what kustomize would have fetched), then built with kustomize v5.

@@ -35,8 +35,9 @@ pub fn cluster_role_rules<C: Component>() -> Vec<PolicyRule> {
         rule(&group, &[&format!("{plural}/status"), &format!("{plural}/finalizers")], &["get", "patch", "update"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
         // An object labelled for another component resource is left alone while that resource
-        // exists (an orphan is adopted): reading whether it does.
-        rule(&group, &ComponentKind::ALL.map(|c| component_plural(c)).iter().map(String::as_str).collect::<Vec<_>>(), &["get"]),
+        // exists (an orphan is adopted): reading whether it does; and, for a CRD or shared object
+        // naming no owner, whether any resource of its component is left anywhere (listed).
+        rule(&group, &ComponentKind::ALL.map(|c| component_plural(c)).iter().map(String::as_str).collect::<Vec<_>>(), &["get", "list"]),
     ];
     // Every write, and every read of a Secret, is made as the account a resource names (see
     // `installer`): the operator itself reads what it watches and acts as accounts. So it needs

@@ -231,8 +231,13 @@ impl<C: Component> Context<C> {
 
     /// Whether `live` names, in its labels and owner annotation, a component resource that no
     /// longer exists (deleted while its operator could not clean up): nobody's, so it is adopted.
+    /// An object that names no owner because every install of its component shares it (a CRD,
+    /// or one marked shared) is nobody's once no install uses it: a CRD kept when the install
+    /// that made it was deleted (`crdRemovalPolicy: Retain`) goes to the next install that
+    /// renders it, whichever component that is.
     async fn orphan(&self, live: &Value) -> Result<bool, kube::Error> {
-        if live["metadata"]["annotations"][build::SHARED_ANNOTATION] == "true" && live["metadata"]["annotations"][OWNER_ANNOTATION].is_null() {
+        let shared = live["metadata"]["annotations"][build::SHARED_ANNOTATION] == "true" || live["kind"] == "CustomResourceDefinition";
+        if shared && live["metadata"]["annotations"][OWNER_ANNOTATION].is_null() {
             return self.abandoned_shared(live).await;
         }
         let component = live["metadata"]["labels"][PART_OF_LABEL].as_str().and_then(|c| c.parse::<kubeflow_crds::component::ComponentKind>().ok());

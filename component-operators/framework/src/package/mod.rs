@@ -423,15 +423,14 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
     let mut trailing: BTreeMap<usize, kubeflow_manifests::component_reach::Reach> = BTreeMap::new();
     for (index, source) in spec.sources.iter().enumerate() {
         let (Ok((_, app)), None, Some(Ok(repo))) = (app_spec(index, source), &source.component_of, fetched.get(&repo_key(source))) else { continue };
-        match kubeflow_manifests::component_reach(&repo.root, &app) {
-            Ok(Some(reach)) if !reach.adds_only() => {
-                trailing.insert(index, reach);
-            }
-            Ok(_) => {}
-            Err(error) => failed.push(ApplicationFailure { application: source.application.clone(), error: InvalidSpec::new(field(index, "path"), error.to_string()) }),
+        // A package that cannot be read as one is rendered as any other, which says why.
+        if let Ok(Some(reach)) = kubeflow_manifests::component_reach(&repo.root, &app)
+            && !reach.adds_only()
+        {
+            trailing.insert(index, reach);
         }
     }
-    let skipped = |index: usize, source: &KustomizeSource| source.component_of.is_some() || trailing.contains_key(&index) || failed.iter().any(|f| f.application == source.application);
+    let skipped = |index: usize, source: &KustomizeSource| source.component_of.is_some() || trailing.contains_key(&index);
     // Collected first (not a lazy iterator's closures): the future must be `Send` for any lifetime.
     let mut builds = Vec::new();
     for (index, source) in spec.sources.iter().enumerate() {
