@@ -115,7 +115,7 @@ pub fn component_reach(repo_root: &Path, app: &AppSpec) -> Result<Option<Reach>,
 /// without `componentOf` is applied to, as upstream's example applies its `components:` to the
 /// build of every entry before: those it `reach`es. `Err` says what it would change that none
 /// of them renders.
-pub fn trailing_targets(reach: &Reach, earlier: &[(usize, Vec<serde_json::Value>)]) -> Result<Vec<usize>, String> {
+pub fn trailing_targets(reach: &Reach, earlier: &[(usize, &[serde_json::Value])]) -> Result<Vec<usize>, String> {
     let targets: Vec<usize> = earlier.iter().filter(|(_, objects)| reach.reaches(objects)).map(|(position, _)| *position).collect();
     if targets.is_empty() {
         let what = match reach {
@@ -474,6 +474,7 @@ impl Renderer {
                 .filter(|(position, index)| *position < at && specs[**index].1 == *repo_name)
                 .map(|(position, _)| (*position, out[*position].objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect()))
                 .collect();
+            let earlier: Vec<(usize, &[serde_json::Value])> = earlier.iter().map(|(position, objects)| (*position, objects.as_slice())).collect();
             let targets = trailing_targets(reach, &earlier).map_err(|reason| RenderError::Component { app: component.name.clone(), reason })?;
             let names: Vec<String> = targets.iter().map(|position| out[*position].name.clone()).collect();
             out[*at].warnings.push(applied_note(&names));

@@ -437,7 +437,7 @@ async fn publish_status(js: jetstream::Context, mut rx: mpsc::UnboundedReceiver<
 }
 
 /// The API server's own message for API errors (the full status is in the log).
-fn short_error(error: &kube::Error) -> String {
+pub(crate) fn short_error(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) => status.message.clone(),
         other => other.to_string(),

@@ -894,10 +894,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
                         serde_json::to_value(applied).expect("objects serialise")
                     }
                     Err(source) => {
-                        let detail = match &source {
-                            kube::Error::Api(status) => status.message.clone(),
-                            other => other.to_string(),
-                        };
+                        let detail = crate::nats_mode::short_error(&source);
                         failed.push(Finding::new(application_of(desired), format!("labelling {what}: {detail}")).retryable());
                         continue;
                     }
@@ -962,10 +959,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
                     // One application's object the API server refuses (or cannot take now: a
                     // webhook without a backend) stops that application, not the others.
                     Err(Error::Apply { object, source }) if application_of(desired).is_some() => {
-                        let detail = match &source {
-                            kube::Error::Api(status) => status.message.clone(),
-                            other => other.to_string(),
-                        };
+                        let detail = crate::nats_mode::short_error(&source);
                         failed.push(Finding::new(application_of(desired), format!("applying {object}: {detail}")).retryable());
                         continue;
                     }

@@ -446,10 +446,10 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
     let mut again: BTreeMap<usize, Vec<(String, String)>> = BTreeMap::new();
     for (at, reach) in &trailing {
         let component = &spec.sources[*at];
-        let earlier: Vec<(usize, Vec<Value>)> = results
+        let earlier: Vec<(usize, &[Value])> = results
             .iter()
-            .filter(|(index, source, _, result)| index < at && repo_key(source) == repo_key(component) && result.is_ok())
-            .map(|(index, _, _, result)| (*index, result.as_ref().map(|(objects, _)| objects.clone()).unwrap_or_default()))
+            .filter(|(index, source, _, _)| index < at && repo_key(source) == repo_key(component))
+            .filter_map(|(index, _, _, result)| Some((*index, result.as_ref().ok()?.0.as_slice())))
             .collect();
         match kubeflow_manifests::trailing_targets(reach, &earlier) {
             Ok(targets) => {
