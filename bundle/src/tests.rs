@@ -222,7 +222,7 @@ fn alm_examples_use_owned_kinds_and_versions_the_release_ships() {
                 ("kubeflow-katib-operator", _) => "v0.19.0",
                 ("kubeflow-pipelines-operator", 0) => "1.0.4",
                 ("kubeflow-pipelines-operator", _) => "2.15.0",
-                ("kubeflow-profiles-operator", _) => "v1.3.0",
+                ("kubeflow-profiles-operator", _) => "v1.10.0",
                 // No built-in releases: the version its example spec names.
                 ("kubeflow-kustomize-operator", _) => "v1.0.2",
                 (other, _) => panic!("unexpected package {other}"),

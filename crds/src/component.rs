@@ -128,7 +128,9 @@ component_kinds! {
         resource: ProfileController,
         kind: "ProfileController",
         upgrade_position: 6,
-        applications: ["profiles"],
+        // No application by name: a `profiles` application installs upstream's profile
+        // controller (the generic component) unless the KfDef names this one (`installedBy`).
+        applications: [],
     },
     // Every other application: no fixed list, it installs what no other component covers.
     KustomizeApplication {
@@ -147,7 +149,7 @@ impl ComponentKind {
     /// render, so its version only follows the KfDef's.
     pub const GENERIC: ComponentKind = ComponentKind::KustomizeApplication;
 
-    /// The component that installs kfctl application `application`, if any.
+    /// The component that covers kfctl application `application` by name, if any.
     pub fn from_application(application: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.applications().contains(&application))
     }
@@ -606,6 +608,19 @@ pub struct ApplicationState {
     pub state: ComponentPhase,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    #[serde(flatten)]
+    pub build: ApplicationBuild,
+}
+
+/// How an application's package was built, as the statuses report it beside its state.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationBuild {
+    /// The kustomize release that built it (`v3`: 3.1.0, `v3.2`: 3.2.0, `v5`: 5.7.1): the
+    /// repository's `kustomize` field, else the one its Kubeflow release pins, else the one its
+    /// package needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<crate::kfdef::KustomizeRelease>,
     /// Objects its package renders in API versions Kubernetes no longer serves, rewritten to the
     /// versions that replaced them, counted per kind (`kfop build` lists each one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -1156,6 +1171,7 @@ mod tests {
         assert_eq!(ComponentKind::from_application("katib-db-manager"), Some(ComponentKind::Katib));
         assert_eq!(ComponentKind::from_application("kfserving-gateway"), Some(ComponentKind::Istio));
         assert_eq!(ComponentKind::from_application("jupyter-web-app"), None);
+        assert_eq!(ComponentKind::from_application("profiles"), None, "upstream's profile controller unless the KfDef asks for ours");
         assert_eq!(
             ComponentKind::upgrade_order(),
             [
@@ -1179,8 +1195,10 @@ mod tests {
     fn every_kind_names_its_resource_and_applications_belong_to_one_component() {
         for component in ComponentKind::ALL {
             assert_eq!(component.crd().spec.names.kind, component.kind());
-            // The generic component has no fixed applications: it takes what no other covers.
-            assert_eq!(component.applications().is_empty(), component == ComponentKind::KustomizeApplication, "{component}");
+            // The generic component has no fixed applications: it takes what no other covers;
+            // the profiles component installs only what a KfDef names it for.
+            let no_fixed_applications = [ComponentKind::KustomizeApplication, ComponentKind::ProfileController];
+            assert_eq!(component.applications().is_empty(), no_fixed_applications.contains(&component), "{component}");
         }
         let mut applications: Vec<&str> = ComponentKind::ALL.iter().flat_map(|c| c.applications().iter().copied()).collect();
         let count = applications.len();

@@ -88,6 +88,15 @@ pub struct Application {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kustomize_config: Option<KustomizeConfig>,
+    /// The component that installs this application, instead of the one that covers its name
+    /// ([`crate::component::ComponentKind::from_application`]; else the generic `kustomize`,
+    /// which installs the package as upstream builds it). The only way to have the `profiles`
+    /// component (this project's own profile controller and KFAM API) install an application:
+    /// by default a `profiles` application installs upstream's profile controller, whatever its
+    /// name. An application with `kustomizeConfig.componentOf` (a Component) is built with the
+    /// one it changes, by the generic component, whatever this says. Not in kfctl's format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installed_by: Option<crate::component::ComponentKind>,
 }
 
 /// Where an application's manifests come from and how they are customised.
@@ -357,10 +366,10 @@ pub struct ApplicationStatus {
     pub state: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-    /// Objects its package renders in API versions Kubernetes no longer serves, converted to the
-    /// versions that replaced them, counted per kind (as its component reports them).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub converted: Vec<crate::component::ConvertedKind>,
+    /// How its package was built (the kustomize release, the objects converted from removed API
+    /// versions), as its component reports it.
+    #[serde(flatten)]
+    pub build: crate::component::ApplicationBuild,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -398,5 +407,19 @@ mod era_tests {
         for v in ["v1.2.0", "v1.2-branch", "v1.7.0", "v1.10.2", "v1.11.0", "v2025.10.0", "master", ""] {
             assert_eq!(KustomizeRelease::of_kubeflow(v), None, "{v}");
         }
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use kube::CustomResourceExt;
+
+    /// The API server refuses an installer that is no component, listing the ones there are.
+    #[test]
+    fn an_applications_installer_is_one_of_the_components() {
+        let crd = serde_json::to_value(super::KfDef::crd()).unwrap();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["applications"]["items"]["properties"]["installedBy"];
+        let names: Vec<&str> = schema["enum"].as_array().unwrap_or_else(|| panic!("{schema}")).iter().filter_map(|v| v.as_str()).collect();
+        assert_eq!(names, ["istio", "dex", "kfserving", "katib", "pipelines", "profiles", "kustomize"]);
     }
 }

@@ -325,7 +325,7 @@ async fn kfctl_era_kfdefs_in_removed_api_versions_install_converted_in_both_mode
         api.create(&PostParams::default(), &fixtures::legacy_kfdef(&uri, &ns.name, stacks)).await.unwrap();
         let done = wait_kfdef(&api, "legacy", &format!("the kfctl-era KfDef Available, stacks {stacks} (log: {log})"), |k| phase(k) == Some(KfDefPhase::Available)).await;
         every_application_ready_from(&done, "kustomize");
-        let listed: Vec<_> = application(&done, application_name).converted.iter().map(|c| (c.kind.clone(), c.from.clone(), c.to.clone(), c.count)).collect();
+        let listed: Vec<_> = application(&done, application_name).build.converted.iter().map(|c| (c.kind.clone(), c.from.clone(), c.to.clone(), c.count)).collect();
         assert_eq!(listed, expected, "stacks {stacks}");
 
         let jobs = Api::<DynamicObject>::namespaced_with(client.clone(), &target, &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("demo.kubeflow.org", "v1alpha1", "LegacyJob"), "legacyjobs"));

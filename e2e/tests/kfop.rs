@@ -3,7 +3,8 @@
 //! `build` writes what the operators apply (the live objects later carry the same applied hash);
 //! `apply` installs every application with the component controllers running inside the command
 //! and exits once all are Ready; a second `apply` with an edited parameter updates the object;
-//! `delete` removes everything but the CRD and namespaces.
+//! `delete` removes everything but the CRD and namespaces. And `build` of each current
+//! release's KfDef writes upstream's `kustomize build example`, object for object.
 
 use std::collections::BTreeMap;
 use tokio::process::Command;
@@ -14,8 +15,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, ResourceExt};
-use kubeflow_crds::KustomizeApplication;
 use kubeflow_crds::component::ComponentPhase;
+use kubeflow_crds::kfdef::KustomizeRelease;
+use kubeflow_crds::{KfDef, KustomizeApplication};
 use kubeflow_e2e::*;
 use kubeflow_manifests::fixtures;
 use serde_json::Value;
@@ -151,4 +153,142 @@ async fn kfop_init_writes_the_kfdef_of_a_release_from_its_example() {
     let refused = Command::new(bin_dir().join("kfop")).args(["init", "--release", "main"]).output().await.unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--release \"main\": expected a release tag"), "{}", String::from_utf8_lossy(&refused.stderr));
+}
+
+/// `kfop build` of each current release's KfDef (`../shared/manifests`: the archive read from
+/// disk, 1.11's remote bases served by a loopback mirror) writes what upstream's `kustomize build
+/// example` renders with the kustomize the release pins: the same objects by kind, namespace and
+/// name, and the converse; each one field for field but for what `kfop build` lists as converted
+/// from an API version Kubernetes removed (compared by name), our own labels and annotations, and
+/// what others write ([`applied_fields`]). Every Namespace is written as upstream renders it,
+/// whichever component uses it; a namespaced object upstream leaves without a namespace is in the
+/// KfDef's, where `kubectl apply -n kubeflow` puts it. The profiles application is upstream's
+/// controller in every release (no `profiles.yaml`).
+#[tokio::test]
+async fn kfop_build_of_each_current_release_writes_upstreams_example() {
+    let mirror = fixtures::upstream_remote_bases_mirror().await;
+    let releases = fixtures::upstream_releases();
+    for (tag, pinned, count) in [("1.3.1", KustomizeRelease::V3_2, 586), ("1.10.2", KustomizeRelease::V5, 611), ("1.11.0", KustomizeRelease::V5, 653)] {
+        let dir = std::env::temp_dir().join(unique_name(&format!("kfop-{tag}")));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(releases.join(format!("kfdef-{tag}.yaml"))).unwrap()).unwrap();
+        kfdef.spec.repos[0].uri = releases.join(format!("manifests-{tag}.tar.gz")).display().to_string();
+        kfdef.spec.remote_base_mirrors = vec![format!("https://github.com/={}", mirror.url("gh/"))];
+        let file = dir.join("kfdef.yaml");
+        std::fs::write(&file, serde_yaml_ng::to_string(&kfdef).unwrap()).unwrap();
+        let out = dir.join("out");
+        kfop(&["build", "-f", file.to_str().unwrap(), "-o", out.to_str().unwrap()]).await;
+        assert!(!out.join("profiles.yaml").exists(), "{tag}: the profiles application went to our controller");
+        let mut ours: BTreeMap<(String, String, String), Value> = BTreeMap::new();
+        for entry in std::fs::read_dir(&out).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            for object in serde_yaml_ng::Deserializer::from_str(&text).map(|doc| <Value as serde::Deserialize>::deserialize(doc).unwrap()).filter(|o| !o.is_null()) {
+                let object = applied_fields(object);
+                let id = identity(&object);
+                if let Some(other) = ours.insert(id.clone(), object.clone()) {
+                    assert_eq!(other, object, "{tag}: {id:?} written twice, otherwise");
+                }
+            }
+        }
+        let upstream = upstream_example(tag, pinned, &dir, kfdef.metadata.namespace.as_deref().unwrap()).await;
+        assert_eq!(upstream.len(), count, "{tag}: upstream's example");
+        let names = |objects: &BTreeMap<(String, String, String), Value>| objects.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(names(&ours), names(&upstream), "{tag}: not upstream's objects");
+        let mut differ = Vec::new();
+        for (id, object) in &upstream {
+            let mut written = ours[id].clone();
+            // kustomize's `vars` are global to a build: in upstream's single build pvcviewer's
+            // fill the placeholder JobSet's CRD carries; built on its own, it keeps JobSet's text.
+            let ca = "cert-manager.io/inject-ca-from";
+            if tag == "1.11.0" && id.2 == "jobsets.jobset.x-k8s.io" && written["metadata"]["annotations"][ca] == "$(CERTIFICATE_NAMESPACE)/$(CERTIFICATE_NAME)" {
+                written["metadata"]["annotations"][ca] = object["metadata"]["annotations"][ca].clone();
+            }
+            if written["apiVersion"] == object["apiVersion"] && written != *object {
+                differ.push(format!("{id:?}\n  ours:     {written}\n  upstream: {object}"));
+            }
+        }
+        assert!(differ.is_empty(), "{tag}: {} objects differ from upstream's:\n{}", differ.len(), differ.join("\n"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// (kind, namespace, name).
+fn identity(object: &Value) -> (String, String, String) {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    (text(&object["kind"]), text(&object["metadata"]["namespace"]), text(&object["metadata"]["name"]))
+}
+
+/// `object` as an apply sets it: without our labels and annotations, `status`, a null
+/// `creationTimestamp`, an aggregated ClusterRole's rules or the CA bundle cert-manager injects
+/// into a webhook configuration annotated for it; a Secret's `stringData` in its `data`, as the
+/// API server stores it.
+fn applied_fields(mut object: Value) -> Value {
+    use base64::Engine;
+    if object["kind"] == "Secret"
+        && let Some(Value::Object(strings)) = object.as_object_mut().and_then(|o| o.remove("stringData"))
+    {
+        for (key, value) in strings {
+            object["data"][key] = Value::from(base64::engine::general_purpose::STANDARD.encode(value.as_str().unwrap_or_default()));
+        }
+    }
+    if object["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_string() {
+        for webhook in object["webhooks"].as_array_mut().into_iter().flatten() {
+            webhook["clientConfig"].as_object_mut().map(|c| c.remove("caBundle"));
+        }
+    }
+    let metadata = object["metadata"].as_object_mut().unwrap();
+    for field in ["labels", "annotations"] {
+        if let Some(map) = metadata.get_mut(field).and_then(Value::as_object_mut) {
+            map.retain(|key, _| !key.starts_with("components.kubeflow.org/"));
+        }
+        if metadata.get(field).is_some_and(|m| m.is_null() || m.as_object().is_some_and(|m| m.is_empty())) {
+            metadata.remove(field);
+        }
+    }
+    if metadata.get("creationTimestamp").is_some_and(Value::is_null) {
+        metadata.remove("creationTimestamp");
+    }
+    let map = object.as_object_mut().unwrap();
+    map.remove("status");
+    if map.get("kind").is_some_and(|k| k == "ClusterRole") && map.contains_key("aggregationRule") {
+        map.remove("rules");
+    }
+    object
+}
+
+/// Upstream's `kustomize build example` of release `tag` with kustomize `pinned` (remote bases
+/// from `remote/`, as kustomize would have fetched them), by identity; a namespaced object
+/// without a namespace in `namespace`.
+async fn upstream_example(tag: &str, pinned: KustomizeRelease, dir: &std::path::Path, namespace: &str) -> BTreeMap<(String, String, String), Value> {
+    let unpacked = dir.join("upstream");
+    std::fs::create_dir_all(&unpacked).unwrap();
+    let status = std::process::Command::new("tar").arg("-xzf").arg(fixtures::upstream_releases().join(format!("manifests-{tag}.tar.gz"))).arg("-C").arg(&unpacked).status().unwrap();
+    assert!(status.success());
+    let offline = dir.join("offline");
+    std::fs::create_dir_all(&offline).unwrap();
+    let (root, _) = fixtures::with_upstream_remote_bases_local(&unpacked.join(format!("manifests-{tag}")), &offline);
+    let kustomize = kubeflow_manifests::Kustomize::locate_release(pinned).await.unwrap_or_else(|e| panic!("this test runs the real kustomize: {e}"));
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let output = kustomize.build(&root.join("example"), &home, std::slice::from_ref(&root)).await.unwrap_or_else(|e| panic!("upstream's build of {tag}'s example: {e}"));
+    let objects: Vec<Value> = kubeflow_manifests::parse_objects(&output).unwrap().into_iter().map(|o| serde_json::to_value(o).unwrap()).collect();
+    // The kinds the build's own CRDs declare, with their scope.
+    let declared: BTreeMap<(String, String), bool> = objects
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .map(|crd| ((crd["spec"]["group"].as_str().unwrap_or_default().to_string(), crd["spec"]["names"]["kind"].as_str().unwrap_or_default().to_string()), crd["spec"]["scope"] == "Namespaced"))
+        .collect();
+    let mut out = BTreeMap::new();
+    for mut object in objects {
+        let api_version = object["apiVersion"].as_str().unwrap_or_default().to_string();
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g).to_string();
+        let namespaced = component_framework::kinds::lookup(&api_version, &kind).map(|k| !k.cluster_scoped).or_else(|| declared.get(&(group, kind.clone())).copied());
+        if namespaced == Some(true) && object["metadata"]["namespace"].is_null() {
+            object["metadata"]["namespace"] = Value::from(namespace);
+        }
+        let object = applied_fields(object);
+        out.insert(identity(&object), object);
+    }
+    out
 }

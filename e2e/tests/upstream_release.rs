@@ -3,7 +3,8 @@
 //! no drift reverted; for v1.10.2, each object upstream's `kustomize build` renders for any
 //! application (those the built-in components install too) is in the cluster, in the namespace
 //! upstream puts it, and a KfUpgrade to a later release built on its archive (images moved on, a pinned remote
-//! base added) is planned, approved and applied; kfctl's v1.2.0 KfDef installs too; and a
+//! base added) is planned, approved and applied; v1.11.0 installs likewise, its remote bases
+//! served by a loopback mirror; kfctl's v1.2.0 KfDef installs too; and a
 //! standalone Istio installs its release from v1.10.2's archive through a mirror.
 //!
 //! The environment answers for the webhook backends kwok's pods cannot run (e2e/env's pods'
@@ -75,6 +76,8 @@ struct Installed {
     namespace: String,
     /// The ClusterRoles operators had made before this install (the environment is shared).
     roles_before: BTreeSet<String>,
+    /// The labels of the KfDef's namespace before the install, which labels it as upstream does.
+    labels_before: BTreeMap<String, String>,
     _stack: OperatorStack,
     server: fixtures::Server,
 }
@@ -107,6 +110,7 @@ async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], 
     let root = unpack(&tarball, &unpacked);
     clear(&client, cleared, &namespace).await;
     let roles_before = roles_made(&client).await;
+    let labels_before = namespaces.get(&namespace).await.unwrap().metadata.labels.unwrap_or_default();
     let stack = OperatorStack::start(&client, &[]).await;
     let api: Api<KfDef> = Api::namespaced(client.clone(), &namespace);
     api.create(&PostParams::default(), &kfdef).await.unwrap();
@@ -133,7 +137,7 @@ async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], 
         let drift: Vec<&str> = text.lines().filter(|l| l.contains("reverting drift")).take(5).collect();
         assert!(drift.is_empty(), "drift reverted where nobody changed anything: {}\n{drift:#?}", process.log.display());
     }
-    Installed { client, api, done, unpacked, root, namespace, roles_before, _stack: stack, server }
+    Installed { client, api, done, unpacked, root, namespace, roles_before, labels_before, _stack: stack, server }
 }
 
 /// Deletes the CRDs and namespaces `cleared` names (`(kind, name)`), `kept` aside, waiting until
@@ -155,11 +159,15 @@ async fn clear(client: &Client, cleared: &[(String, String)], kept: &str) {
     }
 }
 
+/// Deletes CRD `name` and waits until it is gone: after the API server has deleted every object
+/// of its kind (hundreds after an install), so bounded like an install.
 async fn delete_crd(client: &Client, name: &str) {
     let definitions: Api<CustomResourceDefinition> = Api::all(client.clone());
-    if definitions.get_opt(name).await.unwrap().is_some() {
+    if let Some(crd) = definitions.get_opt(name).await.unwrap() {
         definitions.delete(name, &DeleteParams::default()).await.unwrap();
-        gone(&definitions, name).await;
+        let uid = crd.metadata.uid.unwrap();
+        let deleted = await_condition(definitions.clone(), name, kube::runtime::conditions::is_deleted(&uid));
+        tokio::time::timeout(INSTALL_WAIT, deleted).await.unwrap_or_else(|_| panic!("CustomResourceDefinition {name} not deleted after {INSTALL_WAIT:?}")).unwrap();
     }
 }
 
@@ -197,6 +205,12 @@ async fn uninstall(installed: Installed, cleared: &[(String, String)]) {
     for (_, name) in cleared.iter().filter(|(kind, _)| kind == "CustomResourceDefinition") {
         delete_crd(&installed.client, name).await;
     }
+    // The namespace stays, with the labels the install gave it (upstream's Pod Security
+    // `restricted` among them): the tests after this one get it as it was.
+    let namespaces: Api<Namespace> = Api::all(installed.client.clone());
+    let live = namespaces.get(&installed.namespace).await.unwrap().metadata.labels.unwrap_or_default();
+    let restored: serde_json::Map<String, Value> = live.keys().filter(|k| !installed.labels_before.contains_key(*k)).map(|k| (k.clone(), Value::Null)).chain(installed.labels_before.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str())))).collect();
+    namespaces.patch(&installed.namespace, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": restored}}))).await.unwrap();
     let _ = std::fs::remove_dir_all(&installed.unpacked);
 }
 
@@ -221,40 +235,8 @@ async fn kubeflow_1_10_2_installs_from_its_kfdef_with_every_object_where_upstrea
     for (application, component) in [("istio-install", "istio"), ("dex", "dex"), ("pipeline", "pipelines"), ("katib", "katib"), ("kserve", "kfserving"), ("models-web-app", "kfserving"), ("jupyter-web-app", "kustomize")] {
         assert_eq!(by_component.get(application), Some(&component), "{application}");
     }
-    let (mut checked, mut missing) = (0, Vec::new());
-    for application in &done.spec.applications {
-        let path = &application.kustomize_config.as_ref().unwrap().repo_ref.as_ref().unwrap().path;
-        let home = installed.unpacked.join(format!("home-{}", application.name));
-        std::fs::create_dir_all(&home).unwrap();
-        for (api_version, kind, object_namespace, name) in upstream_objects(&installed.root, path, &home, &installed.namespace, client).await {
-            let (resource, namespaced) = resource(client, &api_version, &kind).await;
-            let objects: Api<DynamicObject> = if namespaced { Api::namespaced_with(client.clone(), &object_namespace, &resource) } else { Api::all_with(client.clone(), &resource) };
-            checked += 1;
-            if objects.get_opt(&name).await.unwrap().is_none() {
-                missing.push(format!("{} {kind} {object_namespace}/{name}", application.name));
-            }
-        }
-    }
-    assert!(missing.is_empty(), "{} of {checked} objects upstream renders are not where upstream puts them: {missing:#?}", missing.len());
-    // Every Namespace upstream renders carries upstream's labels: `kubeflow` too, which existed
-    // bare before the install (made above) and which the built-ins' objects use before the
-    // application that renders it comes.
-    let home = installed.unpacked.join("home-example");
-    std::fs::create_dir_all(&home).unwrap();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let mut unlabelled = Vec::new();
-    let upstream_namespaces: Vec<Value> = upstream_build(&installed.root, "example", &home).await.into_iter().filter(|o| o["kind"] == "Namespace").collect();
-    assert!(upstream_namespaces.iter().any(|n| n["metadata"]["name"] == "kubeflow" && n["metadata"]["labels"]["istio-injection"] == "enabled"));
-    for object in &upstream_namespaces {
-        let name = object["metadata"]["name"].as_str().unwrap();
-        let live = namespaces.get(name).await.unwrap();
-        for (key, value) in object["metadata"]["labels"].as_object().into_iter().flatten() {
-            if live.metadata.labels.as_ref().and_then(|l| l.get(key)).map(String::as_str) != value.as_str() {
-                unlabelled.push(format!("{name}: {key}={value} (live: {:?})", live.metadata.labels));
-            }
-        }
-    }
-    assert!(unlabelled.is_empty(), "Namespaces without upstream's labels: {unlabelled:#?}");
+    upstream_objects_in_place(&installed, &installed.root).await;
+    upstream_namespace_labels(&installed, &installed.root).await;
 
     // A KfUpgrade to the later release: planned, shown, approved, applied.
     let upgrades: Api<KfUpgrade> = Api::namespaced(client.clone(), &installed.namespace);
@@ -284,6 +266,87 @@ async fn kubeflow_1_10_2_installs_from_its_kfdef_with_every_object_where_upstrea
     upgrades.delete("to-1-10-3", &DeleteParams::default()).await.unwrap();
 
     uninstall(installed, &cleared).await;
+}
+
+/// Every object upstream's `kustomize build <path>` of `root` renders for an application of the
+/// install (those the built-in components install included: they render the KfDef's packages)
+/// is in the cluster, in the namespace upstream puts it.
+async fn upstream_objects_in_place(installed: &Installed, root: &std::path::Path) {
+    let client = &installed.client;
+    let (mut checked, mut missing) = (0, Vec::new());
+    for application in &installed.done.spec.applications {
+        let path = &application.kustomize_config.as_ref().unwrap().repo_ref.as_ref().unwrap().path;
+        // A `kind: Component` is built only with what it changes (upstream's example builds it so).
+        if std::fs::read_to_string(root.join(path).join("kustomization.yaml")).unwrap().lines().any(|l| l.trim() == "kind: Component") {
+            continue;
+        }
+        let home = installed.unpacked.join(format!("home-{}", application.name));
+        std::fs::create_dir_all(&home).unwrap();
+        for (api_version, kind, object_namespace, name) in upstream_objects(root, path, &home, &installed.namespace, client).await {
+            let (resource, namespaced) = resource(client, &api_version, &kind).await;
+            let objects: Api<DynamicObject> = if namespaced { Api::namespaced_with(client.clone(), &object_namespace, &resource) } else { Api::all_with(client.clone(), &resource) };
+            checked += 1;
+            if objects.get_opt(&name).await.unwrap().is_none() {
+                missing.push(format!("{} {kind} {object_namespace}/{name}", application.name));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{} of {checked} objects upstream renders are not where upstream puts them: {missing:#?}", missing.len());
+}
+
+/// Every Namespace upstream's `kustomize build example` of `root` renders carries upstream's
+/// labels: `kubeflow` too, which existed bare before the install and which the built-ins'
+/// objects use before the application that renders it comes.
+async fn upstream_namespace_labels(installed: &Installed, root: &std::path::Path) {
+    let home = installed.unpacked.join("home-example");
+    std::fs::create_dir_all(&home).unwrap();
+    let namespaces: Api<Namespace> = Api::all(installed.client.clone());
+    let mut unlabelled = Vec::new();
+    let upstream_namespaces: Vec<Value> = upstream_build(root, "example", &home).await.into_iter().filter(|o| o["kind"] == "Namespace").collect();
+    assert!(upstream_namespaces.iter().any(|n| n["metadata"]["name"] == "kubeflow" && n["metadata"]["labels"]["istio-injection"] == "enabled"));
+    for object in &upstream_namespaces {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let live = namespaces.get(name).await.unwrap();
+        for (key, value) in object["metadata"]["labels"].as_object().into_iter().flatten() {
+            if live.metadata.labels.as_ref().and_then(|l| l.get(key)).map(String::as_str) != value.as_str() {
+                unlabelled.push(format!("{name}: {key}={value} (live: {:?})", live.metadata.labels));
+            }
+        }
+    }
+    assert!(unlabelled.is_empty(), "Namespaces without upstream's labels: {unlabelled:#?}");
+}
+
+/// Kubeflow v1.11.0's KfDef as released: Pipelines' Argo Workflows and Trainer's JobSet are remote
+/// bases, fetched by the operators from a loopback mirror in the layout of
+/// `../shared/manifests/README.md` (`spec.remoteBaseMirrors`); every application Ready, every
+/// object upstream renders where upstream puts it (upstream's build reading the same remote
+/// bases from `remote/`), every Namespace with upstream's labels, the profiles application
+/// upstream's controller.
+#[tokio::test]
+async fn kubeflow_1_11_0_installs_from_its_kfdef_with_its_remote_bases_through_a_mirror() {
+    let _serial = SERIAL.lock().await;
+    let scratch = tempfile_dir("example-1.11.0");
+    let root = unpack(&std::fs::read(fixtures::upstream_releases().join("manifests-1.11.0.tar.gz")).unwrap(), &scratch);
+    let offline_dir = scratch.join("offline");
+    std::fs::create_dir_all(&offline_dir).unwrap();
+    let (offline, _) = fixtures::with_upstream_remote_bases_local(&root, &offline_dir);
+    let cleared = cluster_objects(upstream_build(&offline, "example", &scratch).await);
+    let installed = install("kfdef-1.11.0.yaml", "manifests-1.11.0.tar.gz", &cleared, fixtures::upstream_remote_bases(), true).await;
+    let status = installed.done.status.as_ref().unwrap();
+    let by_component: BTreeMap<&str, &str> = status.applications.iter().map(|a| (a.name.as_str(), a.component.as_deref().unwrap_or_default())).collect();
+    for (application, component) in [("pipeline", "pipelines"), ("trainer", "kustomize"), ("profiles", "kustomize"), ("security-pss-dynamic-baseline", "kustomize")] {
+        assert_eq!(by_component.get(application), Some(&component), "{application}");
+    }
+    Api::<Deployment>::namespaced(installed.client.clone(), "kubeflow").get("profiles-deployment").await.expect("upstream's profile controller");
+    // Each application says the kustomize that built it: 1.11's, v5 (the Component is built with
+    // `profiles`).
+    for application in status.applications.iter().filter(|a| a.name != "security-pss-dynamic-baseline") {
+        assert_eq!(application.build.kustomize, Some(KustomizeRelease::V5), "{application:?}");
+    }
+    upstream_objects_in_place(&installed, &offline).await;
+    upstream_namespace_labels(&installed, &offline).await;
+    uninstall(installed, &cleared).await;
+    let _ = std::fs::remove_dir_all(&scratch);
 }
 
 /// The names of the ClusterRoles an operator made (labelled with the component they are part of).

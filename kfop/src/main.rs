@@ -25,6 +25,7 @@
 //!   server certificate for 127.0.0.1, an NKey seed per operator (`DIR/identities/<operator>.nk`)
 //!   and `DIR/<name>.conf` for `nats-server -c`, with the permissions of the bus contract.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -313,9 +314,14 @@ async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> R
     let plan = plan_of(kfdef, platform, &registry)?;
     std::fs::create_dir_all(output).map_err(|e| format!("{}: {e}", output.display()))?;
     let mut failures = Vec::new();
+    let mut built = Vec::new();
     for (component, planned) in &plan.components {
         let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
-        let Desired { objects, failed, conversions, .. } = desired(registered, kfdef, &planned.spec).await?;
+        built.push((component, planned, registered, desired(registered, kfdef, &planned.spec).await?));
+    }
+    let mut objects: Vec<Vec<Value>> = built.iter_mut().map(|(.., d)| std::mem::take(&mut d.objects)).collect();
+    namespaces_as_rendered(&mut objects);
+    for ((component, planned, registered, Desired { failed, conversions, .. }), objects) in built.into_iter().zip(objects) {
         let yaml = kubeflow_manifests::yaml_stream(objects.iter().cloned());
         let path = output.join(format!("{component}.yaml"));
         std::fs::write(&path, yaml).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -337,6 +343,23 @@ async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> R
     match failures.is_empty() {
         true => Ok(()),
         false => Err(failures.join("\n")),
+    }
+}
+
+/// Each bare Namespace a component creates only because its objects use it, replaced by the one
+/// an application of the KfDef renders (labels included), as the operators create it: one
+/// Namespace under one name in every file.
+fn namespaces_as_rendered(components: &mut [Vec<Value>]) {
+    let is_namespace = |o: &Value| o["apiVersion"] == "v1" && o["kind"] == "Namespace";
+    // Only a name, and what we write on every object (the applied hash).
+    let ours = |field: &Value| field.as_object().is_some_and(|m| m.keys().all(|k| k.starts_with("components.kubeflow.org/")));
+    let bare = |o: &Value| o["metadata"].as_object().is_some_and(|m| m.iter().all(|(key, value)| key == "name" || (["labels", "annotations"].contains(&key.as_str()) && ours(value))));
+    let rendered: BTreeMap<String, Value> =
+        components.iter().flatten().filter(|o| is_namespace(o) && !bare(o)).filter_map(|o| Some((o["metadata"]["name"].as_str()?.to_string(), o.clone()))).rev().collect();
+    for object in components.iter_mut().flatten().filter(|o| is_namespace(o) && bare(o)) {
+        if let Some(namespace) = object["metadata"]["name"].as_str().and_then(|name| rendered.get(name)) {
+            *object = namespace.clone();
+        }
     }
 }
 
@@ -511,5 +534,20 @@ async fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn a_namespace_a_component_only_uses_is_written_as_the_kfdef_renders_it() {
+        let bare = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "annotations": {"components.kubeflow.org/applied-hash": "1"}}});
+        let labelled = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow", "labels": {"istio-injection": "enabled"}}});
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kubeflow"}});
+        let mut components = vec![vec![bare("kubeflow"), bare("auth"), config.clone()], vec![labelled.clone(), bare("auth")]];
+        super::namespaces_as_rendered(&mut components);
+        assert_eq!(components, [vec![labelled.clone(), bare("auth"), config], vec![labelled, bare("auth")]]);
     }
 }

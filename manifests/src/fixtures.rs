@@ -638,17 +638,100 @@ pub fn upstream_releases() -> std::path::PathBuf {
     })
 }
 
-/// The remote bases Kubeflow 1.11 names (`remote/` of [`upstream_releases`]), each under `gh/`
-/// at the path github.com serves it: map `https://github.com/` to [`Server::url`]`("gh/")`.
-pub async fn upstream_remote_bases_mirror() -> Server {
+/// The remote bases Kubeflow 1.11 names, as kubeflow/manifests' kustomizations name them: the
+/// repository (or release asset) on github.com, the ref, and the file in `remote/` of
+/// [`upstream_releases`] holding it.
+const UPSTREAM_REMOTE_BASES: [(&str, &str, &str); 3] = [
+    ("https://github.com/argoproj/argo-workflows/", "?ref=v3.7.3", "argo-workflows-3.7.3.tar.gz"),
+    ("https://github.com/kubernetes-sigs/lws//", "?ref=v0.7.0", "lws-0.7.0.tar.gz"),
+    ("https://github.com/kubernetes-sigs/jobset/releases/download/v0.10.1/manifests.yaml", "", "jobset-v0.10.1-manifests.yaml"),
+];
+
+/// The remote bases Kubeflow 1.11 names, each at the path github.com serves it (an archive per
+/// repository and ref, a release asset as itself): serve them under a prefix and map
+/// `https://github.com/` to it.
+pub fn upstream_remote_bases() -> BTreeMap<String, Vec<u8>> {
     let remote = upstream_releases().join("remote");
     let file = |name: &str| std::fs::read(remote.join(name)).unwrap_or_else(|e| panic!("{}: {e}", remote.join(name).display()));
-    Server::start(BTreeMap::from([
-        ("gh/argoproj/argo-workflows/archive/v3.7.3.tar.gz".to_string(), file("argo-workflows-3.7.3.tar.gz")),
-        ("gh/kubernetes-sigs/lws/archive/v0.7.0.tar.gz".to_string(), file("lws-0.7.0.tar.gz")),
-        ("gh/kubernetes-sigs/jobset/releases/download/v0.10.1/manifests.yaml".to_string(), file("jobset-v0.10.1-manifests.yaml")),
-    ]))
-    .await
+    UPSTREAM_REMOTE_BASES
+        .iter()
+        .map(|(url, reference, name)| {
+            let path = url.trim_start_matches("https://github.com/").trim_end_matches('/');
+            let served = match reference.strip_prefix("?ref=") {
+                Some(tag) => format!("{path}/archive/{tag}.tar.gz"),
+                None => path.to_string(),
+            };
+            (served, file(name))
+        })
+        .collect()
+}
+
+/// [`upstream_remote_bases`] under `gh/`: map `https://github.com/` to [`Server::url`]`("gh/")`.
+pub async fn upstream_remote_bases_mirror() -> Server {
+    Server::start(upstream_remote_bases().into_iter().map(|(path, bytes)| (format!("gh/{path}"), bytes)).collect()).await
+}
+
+/// A copy, in `dir`, of the unpacked release at `root` whose kustomizations name the copies of
+/// `remote/` (unpacked into its `.remote/`) where they name a remote base of
+/// [`UPSTREAM_REMOTE_BASES`]: what upstream's own `kustomize build` reads once kustomize has
+/// fetched them, built offline. The copy's root, and how many kustomizations were edited.
+pub fn with_upstream_remote_bases_local(root: &Path, dir: &Path) -> (std::path::PathBuf, usize) {
+    let copy = dir.join(root.file_name().expect("a release folder"));
+    let run = |command: &mut std::process::Command| assert!(command.status().unwrap().success(), "{command:?}");
+    run(std::process::Command::new("cp").arg("-r").arg(root).arg(&copy));
+    let (remote, local) = (upstream_releases().join("remote"), copy.join(".remote"));
+    std::fs::create_dir_all(&local).unwrap();
+    let mut edited = 0;
+    for entry in walkdir::WalkDir::new(&copy).into_iter().map(Result::unwrap).filter(|e| e.file_name() == "kustomization.yaml") {
+        let file = entry.path();
+        let text = std::fs::read_to_string(file).unwrap();
+        // kustomize takes no absolute path: the copy named from the kustomization's folder.
+        let depth = file.parent().unwrap().strip_prefix(&copy).unwrap().components().count();
+        let up = "../".repeat(depth);
+        let mut out = text.clone();
+        for (url, reference, name) in UPSTREAM_REMOTE_BASES {
+            let unpacked = name.strip_suffix(".tar.gz");
+            if unpacked.is_some() && !local.join(unpacked.unwrap()).exists() && text.contains(url) {
+                run(std::process::Command::new("tar").arg("-xzf").arg(remote.join(name)).arg("-C").arg(&local));
+            }
+            out = match unpacked {
+                // `<url><path><reference>` → `<up>.remote/<folder>/<path>`
+                Some(folder) => replace_between(&out, url, reference, &format!("{up}.remote/{folder}/")),
+                None if out.contains(url) => {
+                    std::fs::copy(remote.join(name), local.join(name)).unwrap();
+                    out.replace(url, &format!("{up}.remote/{name}"))
+                }
+                None => out,
+            };
+        }
+        if out != text {
+            std::fs::write(file, out).unwrap();
+            edited += 1;
+        }
+    }
+    (copy, edited)
+}
+
+/// `text` with every `<start><path><end>` (a path without white space) replaced by
+/// `<replacement><path>`.
+fn replace_between(text: &str, start: &str, end: &str, replacement: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(start) {
+        let after = &rest[at + start.len()..];
+        let path_len = after.find(|c: char| c.is_whitespace()).unwrap_or(after.len());
+        let Some(path) = after[..path_len].strip_suffix(end) else {
+            out.push_str(&rest[..at + start.len()]);
+            rest = after;
+            continue;
+        };
+        out.push_str(&rest[..at]);
+        out.push_str(replacement);
+        out.push_str(path);
+        rest = &after[path_len..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The modern fixture repository as a GitHub-style tarball.

@@ -195,39 +195,21 @@ async fn kfop_init_writes_each_releases_example_as_its_kfdef() {
     }
 }
 
-/// Upstream's `kustomize build example` of a release whose packages name remote bases: the
-/// unpacked release copied, each remote base it names replaced (as text) by the path of the copy
-/// in `remote/` (what kustomize would have fetched), then built with kustomize v5.
+/// Upstream's `kustomize build example` of a release whose packages name remote bases: built
+/// with kustomize v5 from a copy of the release that names the copies of `remote/` instead
+/// ([`kubeflow_manifests::fixtures::with_upstream_remote_bases_local`]: what kustomize would have
+/// fetched).
 async fn upstream_example_with_remote_bases(release: &Release) -> Vec<serde_json::Value> {
     let tmp = release._tmp.path().join("upstream");
-    let copy = tmp.join("manifests");
     std::fs::create_dir_all(&tmp).unwrap();
-    let run = |command: &mut std::process::Command| assert!(command.status().unwrap().success(), "{command:?}");
-    run(std::process::Command::new("cp").arg("-r").arg(&release.root).arg(&copy));
-    let remote = releases().join("remote");
-    run(std::process::Command::new("tar").arg("-xzf").arg(remote.join("argo-workflows-3.7.3.tar.gz")).arg("-C").arg(&tmp));
-    std::fs::copy(remote.join("jobset-v0.10.1-manifests.yaml"), tmp.join("jobset.yaml")).unwrap();
-    let mut replaced = 0;
-    for dir in ["applications/pipeline/upstream/third-party/argo/base", "applications/pipeline/upstream/third-party/argo/installs/cluster", "applications/trainer/upstream/third-party/jobset"] {
-        // kustomize takes no absolute directory: named from the kustomization's folder.
-        let up = "../".repeat(dir.split('/').count() + 1);
-        let file = copy.join(dir).join("kustomization.yaml");
-        let text = std::fs::read_to_string(&file).unwrap();
-        let mut edited = text.clone();
-        for path in ["manifests/base/crds/minimal", "manifests/base/workflow-controller", "manifests/cluster-install-no-crds/workflow-controller-rbac"] {
-            edited = edited.replace(&format!("https://github.com/argoproj/argo-workflows/{path}?ref=v3.7.3"), &format!("{up}argo-workflows-3.7.3/{path}"));
-        }
-        edited = edited.replace("https://github.com/kubernetes-sigs/jobset/releases/download/v0.10.1/manifests.yaml", &format!("{up}jobset.yaml"));
-        assert_ne!(edited, text, "{} names a remote base", file.display());
-        replaced += 1;
-        std::fs::write(&file, edited).unwrap();
-    }
-    assert_eq!(replaced, 3);
+    let (copy, edited) = kubeflow_manifests::fixtures::with_upstream_remote_bases_local(&release.root, &tmp);
+    // Argo's base and its three installs, JobSet's and LeaderWorkerSet's kustomizations; the
+    // training operator's (JobSet v0.6.0, not in the example) keep theirs.
+    assert_eq!(edited, 6);
     let (_, v5) = release.renderer.local().unwrap();
     let home = tmp.join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let roots = [copy.clone(), tmp.clone()];
-    let output = v5.unwrap().build(&copy.join("example"), &home, &roots).await.unwrap_or_else(|e| panic!("upstream's build of example: {e}"));
+    let output = v5.unwrap().build(&copy.join("example"), &home, std::slice::from_ref(&copy)).await.unwrap_or_else(|e| panic!("upstream's build of example: {e}"));
     kubeflow_manifests::parse_objects(&output).unwrap().iter().map(|o| serde_json::to_value(o).unwrap()).collect()
 }
 

@@ -101,7 +101,7 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
             })?;
             report.applications.iter().find(|a| a.name == application.name)
         });
-        application.converted = own.map(|own| own.converted.clone()).unwrap_or_default();
+        application.build = own.map(|own| own.build.clone()).unwrap_or_default();
         (application.state, application.message) = match own {
             Some(own) if own.state == ComponentPhase::Ready => ("Ready".into(), String::new()),
             Some(own) if own.state != ComponentPhase::Ready => (format!("{:?}", own.state), own.message.clone()),
@@ -161,7 +161,7 @@ mod tests {
             component: component.map(String::from),
             state: if component.is_some() { "Mapped" } else { "Unmapped" }.into(),
             message: String::new(),
-            converted: Vec::new(),
+            build: Default::default(),
         };
         Plan {
             components: [(ComponentKind::Katib, entry("v0.11.0")), (ComponentKind::Dex, entry("v2.24.0"))].into(),
@@ -279,7 +279,7 @@ mod tests {
         let mut p = plan();
         p.components.insert(ComponentKind::GENERIC, ComponentPlan { spec: serde_json::json!({}), spec_hash: "h-generic".into(), version: "v1.2.0".into(), pinned: false, release_version: Some("v1.2.0".into()) });
         for name in ["jupyter-web-app", "centraldashboard"] {
-            p.applications.push(kubeflow_crds::kfdef::ApplicationStatus { name: name.into(), component: Some("kustomize".into()), state: "Pending".into(), message: String::new(), converted: Vec::new() });
+            p.applications.push(kubeflow_crds::kfdef::ApplicationStatus { name: name.into(), component: Some("kustomize".into()), state: "Pending".into(), message: String::new(), build: Default::default() });
         }
         let beats = [(ComponentKind::Katib, 100), (ComponentKind::Dex, 100), (ComponentKind::GENERIC, 100)].into();
         let application = |name: &str, state: ComponentPhase, message: &str| ApplicationState { name: name.into(), state, message: message.into(), ..Default::default() };
@@ -303,13 +303,13 @@ mod tests {
         let mut fixed = report("h-generic", "v1.2.0", true);
         fixed.applications = vec![application("jupyter-web-app", ComponentPhase::Ready, ""), application("centraldashboard", ComponentPhase::Ready, "")];
         let crds_converted = kubeflow_crds::component::ConvertedKind { kind: "CustomResourceDefinition".into(), from: "apiextensions.k8s.io/v1beta1".into(), to: "apiextensions.k8s.io/v1".into(), count: 3 };
-        fixed.applications[1].converted = vec![crds_converted.clone()];
+        fixed.applications[1].build.converted = vec![crds_converted.clone()];
         reports.insert(ComponentKind::GENERIC, fixed);
         let observed = Observed { reports: &reports, heartbeats: &beats, now_unix: 100, bus_error: None, edit_refused: None, pinned_drift: None };
         let s = kfdef_status(Some(&s), Some(1), Ok(&p), &observed, "Kubernetes", &time());
         assert_eq!(s.phase, Some(KfDefPhase::Available));
         assert!(s.applications.iter().all(|a| a.state == "Ready"), "{:?}", s.applications);
-        let converted = |name: &str| s.applications.iter().find(|a| a.name == name).unwrap().converted.clone();
+        let converted = |name: &str| s.applications.iter().find(|a| a.name == name).unwrap().build.converted.clone();
         assert_eq!((converted("centraldashboard"), converted("jupyter-web-app")), (vec![crds_converted], vec![]), "each application shows its own conversions");
     }
 }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use kubeflow_crds::component::{ComponentKind, KustomizeSource, Platform, RenderMode, UnknownComponent};
-use kubeflow_crds::kfdef::{ApplicationStatus, KfDef, Repo};
+use kubeflow_crds::kfdef::{Application, ApplicationStatus, KfDef, Repo};
 use kubeflow_crds::kfupgrade::ClusterPins;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -210,11 +210,16 @@ pub fn pinned_drift(plan: &Plan, spec_version: &str, pinned_by: Option<&str>, ca
 /// built as it is, without kfctl v1.0's generated base + overlays kustomization.
 pub const STACKS_APPLICATION: &str = "kubeflow-apps";
 
-/// The component that installs `application` of a KfDef at Kubeflow version `kubeflow`: the
-/// component that covers it by name when that component has a release of this Kubeflow version
-/// (or its operator has not said yet which releases it has), else the generic component.
-pub fn installer(application: &str, kubeflow: &str, catalog: &Catalog) -> ComponentKind {
-    match ComponentKind::from_application(application) {
+/// The component that installs `application` of a KfDef at Kubeflow version `kubeflow`: the one
+/// the application names (`installedBy`: that one, whatever its releases, so a Kubeflow version
+/// it has no release of is said, not installed otherwise); else the component that covers it by
+/// name when that component has a release of this Kubeflow version (or its operator has not
+/// said yet which releases it has); else the generic component.
+pub fn installer(application: &Application, kubeflow: &str, catalog: &Catalog) -> ComponentKind {
+    if let Some(named) = application.installed_by {
+        return named;
+    }
+    match ComponentKind::from_application(&application.name) {
         Some(component) if !matches!(catalog.version_for(component, kubeflow), Err(Unresolved::UnsupportedKubeflow { .. })) => component,
         _ => ComponentKind::GENERIC,
     }
@@ -254,7 +259,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
         // A Component is built with the application it applies to, which only the generic
         // component renders from its package (it says so when that application is not its own).
         let is_component = app.kustomize_config.as_ref().is_some_and(|c| c.component_of.is_some());
-        let component = if is_component { ComponentKind::GENERIC } else { installer(&app.name, &kubeflow, catalog) };
+        let component = if is_component { ComponentKind::GENERIC } else { installer(app, &kubeflow, catalog) };
         // (A component that has not announced waits for that itself.)
         let not_announced = component != ComponentKind::GENERIC && matches!(catalog.version_for(component, &kubeflow), Err(Unresolved::NotAnnounced { .. }));
         if let Some(first) = &undecided
@@ -453,10 +458,13 @@ mod tests {
         k.spec.version = Some("v1.0.2".into());
         let plan = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
         assert_eq!(plan.components.keys().copied().collect::<Vec<_>>(), [ComponentKind::GENERIC], "v1.0 has no built-in release: all generic");
-        assert!(plan.unresolved.is_empty());
-        assert_eq!(plan.components[&ComponentKind::GENERIC].spec["sources"].as_array().unwrap().len(), k.spec.applications.len());
+        // ... but for the application that names its installer: that is said, not done otherwise.
+        let shipped = "v1.2.0 (Kubeflow 1.2), v1.3.0 (Kubeflow 1.3)".to_string();
+        let said = Unresolved::UnsupportedKubeflow { component: ComponentKind::ProfileController, given: "v1.0.2".into(), shipped };
+        assert_eq!(plan.unresolved, BTreeMap::from([(ComponentKind::ProfileController, said)]));
+        assert_eq!(plan.components[&ComponentKind::GENERIC].spec["sources"].as_array().unwrap().len(), k.spec.applications.len() - 1);
         assert_eq!(plan.components[&ComponentKind::GENERIC].version, "v1.0.2");
-        assert!(plan.applications.iter().all(|a| a.component.as_deref() == Some("kustomize")));
+        assert!(plan.applications.iter().all(|a| a.component.as_deref() == Some(if a.name == "profiles" { "profiles" } else { "kustomize" })));
         k.spec.version = Some("master".into());
         assert_eq!(super::plan(&k, Platform::Kubernetes, &catalog()).unwrap().components[&ComponentKind::GENERIC].version, "v0.0.0");
         // An operator that has not announced its releases yet is waited for, not bypassed.
@@ -471,6 +479,35 @@ mod tests {
         assert!(plan.components.is_empty(), "{:?}", plan.components.keys());
         let waiting = Unresolved::EarlierApplicationUndecided { waiting_for: ComponentKind::Istio, application: "istio-crds".into() };
         assert_eq!((&plan.unresolved[&ComponentKind::Dex], &plan.unresolved[&ComponentKind::GENERIC]), (&waiting, &waiting));
+    }
+
+    #[test]
+    fn a_profiles_application_installs_upstreams_controller_unless_it_names_ours_in_any_release() {
+        let mut k = example();
+        let profiles = k.spec.applications.iter_mut().find(|a| a.name == "profiles").unwrap();
+        assert_eq!(profiles.installed_by, Some(ComponentKind::ProfileController), "the demo asks for ours");
+        profiles.installed_by = None;
+        let plan = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
+        assert!(!plan.components.contains_key(&ComponentKind::ProfileController), "{:?}", plan.components.keys());
+        let generic = plan.components[&ComponentKind::GENERIC].spec["sources"].as_array().unwrap().iter().find(|s| s["application"] == "profiles").unwrap();
+        assert_eq!((&generic["path"], &generic["overlays"]), (&json!("profiles"), &json!(["application", "istio"])), "upstream's package, as the KfDef names it");
+        // Named, ours installs it whatever the application is called, in any release it has.
+        let profiles = k.spec.applications.iter_mut().find(|a| a.name == "profiles").unwrap();
+        (profiles.name, profiles.installed_by) = ("profiles-pss".into(), Some(ComponentKind::ProfileController));
+        k.spec.version = Some("v1.11.0".into());
+        let mut later = catalog();
+        let mut releases = later.releases(ComponentKind::ProfileController).unwrap().to_vec();
+        releases.push(crate::catalog::fixtures::release("v1.10.0", &["v1.3.0"], &["1.10", "1.11"]));
+        later.learn(ComponentKind::ProfileController, releases);
+        let plan = super::plan(&k, Platform::Kubernetes, &later).unwrap();
+        assert_eq!(plan.components.keys().copied().collect::<Vec<_>>(), [ComponentKind::ProfileController, ComponentKind::GENERIC]);
+        let ours = &plan.components[&ComponentKind::ProfileController];
+        assert_eq!(ours.version, "v1.10.0");
+        assert_eq!(ours.spec["sources"].as_array().unwrap().iter().map(|s| s["application"].as_str().unwrap()).collect::<Vec<_>>(), ["profiles-pss"]);
+        // A name that is no component is refused where the KfDef is read, with the allowed ones.
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
+        let error = serde_yaml_ng::from_str::<KfDef>(&text.replace("installedBy: profiles", "installedBy: seldon")).unwrap_err().to_string();
+        assert!(error.contains("unknown variant `seldon`, expected one of `istio`, `dex`, `kfserving`, `katib`, `pipelines`, `profiles`, `kustomize`"), "{error}");
     }
 
     #[test]

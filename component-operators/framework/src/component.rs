@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use kubeflow_crds::bus::ReleaseInfo;
-use kubeflow_crds::component::{ComponentResource, ConvertedKind, SecretKeyRef};
+use kubeflow_crds::component::{ApplicationBuild, ComponentResource, SecretKeyRef};
 use serde_json::{Value, json};
 
 use crate::manifest::Params;
@@ -110,8 +110,9 @@ pub struct Rendered {
     /// Every application, in spec order (those that failed included).
     pub applications: Vec<String>,
     pub failed: Vec<ApplicationFailure>,
-    /// Per application, its objects converted from removed API versions, counted per kind.
-    pub converted: BTreeMap<String, Vec<ConvertedKind>>,
+    /// Per application that rendered, how: the kustomize release, its objects converted from
+    /// removed API versions counted per kind.
+    pub builds: BTreeMap<String, ApplicationBuild>,
     /// Per application, each conversion described (object, versions, what moved) for a reader.
     pub conversion_details: BTreeMap<String, Vec<String>>,
     /// Per application, what it is told while it stays Ready (an object another application

@@ -15,7 +15,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
-use kubeflow_crds::component::{ChangePlan, ComponentResource, ComponentStatus, ConvertedKind, CrdRemovalPolicy, InventoryEntry, ManagementState, PREVIEW_HASH_ANNOTATION, PREVIEW_SPEC_ANNOTATION, PlanList};
+use kubeflow_crds::component::{ApplicationBuild, ChangePlan, ComponentResource, ComponentStatus, CrdRemovalPolicy, InventoryEntry, ManagementState, PREVIEW_HASH_ANNOTATION, PREVIEW_SPEC_ANNOTATION, PlanList};
 use operator_runtime::finalizer::{Step, with_finalizer};
 use operator_runtime::retry::Backoffs;
 use serde_json::{Value, json};
@@ -527,7 +527,7 @@ struct Desired {
     /// Every application, when the component renders several ([`crate::component::Rendered`]).
     applications: Vec<String>,
     failed: Vec<ApplicationFailure>,
-    converted: BTreeMap<String, Vec<ConvertedKind>>,
+    builds: BTreeMap<String, ApplicationBuild>,
     notes: BTreeMap<String, Vec<String>>,
 }
 
@@ -544,8 +544,8 @@ async fn desired<C: Component>(resource: &C::Resource, ctx: &Context<C>, install
     if let Some(invalid) = tenant_namespace(resource, ctx, &objects).await? {
         return Ok(Err(invalid));
     }
-    let (applications, failed, converted, notes) = inputs.rendered.map(|r| (r.applications, r.failed, r.converted, r.notes)).unwrap_or_default();
-    Ok(Ok(Desired { objects, applications, failed, converted, notes }))
+    let (applications, failed, builds, notes) = inputs.rendered.map(|r| (r.applications, r.failed, r.builds, r.notes)).unwrap_or_default();
+    Ok(Ok(Desired { objects, applications, failed, builds, notes }))
 }
 
 /// A namespace a Profile made is a tenant's: no component installs into it, but a resource that
@@ -995,7 +995,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
         let note = changed.join("; ");
         ctx.event(resource, EventType::Normal, "Healed", note).await;
     }
-    Ok(Outcome::Applied { version: version.clone(), inventory, not_ready, failed, applications: desired.applications.clone(), converted: desired.converted.clone(), notes: desired.notes.clone() })
+    Ok(Outcome::Applied { version: version.clone(), inventory, not_ready, failed, applications: desired.applications.clone(), builds: desired.builds.clone(), notes: desired.notes.clone() })
 }
 
 /// Waits (bounded) until every CRD in `names` is Established.

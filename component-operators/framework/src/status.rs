@@ -6,7 +6,7 @@ use kubeflow_crds::common::ConditionStatus;
 pub use operator_runtime::conditions::set_condition;
 use std::collections::BTreeMap;
 
-use kubeflow_crds::component::{ApplicationState, ComponentPhase, ComponentStatus, ConvertedKind, InventoryEntry};
+use kubeflow_crds::component::{ApplicationBuild, ApplicationState, ComponentPhase, ComponentStatus, InventoryEntry};
 
 /// Something that keeps a component from being Ready, and the KfDef application it concerns (for
 /// components that render several, see [`crate::component::Rendered`]).
@@ -37,7 +37,7 @@ pub enum Outcome {
     /// manages). `applications` names every application when the component renders several.
     /// `converted`: per application, its objects converted from removed API versions; `notes`:
     /// per application, what a Ready application is told ([`crate::component::Rendered::notes`]).
-    Applied { version: String, inventory: Vec<InventoryEntry>, not_ready: Vec<Finding>, failed: Vec<Finding>, applications: Vec<String>, converted: BTreeMap<String, Vec<ConvertedKind>>, notes: BTreeMap<String, Vec<String>> },
+    Applied { version: String, inventory: Vec<InventoryEntry>, not_ready: Vec<Finding>, failed: Vec<Finding>, applications: Vec<String>, builds: BTreeMap<String, ApplicationBuild>, notes: BTreeMap<String, Vec<String>> },
     /// The spec cannot be built; nothing was touched.
     Invalid { field: String, message: String },
     /// `managementState: Removed` and everything is gone.
@@ -53,9 +53,9 @@ pub fn next_status(previous: Option<&ComponentStatus>, generation: Option<i64>, 
     status.observed_generation = generation;
     let conditions = &mut status.conditions;
     match outcome {
-        Outcome::Applied { version, inventory, not_ready, failed, applications, converted, notes } => {
+        Outcome::Applied { version, inventory, not_ready, failed, applications, builds, notes } => {
             status.inventory = inventory.clone();
-            status.applications = applications.iter().map(|name| application_state(name, not_ready, failed, converted.get(name), notes.get(name))).collect();
+            status.applications = applications.iter().map(|name| application_state(name, not_ready, failed, builds.get(name), notes.get(name))).collect();
             let messages = |findings: &[Finding]| findings.iter().map(|f| f.message.as_str()).collect::<Vec<_>>().join("; ");
             if !failed.is_empty() {
                 // What was applied before stays; installedVersion says what last fully converged.
@@ -110,7 +110,7 @@ pub fn next_status(previous: Option<&ComponentStatus>, generation: Option<i64>, 
 
 /// `name`'s state: Degraded with what failed, Progressing with what it waits for, or Ready (with
 /// its notes, if any).
-fn application_state(name: &str, not_ready: &[Finding], failed: &[Finding], converted: Option<&Vec<ConvertedKind>>, notes: Option<&Vec<String>>) -> ApplicationState {
+fn application_state(name: &str, not_ready: &[Finding], failed: &[Finding], build: Option<&ApplicationBuild>, notes: Option<&Vec<String>>) -> ApplicationState {
     let of = |findings: &[Finding]| findings.iter().filter(|f| f.application.as_deref() == Some(name)).map(|f| f.message.as_str()).collect::<Vec<_>>().join("; ");
     let (failed, waiting) = (of(failed), of(not_ready));
     let (state, message) = if !failed.is_empty() {
@@ -120,20 +120,22 @@ fn application_state(name: &str, not_ready: &[Finding], failed: &[Finding], conv
     } else {
         (ComponentPhase::Ready, notes.map(|n| n.join("; ")).unwrap_or_default())
     };
-    ApplicationState { name: name.to_string(), state, message, converted: converted.cloned().unwrap_or_default() }
+    ApplicationState { name: name.to_string(), state, message, build: build.cloned().unwrap_or_default() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use kubeflow_crds::common::Condition;
+    use kubeflow_crds::component::ConvertedKind;
+    use kubeflow_crds::kfdef::KustomizeRelease;
 
     fn time(s: &str) -> Time {
         Time(s.parse().unwrap())
     }
 
     fn applied(not_ready: &[&str]) -> Outcome {
-        Outcome::Applied { version: "v1".into(), inventory: vec![], not_ready: not_ready.iter().map(|s| Finding::new(None, *s)).collect(), failed: vec![], applications: vec![], converted: BTreeMap::new(), notes: BTreeMap::new() }
+        Outcome::Applied { version: "v1".into(), inventory: vec![], not_ready: not_ready.iter().map(|s| Finding::new(None, *s)).collect(), failed: vec![], applications: vec![], builds: BTreeMap::new(), notes: BTreeMap::new() }
     }
 
     #[test]
@@ -161,7 +163,7 @@ mod tests {
     fn invalid_spec_keeps_installed_version_and_inventory() {
         let t = time("2026-01-01T00:00:00Z");
         let entry = InventoryEntry { version: "v1".into(), kind: "ConfigMap".into(), name: "x".into(), ..Default::default() };
-        let ok = next_status(None, Some(1), &Outcome::Applied { version: "v1".into(), inventory: vec![entry.clone()], not_ready: vec![], failed: vec![], applications: vec![], converted: BTreeMap::new(), notes: BTreeMap::new() }, &t);
+        let ok = next_status(None, Some(1), &Outcome::Applied { version: "v1".into(), inventory: vec![entry.clone()], not_ready: vec![], failed: vec![], applications: vec![], builds: BTreeMap::new(), notes: BTreeMap::new() }, &t);
         let bad = next_status(Some(&ok), Some(2), &Outcome::Invalid { field: "spec.version".into(), message: "nope".into() }, &t);
         assert_eq!(bad.phase, Some(ComponentPhase::Degraded));
         assert_eq!(bad.installed_version.as_deref(), Some("v1"));
@@ -175,14 +177,14 @@ mod tests {
     fn a_failed_application_degrades_the_component_and_each_application_says_where_it_stands() {
         let t = time("2026-01-01T00:00:00Z");
         let entry = InventoryEntry { version: "v1".into(), kind: "ConfigMap".into(), name: "x".into(), ..Default::default() };
-        let ready = next_status(None, Some(1), &Outcome::Applied { version: "v1".into(), inventory: vec![entry.clone()], not_ready: vec![], failed: vec![], applications: vec!["a".into()], converted: BTreeMap::new(), notes: BTreeMap::new() }, &t);
+        let ready = next_status(None, Some(1), &Outcome::Applied { version: "v1".into(), inventory: vec![entry.clone()], not_ready: vec![], failed: vec![], applications: vec!["a".into()], builds: BTreeMap::new(), notes: BTreeMap::new() }, &t);
         let outcome = Outcome::Applied {
             version: "v1".into(),
             inventory: vec![entry.clone()],
             not_ready: vec![Finding::new(Some("web"), "Deployment kubeflow/web: not Available")],
             failed: vec![Finding::new(Some("broken"), "spec.sources[2]: overlay \"gcp\" does not exist")],
             applications: vec!["a".into(), "web".into(), "broken".into()],
-            converted: BTreeMap::from([("a".to_string(), vec![ConvertedKind { kind: "ClusterRole".into(), from: "rbac.authorization.k8s.io/v1beta1".into(), to: "rbac.authorization.k8s.io/v1".into(), count: 2 }])]),
+            builds: BTreeMap::from([("a".to_string(), ApplicationBuild { kustomize: Some(KustomizeRelease::V3_2), converted: vec![ConvertedKind { kind: "ClusterRole".into(), from: "rbac.authorization.k8s.io/v1beta1".into(), to: "rbac.authorization.k8s.io/v1".into(), count: 2 }] })]),
             notes: BTreeMap::from([("a".to_string(), vec!["ClusterRole x: application \"web\" renders it otherwise".to_string(), "Role y: too".to_string()])]),
         };
         let s = next_status(Some(&ready), Some(2), &outcome, &t);
@@ -201,7 +203,8 @@ mod tests {
                 ("broken", ComponentPhase::Degraded, "spec.sources[2]: overlay \"gcp\" does not exist"),
             ]
         );
-        assert_eq!(s.applications[0].converted, [ConvertedKind { kind: "ClusterRole".into(), from: "rbac.authorization.k8s.io/v1beta1".into(), to: "rbac.authorization.k8s.io/v1".into(), count: 2 }]);
-        assert!(s.applications[1].converted.is_empty());
+        assert_eq!(s.applications[0].build.converted, [ConvertedKind { kind: "ClusterRole".into(), from: "rbac.authorization.k8s.io/v1beta1".into(), to: "rbac.authorization.k8s.io/v1".into(), count: 2 }]);
+        assert!(s.applications[1].build.converted.is_empty());
+        assert_eq!((s.applications[0].build.kustomize, s.applications[1].build.kustomize), (Some(KustomizeRelease::V3_2), None), "the release that built it, where one did");
     }
 }

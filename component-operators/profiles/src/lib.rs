@@ -26,9 +26,12 @@ pub struct ProfilesComponent;
 
 const TEMPLATE: &str = concat!(include_str!("../manifests/profiles.yaml"), "---\n", include_str!("../../../crds/generated/profiles.kubeflow.org.yaml"));
 
-static RELEASES: [Release; 2] = [
+// Named after upstream's profile controller of the same Kubeflow releases (1.10 and 1.11 both
+// ship v1.10.0): the Profile API this operator serves is that one's.
+static RELEASES: [Release; 3] = [
     Release { version: "v1.2.0", manifest: TEMPLATE, params: &[], upgrades_from: &[], kubeflow: &["1.2"] },
     Release { version: "v1.3.0", manifest: TEMPLATE, params: &[], upgrades_from: &["v1.2.0"], kubeflow: &["1.3"] },
+    Release { version: "v1.10.0", manifest: TEMPLATE, params: &[], upgrades_from: &["v1.3.0"], kubeflow: &["1.10", "1.11"] },
 ];
 
 /// Service the operator's KFAM API is reached at, from the operators' namespace.

@@ -166,12 +166,12 @@ mod tests {
         // The generic component has no built-in releases: what it installs is what its spec renders.
         assert!(get(ComponentKind::KustomizeApplication).releases.is_empty());
         // Kubeflow 1.2 and 1.3 (kfctl's) in full; from 1.10 the components that ship it, the rest
-        // of such a KfDef goes to the generic component.
+        // of such a KfDef goes to the generic component (profiles: only when the KfDef names it).
         let of = |tag: &str| registry.iter().filter_map(|c| c.version_for(tag).map(|v| (c.kind.name(), v))).collect::<BTreeMap<_, _>>();
         assert_eq!(of("1.2"), BTreeMap::from([("istio", "1.3.1"), ("dex", "v2.22.0"), ("kfserving", "v0.4.1"), ("katib", "v0.10.0"), ("pipelines", "1.0.4"), ("profiles", "v1.2.0")]));
         assert_eq!(of("1.3"), BTreeMap::from([("istio", "1.9.6"), ("dex", "v2.24.0"), ("kfserving", "v0.5.1"), ("katib", "v0.11.0"), ("pipelines", "1.5.0"), ("profiles", "v1.3.0")]));
-        assert_eq!(of("1.10"), BTreeMap::from([("istio", "1.24.3"), ("dex", "v2.41.1"), ("kfserving", "v0.15.0"), ("katib", "v0.18.0"), ("pipelines", "2.5.0")]));
-        assert_eq!(of("1.11"), BTreeMap::from([("istio", "1.28.0"), ("dex", "v2.43.1"), ("kfserving", "v0.15.2"), ("katib", "v0.19.0"), ("pipelines", "2.15.0")]));
+        assert_eq!(of("1.10"), BTreeMap::from([("istio", "1.24.3"), ("dex", "v2.41.1"), ("kfserving", "v0.15.0"), ("katib", "v0.18.0"), ("pipelines", "2.5.0"), ("profiles", "v1.10.0")]));
+        assert_eq!(of("1.11"), BTreeMap::from([("istio", "1.28.0"), ("dex", "v2.43.1"), ("kfserving", "v0.15.2"), ("katib", "v0.19.0"), ("pipelines", "2.15.0"), ("profiles", "v1.10.0")]));
     }
 
     #[test]

@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use kube::core::GroupVersionKind;
 use kube::{Client, Resource, ResourceExt};
 use kubeflow_crds::NameValue;
-use kubeflow_crds::component::{ComponentResource, KustomizeSource, RenderMode};
+use kubeflow_crds::component::{ApplicationBuild, ComponentResource, KustomizeSource, RenderMode};
+use kubeflow_crds::kfdef::KustomizeRelease;
 use kubeflow_manifests::remote_bases::Mirror;
 use futures::StreamExt;
 use kubeflow_manifests::{AppSpec, Conversion, FetchedRepo, Mode, RenderContext, Renderer, RepoCache, RepoError, RepoErrorReason, RepoSource};
@@ -156,10 +157,15 @@ fn same_object(earlier: &Value, later: &Value) -> bool {
     strip(earlier) == strip(later)
 }
 
+/// The namespaces Kubernetes itself makes: objects use them (cert-manager's leader election Role
+/// in `kube-system`), no install creates them, and upstream's builds render none.
+pub const SYSTEM_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+
 /// `objects` preceded by a Namespace for each namespace they use that they do not create
-/// themselves (kfctl created the KfDef's namespace; namespaces are only ever created, never
-/// changed or deleted). Namespaced objects without a namespace go to `target`. Kinds are those
-/// install `owner` of `component` knows ([`kinds::lookup_for`]).
+/// themselves, Kubernetes' own aside ([`SYSTEM_NAMESPACES`]; kfctl created the KfDef's namespace;
+/// namespaces are only ever created, never changed or deleted). Namespaced objects without a
+/// namespace go to `target`. Kinds are those install `owner` of `component` knows
+/// ([`kinds::lookup_for`]).
 pub fn with_namespaces(component: &str, owner: &str, objects: Vec<Value>, target: &str) -> Vec<Value> {
     let rendered: std::collections::BTreeSet<&str> = objects.iter().filter(|o| o["kind"] == "Namespace").filter_map(|o| o["metadata"]["name"].as_str()).collect();
     let mut used = std::collections::BTreeSet::new();
@@ -169,7 +175,7 @@ pub fn with_namespaces(component: &str, owner: &str, objects: Vec<Value>, target
             used.insert(object["metadata"]["namespace"].as_str().unwrap_or(target).to_string());
         }
     }
-    let mut out: Vec<Value> = used.into_iter().filter(|n| !rendered.contains(n.as_str())).map(|n| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}})).collect();
+    let mut out: Vec<Value> = used.into_iter().filter(|n| !rendered.contains(n.as_str()) && !SYSTEM_NAMESPACES.contains(&n.as_str())).map(|n| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}})).collect();
     out.extend(objects);
     out
 }
@@ -228,7 +234,7 @@ async fn learn_kinds(component: &str, owner: &str, discovery: Discovery<'_>, obj
 /// Renders one application from its repository as fetched for every application of the spec
 /// (`fetched`, by repository and pin): its package built, objects of removed API versions
 /// converted (counted per kind).
-async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(String, String)>, fetched: &HashMap<(&str, Option<&str>), Result<FetchedRepo, RepoError>>, repos: &RepoCache, mirrors: &[Mirror], renderer: &Renderer, context: &RenderContext) -> Result<(Vec<Value>, Vec<Conversion>), InvalidSpec> {
+async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(String, String)>, fetched: &HashMap<(&str, Option<&str>), Result<FetchedRepo, RepoError>>, repos: &RepoCache, mirrors: &[Mirror], renderer: &Renderer, context: &RenderContext) -> Result<(Vec<Value>, Vec<Conversion>, KustomizeRelease), InvalidSpec> {
     let (_, mut app) = app_spec(index, source)?;
     app.components = components;
     // A download may fail for a while (network, server); the spec may be right: retry. A fenced
@@ -249,7 +255,7 @@ async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(
         tracing::warn!(application = %source.application, "{warning}");
     }
     let objects = rendered.objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect();
-    Ok((objects, rendered.conversions))
+    Ok((objects, rendered.conversions, *release))
 }
 
 /// The repository a source renders from, as fetched: its archive and pin.
@@ -388,7 +394,7 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
         RenderMode::Stacks => Mode::Stacks,
     };
     let context = RenderContext { namespace: namespace.clone(), kfdef_name: resource.name_any(), mode, era: spec.era };
-    let (mut rendered, mut failed, mut converted, mut conversion_details) = (Vec::new(), Vec::new(), BTreeMap::new(), BTreeMap::new());
+    let (mut rendered, mut failed, mut built, mut conversion_details) = (Vec::new(), Vec::new(), BTreeMap::new(), BTreeMap::new());
     // The spec's mirrors of remote bases, then the operator's.
     let mirrors = kubeflow_manifests::remote_bases::merged(&spec.remote_base_mirrors, &repos.options().remote_base_mirrors)
         .map_err(|(index, reason)| InvalidSpec::new(format!("spec.remoteBaseMirrors[{index}]"), reason))?;
@@ -477,18 +483,18 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
             }
         }
         match result {
-            Ok((objects, conversions)) => {
+            Ok((objects, conversions, kustomize)) => {
                 if !conversions.is_empty() {
-                    converted.insert(source.application.clone(), kubeflow_manifests::convert::summarise(&conversions));
                     conversion_details.insert(source.application.clone(), conversions.iter().map(ToString::to_string).collect());
                 }
+                built.insert(source.application.clone(), ApplicationBuild { kustomize: Some(kustomize), converted: kubeflow_manifests::convert::summarise(&conversions) });
                 rendered.push((source.application.clone(), objects))
             }
             Err(error) => failed.push(ApplicationFailure { application: source.application.clone(), error }),
         }
     }
     let (objects, notes) = merge_applications(rendered);
-    let rendered = Rendered { objects, applications: spec.sources.iter().map(|s| s.application.clone()).collect(), failed, converted, conversion_details, notes };
+    let rendered = Rendered { objects, applications: spec.sources.iter().map(|s| s.application.clone()).collect(), failed, builds: built, conversion_details, notes };
     // Failures are not remembered: a download may come right. An application waiting for a kind
     // is: the build does not change while it waits, only the cluster does.
     if rendered.failed.is_empty() {
@@ -550,11 +556,12 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "tenants"}}),
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "c", "namespace": "auth"}}),
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "d"}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "e", "namespace": "kube-system"}}),
         ];
         let out = with_namespaces("kustomize", "kubeflow/test", objects, "kubeflow");
         let namespaces: Vec<&str> = out.iter().filter(|o| o["kind"] == "Namespace").map(|o| o["metadata"]["name"].as_str().unwrap()).collect();
-        assert_eq!(namespaces, ["auth", "kubeflow", "tenants"]);
-        assert_eq!(out.len(), 7);
+        assert_eq!(namespaces, ["auth", "kubeflow", "tenants"], "kube-system is Kubernetes' own");
+        assert_eq!(out.len(), 8);
     }
 
     #[test]
