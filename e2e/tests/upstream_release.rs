@@ -277,7 +277,7 @@ async fn upstream_objects_in_place(installed: &Installed, root: &std::path::Path
     for application in &installed.done.spec.applications {
         let path = &application.kustomize_config.as_ref().unwrap().repo_ref.as_ref().unwrap().path;
         // A `kind: Component` is built only with what it changes (upstream's example builds it so).
-        if std::fs::read_to_string(root.join(path).join("kustomization.yaml")).unwrap().lines().any(|l| l.trim() == "kind: Component") {
+        if kubeflow_manifests::refs::is_component(&root.join(path)) {
             continue;
         }
         let home = installed.unpacked.join(format!("home-{}", application.name));

@@ -96,8 +96,7 @@ async fn table(tag: &str, mirror: &fixtures::Server) {
     for application in &kfdef.spec.applications {
         let path = application.kustomize_config.as_ref().and_then(|c| c.repo_ref.as_ref()).map(|r| r.path.clone()).unwrap_or_default();
         // A `kind: Component` is built only with what it changes.
-        let component = std::fs::read_to_string(root.join(&path).join("kustomization.yaml")).is_ok_and(|t| t.lines().any(|l| l.trim() == "kind: Component"));
-        let upstream = if component {
+        let upstream = if kubeflow_manifests::refs::is_component(&root.join(&path)) {
             None
         } else {
             let output = kustomize.build(&root.join(&path), &home, std::slice::from_ref(&root)).await.unwrap_or_else(|e| panic!("upstream's build of {path}: {e}"));
