@@ -215,7 +215,7 @@ fn alm_examples_use_owned_kinds_and_versions_the_release_ships() {
                 ("kubeflow-istio-operator", 0) => "1.3.1",
                 ("kubeflow-istio-operator", _) => "1.28.0",
                 ("kubeflow-dex-operator", 0) => "v2.22.0",
-                ("kubeflow-dex-operator", _) => "v2.43.1",
+                ("kubeflow-dex-operator", _) => "v2.44.0",
                 ("kubeflow-kfserving-operator", 0) => "v0.4.1",
                 ("kubeflow-kfserving-operator", _) => "v0.15.2",
                 ("kubeflow-katib-operator", 0) => "v0.10.0",

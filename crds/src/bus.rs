@@ -124,9 +124,39 @@ pub struct ReleaseInfo {
     /// Versions this one may be upgraded from directly.
     #[serde(default)]
     pub upgrades_from: Vec<String>,
-    /// Kubeflow releases (major.minor, e.g. `1.3`) whose version of the component this is.
+    /// Kubeflow releases whose version of the component this is: minor releases (`1.3`), or a
+    /// patch release (`1.3.1`) where it differs from the rest of its minor release's.
     #[serde(default)]
     pub kubeflow: Vec<String>,
+}
+
+/// `v1.2.0`, `1.2`, `v1.2-branch` → `1.2`.
+pub fn kubeflow_release(version: &str) -> Option<String> {
+    let digits = version.trim_start_matches('v');
+    let mut parts = digits.split(|c: char| !c.is_ascii_digit());
+    let (major, minor) = (parts.next()?, parts.next()?);
+    (!major.is_empty() && !minor.is_empty()).then(|| format!("{major}.{minor}"))
+}
+
+/// `v1.10.2`, `1.10.2-rc.1` → `1.10.2`; `None` without a patch number (`1.10`, `v1.10-branch`).
+pub fn kubeflow_patch_release(version: &str) -> Option<String> {
+    let minor = kubeflow_release(version)?;
+    let rest = version.trim_start_matches('v').strip_prefix(&minor)?.strip_prefix('.')?;
+    let patch: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    (!patch.is_empty()).then(|| format!("{minor}.{patch}"))
+}
+
+/// The release among `releases` that belongs to Kubeflow `version`: the one listed for that patch
+/// release or the latest earlier one of its minor release (a patch release keeps what the one
+/// before it ran unless it lists its own), else the one listed for its minor release.
+pub fn release_for<'a>(releases: &'a [ReleaseInfo], version: &str) -> Option<&'a ReleaseInfo> {
+    let minor = kubeflow_release(version)?;
+    let patch_of = |tag: &str| tag.strip_prefix(&minor)?.strip_prefix('.')?.parse::<u64>().ok();
+    let wanted = kubeflow_patch_release(version).as_deref().and_then(patch_of);
+    let by_patch = wanted.and_then(|wanted| {
+        releases.iter().filter_map(|r| Some((r.kubeflow.iter().filter_map(|k| patch_of(k)).filter(|p| *p <= wanted).max()?, r))).max_by_key(|(patch, _)| *patch).map(|(_, r)| r)
+    });
+    by_patch.or_else(|| releases.iter().find(|r| r.kubeflow.contains(&minor)))
 }
 
 /// A component operator saying it is alive, and what it ships. The fields after `at` default
@@ -255,6 +285,13 @@ pub fn parse_key(key: &str) -> Option<(ComponentKind, String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubeflow_versions_name_their_minor_and_patch_releases() {
+        for (version, minor, patch) in [("v1.10.2", Some("1.10"), Some("1.10.2")), ("1.3.1-rc.1", Some("1.3"), Some("1.3.1")), ("1.3", Some("1.3"), None), ("v1.3-branch", Some("1.3"), None), ("v1", None, None), ("main", None, None)] {
+            assert_eq!((kubeflow_release(version).as_deref(), kubeflow_patch_release(version).as_deref()), (minor, patch), "{version}");
+        }
+    }
 
     #[test]
     fn a_component_may_touch_only_its_own_subjects() {

@@ -28,7 +28,7 @@ use serde_json::json;
 const STAYS: Duration = Duration::from_secs(5);
 /// The built-in components' versions of Kubeflow 1.10 and 1.11.
 const V1_10: [(&str, &str); 6] = [("dex", "v2.41.1"), ("istio", "1.24.3"), ("katib", "v0.18.0"), ("kfserving", "v0.15.0"), ("kustomize", "v1.10.0"), ("pipelines", "2.5.0")];
-const V1_11: [(&str, &str); 6] = [("dex", "v2.43.1"), ("istio", "1.28.0"), ("katib", "v0.19.0"), ("kfserving", "v0.15.2"), ("kustomize", "v1.11.0"), ("pipelines", "2.15.0")];
+const V1_11: [(&str, &str); 6] = [("dex", "v2.44.0"), ("istio", "1.28.0"), ("katib", "v0.19.0"), ("kfserving", "v0.15.2"), ("kustomize", "v1.11.0"), ("pipelines", "2.15.0")];
 
 fn image(d: &Deployment) -> String {
     d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].image.clone().unwrap()
@@ -124,7 +124,7 @@ async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_da
         steps,
         [
             (ComponentKind::Istio, "1.24.3", "1.28.0"),
-            (ComponentKind::Dex, "v2.41.1", "v2.43.1"),
+            (ComponentKind::Dex, "v2.41.1", "v2.44.0"),
             (ComponentKind::KFServing, "v0.15.0", "v0.15.2"),
             (ComponentKind::Katib, "v0.18.0", "v0.19.0"),
             (ComponentKind::Pipelines, "2.5.0", "2.15.0"),

@@ -405,17 +405,17 @@ async fn kfctls_v1_2_0_kfdef_installs_with_every_application_ready() {
     uninstall(installed, &cleared).await;
 }
 
-/// A standalone Istio 1.24.3 (no `spec.sources`) on an operator run with `--release-archives`
+/// A standalone Istio 1.26.1 (no `spec.sources`) on an operator run with `--release-archives`
 /// installs Istio as Kubeflow v1.10.2 ships it: the release's archive on github.com, fetched
 /// through the operator's `--remote-base-mirror` (an air-gapped cluster's copy, here on
 /// loopback), and every object upstream renders for Istio's three applications in the cluster,
-/// where upstream puts it; Ready at 1.24.3. Deleting the resource removes them.
+/// where upstream puts it; Ready at 1.26.1. Deleting the resource removes them.
 #[tokio::test]
 async fn a_standalone_resource_installs_its_release_from_upstreams_archive_through_a_mirror() {
     let _serial = SERIAL.lock().await;
     let client = client().await;
     let tarball = std::fs::read(fixtures::upstream_releases().join("manifests-1.10.2.tar.gz")).unwrap();
-    let scratch = tempfile_dir("istio-1.24.3");
+    let scratch = tempfile_dir("istio-1.26.1");
     let root = unpack(&tarball, &scratch);
     let paths = ["common/istio/istio-crds/base", "common/istio/istio-install/overlays/oauth2-proxy", "common/istio/cluster-local-gateway/base"];
     let mut rendered = Vec::new();
@@ -437,13 +437,13 @@ async fn a_standalone_resource_installs_its_release_from_upstreams_archive_throu
     operator.wait_ready().await;
 
     let api: Api<kubeflow_crds::component::Istio> = Api::namespaced(client.clone(), &ns.name);
-    api.create(&PostParams::default(), &serde_json::from_value(json!({"apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Istio", "metadata": {"name": "istio"}, "spec": {"version": "1.24.3"}})).unwrap()).await.unwrap();
+    api.create(&PostParams::default(), &serde_json::from_value(json!({"apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Istio", "metadata": {"name": "istio"}, "spec": {"version": "1.26.1"}})).unwrap()).await.unwrap();
     let ready = |istio: Option<&kubeflow_crds::component::Istio>| {
         istio.and_then(|i| i.status.as_ref().map(|s| (s.phase.clone(), s.installed_version.clone(), s.observed_generation == i.metadata.generation)))
-            == Some((Some(kubeflow_crds::component::ComponentPhase::Ready), Some("1.24.3".to_string()), true))
+            == Some((Some(kubeflow_crds::component::ComponentPhase::Ready), Some("1.26.1".to_string()), true))
     };
     if tokio::time::timeout(INSTALL_WAIT, await_condition(api.clone(), "istio", ready)).await.is_err() {
-        panic!("Istio 1.24.3 not Ready after {INSTALL_WAIT:?}: {:?}; log: {}", api.get("istio").await.unwrap().status, operator.log.display());
+        panic!("Istio 1.26.1 not Ready after {INSTALL_WAIT:?}: {:?}; log: {}", api.get("istio").await.unwrap().status, operator.log.display());
     }
     let mut missing = Vec::new();
     for path in paths {

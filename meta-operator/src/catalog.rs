@@ -25,13 +25,7 @@ pub enum Unresolved {
     EarlierApplicationUndecided { waiting_for: ComponentKind, application: String },
 }
 
-/// `v1.2.0`, `1.2`, `v1.2-branch` → `1.2`.
-pub fn kubeflow_release(version: &str) -> Option<String> {
-    let digits = version.trim_start_matches('v');
-    let mut parts = digits.split(|c: char| !c.is_ascii_digit());
-    let (major, minor) = (parts.next()?, parts.next()?);
-    (!major.is_empty() && !minor.is_empty()).then(|| format!("{major}.{minor}"))
-}
+pub use kubeflow_crds::bus::kubeflow_release;
 
 impl Catalog {
     /// Records what `component`'s operator announced; an empty list (an operator too old to
@@ -49,13 +43,11 @@ impl Catalog {
         self.releases.get(&component).map(Vec::as_slice).ok_or(Unresolved::NotAnnounced { component })
     }
 
-    /// The version of `component` that belongs to Kubeflow `version` (e.g. `v1.3.0`).
+    /// The version of `component` that belongs to Kubeflow `version` (e.g. `v1.3.0`): the one
+    /// announced for that patch release, else for its minor release.
     pub fn version_for(&self, component: ComponentKind, version: &str) -> Result<String, Unresolved> {
         let releases = self.releases(component)?;
-        let wanted = kubeflow_release(version);
-        releases
-            .iter()
-            .find(|r| wanted.as_ref().is_some_and(|w| r.kubeflow.contains(w)))
+        kubeflow_crds::bus::release_for(releases, version)
             .map(|r| r.version.clone())
             .ok_or_else(|| Unresolved::UnsupportedKubeflow { component, given: version.to_string(), shipped: describe(releases) })
     }
@@ -120,6 +112,18 @@ mod tests {
             c.version_for(ComponentKind::Katib, "v1.0.2").unwrap_err().to_string(),
             "Kubeflow version \"v1.0.2\" has no katib release; katib-operator ships v0.10.0 (Kubeflow 1.2), v0.11.0 (Kubeflow 1.3), v0.12.0"
         );
+    }
+
+    #[test]
+    fn a_patch_release_listed_on_its_own_takes_its_version_and_later_patches_keep_it() {
+        let mut c = Catalog::default();
+        c.learn(ComponentKind::Katib, vec![release("v0.11.0", &[], &["1.3"]), release("v0.11.1", &["v0.11.0"], &["1.3.1"])]);
+        for (kubeflow, katib) in [("v1.3.0", "v0.11.0"), ("v1.3.1", "v0.11.1"), ("1.3.1", "v0.11.1"), ("v1.3.1-rc.2", "v0.11.1"), ("1.3", "v0.11.0"), ("v1.3-branch", "v0.11.0"), ("v1.3.2", "v0.11.1")] {
+            assert_eq!(c.version_for(ComponentKind::Katib, kubeflow).unwrap(), katib, "{kubeflow}");
+        }
+        assert!(c.version_for(ComponentKind::Katib, "v1.4.1").is_err());
+        let pins = BTreeMap::from([(ComponentKind::Katib, "v0.11.1".to_string())]);
+        assert_eq!(c.kubeflow_of(&pins).as_deref(), Some("1.3.1"));
     }
 
     #[test]

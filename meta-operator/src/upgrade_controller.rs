@@ -568,12 +568,12 @@ mod tests {
     fn a_step_takes_only_the_plan_of_its_own_preview_and_names_the_operators_still_planning() {
         let target = |hash: &str| ComponentPlan { spec: serde_json::json!({}), spec_hash: hash.into(), version: String::new(), pinned: true, release_version: None };
         let preview = plan::Plan { components: [(ComponentKind::Katib, target("k2")), (ComponentKind::Dex, target("d2"))].into(), unresolved: BTreeMap::new(), applications: vec![] };
-        let steps = [step(ComponentKind::Dex, "v2.41.1", "v2.43.1"), step(ComponentKind::Katib, "v0.18.0", "v0.19.0")];
+        let steps = [step(ComponentKind::Dex, "v2.41.1", "v2.44.0"), step(ComponentKind::Katib, "v0.18.0", "v0.19.0")];
         let steps = steps.iter().map(|s| (s.component, s.from_version.as_str(), s.to_version.as_str()));
         // Katib's report is about an earlier preview (another upgrade's): not this step's plan.
         let reports: BTreeMap<_, _> = [(ComponentKind::Dex, report(Some("d2"))), (ComponentKind::Katib, report(Some("k1")))].into();
         let (plans, waiting) = step_plans(steps.clone(), &preview, &reports);
-        assert_eq!(plans.iter().map(|p| (p.component, p.to_version.as_str())).collect::<Vec<_>>(), [(ComponentKind::Dex, "v2.43.1")]);
+        assert_eq!(plans.iter().map(|p| (p.component, p.to_version.as_str())).collect::<Vec<_>>(), [(ComponentKind::Dex, "v2.44.0")]);
         assert_eq!(plans[0].summary, "1 to add, 0 to change, 0 to prune, 0 kept, 0 unchanged, 0 left as they are (not made by this resource)");
         assert_eq!(waiting, ["katib-operator"]);
         let reports: BTreeMap<_, _> = [(ComponentKind::Dex, report(Some("d2"))), (ComponentKind::Katib, report(None))].into();

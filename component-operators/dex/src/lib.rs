@@ -7,7 +7,7 @@
 //!   device-flow CRDs (`devicerequests`, `devicetokens`) and relabels the Deployment (`app` becomes
 //!   `app.kubernetes.io/name`; its selector changes, so an upgrade replaces that Deployment). Their
 //!   static client redirects to oidc-authservice's `/login/oidc`.
-//! - v2.41.1 (Kubeflow 1.10) and v2.43.1 (Kubeflow 1.11) share a second template
+//! - v2.41.1 (Kubeflow 1.10) and v2.44.0 (Kubeflow 1.11) share a second template
 //!   (`manifests/dex-common.yaml`, shaped like kubeflow/manifests' `common/dex`): the workload is
 //!   labelled `app: dex` again, runs unprivileged, and is ready when Dex's health check
 //!   (`<issuer path>/healthz`) answers; the CRDs are v2.24.0's ten, unchanged. Their static client
@@ -15,7 +15,7 @@
 //!   in Kubeflow 1.9. Neither front is installed here: oidc-authservice never was, and oauth2-proxy
 //!   (its own `oauth2-proxy` namespace, plus Istio external-authorization objects) is left to its
 //!   own install as well.
-//!   v2.41.1 is a fresh install: upstream supports no upgrade from Kubeflow 1.3 to 1.10. v2.43.1
+//!   v2.41.1 is a fresh install: upstream supports no upgrade from Kubeflow 1.3 to 1.10. v2.44.0
 //!   upgrades from v2.41.1 in place (only the image tag changes).
 //!
 //! The Dex configuration is built here rather than templated, the same for every release but the
@@ -84,7 +84,7 @@ static RELEASES: [Release; 4] = [
         kubeflow: &["1.10"],
     },
     Release {
-        version: "v2.43.1",
+        version: "v2.44.0",
         manifest: COMMON_TEMPLATE,
         params: &[("image", "ghcr.io/dexidp/dex"), (REDIRECT_PARAM, OAUTH2_PROXY_REDIRECT_URI)],
         upgrades_from: &["v2.41.1"],
@@ -117,23 +117,15 @@ impl Component for DexComponent {
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
     /// The releases' packages in Kubeflow's archives (paths as kfctl's v1.2.0 `kfctl_istio_dex`
-    /// KfDef and v1.10.2's `example/kustomization.yaml` list them).
+    /// KfDef, v1.3.1's and later releases' `example/kustomization.yaml` list them).
     const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[
-        component_framework::UpstreamRelease {
-            version: "v2.22.0",
-            archive: component_framework::component::KUBEFLOW_V1_2_0_ARCHIVE,
-            era: component_framework::api::kfdef::Era::Kfctl,
-            mode: component_framework::api::component::RenderMode::Stacks,
-            applications: &[("dex", "stacks/kubernetes/application/dex-auth")],
-        },
-        component_framework::UpstreamRelease {
-            version: "v2.41.1",
-            archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
-            era: component_framework::api::kfdef::Era::Upstream,
-            mode: component_framework::api::component::RenderMode::PerApplication,
-            applications: &[("dex", "common/dex/overlays/oauth2-proxy")],
-        },
+        component_framework::UpstreamRelease { version: "v2.22.0", kubeflow: "v1.2.0", applications: &[("dex", "stacks/kubernetes/application/dex-auth")] },
+        component_framework::UpstreamRelease { version: "v2.24.0", kubeflow: "v1.3.1", applications: &[("dex", "common/dex/overlays/istio")] },
+        component_framework::UpstreamRelease { version: "v2.41.1", kubeflow: "v1.10.2", applications: &[("dex", "common/dex/overlays/oauth2-proxy")] },
+        component_framework::UpstreamRelease { version: "v2.44.0", kubeflow: "v1.11.0", applications: &[("dex", "common/dex/overlays/oauth2-proxy")] },
     ];
+    /// Dex's own image.
+    const VERSION_IMAGES: &'static [&'static str] = &["dexidp/dex"];
     const PACKAGE_FIELDS: &'static [&'static str] = &["issuer", "connectors", "staticPasswordsSecretRef"];
 
     fn test_spec() -> Value {
@@ -669,7 +661,7 @@ mod tests {
         assert_eq!(upgrade.upgrades_from, ["v2.22.0"]);
     }
 
-    const MODERN: [&str; 2] = ["v2.41.1", "v2.43.1"];
+    const MODERN: [&str; 2] = ["v2.41.1", "v2.44.0"];
 
     fn build(spec: Value) -> Vec<Value> {
         desired_objects::<DexComponent>(&dex(spec), &Inputs::default()).unwrap()
@@ -692,10 +684,10 @@ mod tests {
                 ("v2.22.0", &[][..], &["1.2"][..]),
                 ("v2.24.0", &["v2.22.0"][..], &["1.3"][..]),
                 ("v2.41.1", &[][..], &["1.10"][..]),
-                ("v2.43.1", &["v2.41.1"][..], &["1.11"][..]),
+                ("v2.44.0", &["v2.41.1"][..], &["1.11"][..]),
             ]
         );
-        for (version, image) in [("v2.41.1", "ghcr.io/dexidp/dex:v2.41.1"), ("v2.43.1", "ghcr.io/dexidp/dex:v2.43.1")] {
+        for (version, image) in [("v2.41.1", "ghcr.io/dexidp/dex:v2.41.1"), ("v2.44.0", "ghcr.io/dexidp/dex:v2.44.0")] {
             let objects = build(json!({"version": version}));
             let deployment = find(&objects, "Deployment", "dex");
             let pod = &deployment["spec"]["template"]["spec"];
@@ -721,7 +713,7 @@ mod tests {
             assert!(objects.iter().all(|o| o["metadata"]["name"] != "oauth2-proxy" && o["metadata"]["namespace"] != "oauth2-proxy"));
             assert_eq!(objects.len(), 1 + 10 + 5 + 1, "{version}: namespace, CRDs, SA/roles/Secret/Service, Deployment");
         }
-        // v2.41.1 → v2.43.1 is in place: the Deployment differs in its image alone, its selector is kept.
+        // v2.41.1 → v2.44.0 is in place: the Deployment differs in its image alone, its selector is kept.
         let comparable = |version: &str| {
             let mut deployment = find(&build(json!({"version": version})), "Deployment", "dex").clone();
             deployment["spec"]["template"]["spec"]["containers"][0]["image"] = json!("");
@@ -729,7 +721,7 @@ mod tests {
             deployment["metadata"]["annotations"]["components.kubeflow.org/applied-hash"] = json!("");
             deployment
         };
-        assert_eq!(comparable("v2.41.1"), comparable("v2.43.1"));
+        assert_eq!(comparable("v2.41.1"), comparable("v2.44.0"));
     }
 
     #[test]
@@ -797,8 +789,8 @@ mod tests {
                 assert_eq!(new, old, "{version} {spec}");
             }
         }
-        // The connectors and static users of the spec, as they land for v2.43.1.
-        let spec = json!({"version": "v2.43.1",
+        // The connectors and static users of the spec, as they land for v2.44.0.
+        let spec = json!({"version": "v2.44.0",
                           "connectors": [{"type": "oidc", "id": "sso", "name": "SSO", "config": {"issuer": "https://sso.example.com", "clientID": "kubeflow"}}],
                           "staticPasswordsSecretRef": reference});
         let config = installed_config(&desired_objects::<DexComponent>(&dex(spec), &secrets).unwrap());
@@ -816,8 +808,8 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.field, "spec.connectors[1].id");
-        let err = desired_objects::<DexComponent>(&dex(json!({"version": "v2.44.0"})), &Inputs::default()).unwrap_err();
-        assert!(err.message.contains("supported versions: v2.22.0, v2.24.0, v2.41.1, v2.43.1"), "{err}");
+        let err = desired_objects::<DexComponent>(&dex(json!({"version": "v2.45.0"})), &Inputs::default()).unwrap_err();
+        assert!(err.message.contains("supported versions: v2.22.0, v2.24.0, v2.41.1, v2.44.0"), "{err}");
     }
 
     #[test]
@@ -825,9 +817,9 @@ mod tests {
         let path = |spec: Value| readiness_probe(&build(spec))["httpGet"]["path"].as_str().unwrap().to_string();
         assert_eq!(path(json!({"version": "v2.41.1"})), "/dex/healthz");
         assert_eq!(path(json!({"version": "v2.41.1", "issuer": "https://login.example.com"})), "/healthz");
-        assert_eq!(path(json!({"version": "v2.43.1", "issuer": "https://kubeflow.example.com/dex/"})), "/dex/healthz");
-        assert_eq!(path(json!({"version": "v2.43.1", "issuer": "http://kubeflow.example.com:8080/auth/dex"})), "/auth/dex/healthz");
-        let replaced = json!({"version": "v2.43.1", "overrides": {"parameters": [{"name": "dexConfig", "value": "issuer: https://elsewhere/sso\n"}]}});
+        assert_eq!(path(json!({"version": "v2.44.0", "issuer": "https://kubeflow.example.com/dex/"})), "/dex/healthz");
+        assert_eq!(path(json!({"version": "v2.44.0", "issuer": "http://kubeflow.example.com:8080/auth/dex"})), "/auth/dex/healthz");
+        let replaced = json!({"version": "v2.44.0", "overrides": {"parameters": [{"name": "dexConfig", "value": "issuer: https://elsewhere/sso\n"}]}});
         assert_eq!(path(replaced), "/sso/healthz");
         // The Kubeflow 1.2/1.3 releases keep their port check.
         for version in ["v2.22.0", "v2.24.0"] {

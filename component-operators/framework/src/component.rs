@@ -34,32 +34,47 @@ impl Release {
     }
 }
 
-/// Where upstream ships one of a component's releases: the archive of the Kubeflow release
-/// (kubeflow/manifests) and the component's applications in it. A resource that names no
+/// Where upstream ships one of a component's releases: the Kubeflow release (kubeflow/manifests
+/// tag) whose archive holds it, and the component's applications in it. A resource that names no
 /// repository renders these when the operator runs with `--release-archives`
 /// ([`crate::package::render_for`]), the archive rewritten by the remote base mirrors (an
 /// air-gapped cluster's copy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UpstreamRelease {
-    /// The component's version ([`Release::version`]).
+    /// The component's version ([`Release::version`]): what the release's packages run
+    /// ([`Component::VERSION_IMAGES`] are tagged with it there).
     pub version: &'static str,
-    /// The Kubeflow release's archive.
-    pub archive: &'static str,
-    /// The rules its packages are built by.
-    pub era: kubeflow_crds::kfdef::Era,
-    /// How kfctl built them (its stacks for Kubeflow 1.1 and 1.2; unused for upstream's era).
-    pub mode: kubeflow_crds::component::RenderMode,
+    /// The kubeflow/manifests tag, e.g. `v1.11.0`.
+    pub kubeflow: &'static str,
     /// `(KfDef application, path in the archive)`, in install order.
     pub applications: &'static [(&'static str, &'static str)],
 }
 
-/// Kubeflow v1.2.0's kubeflow/manifests archive (kfctl's era, built as its stacks): Istio 1.3.1,
-/// Dex v2.22.0 and KFServing v0.4.1 as kfctl's `kfctl_istio_dex` KfDef of that release lists them.
-pub const KUBEFLOW_V1_2_0_ARCHIVE: &str = "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz";
+impl UpstreamRelease {
+    /// The release's archive on github.com.
+    pub fn archive(&self) -> String {
+        kubeflow_manifests::example::upstream_archive(self.kubeflow)
+    }
 
-/// Kubeflow v1.10.2's kubeflow/manifests archive: Istio 1.24.3, Dex v2.41.1, KServe v0.15.0,
-/// Katib v0.18.0 and Pipelines 2.5.0 as that release ships them.
-pub const KUBEFLOW_V1_10_2_ARCHIVE: &str = "https://github.com/kubeflow/manifests/archive/v1.10.2.tar.gz";
+    /// The rules its packages are built by.
+    pub fn era(&self) -> kubeflow_crds::kfdef::Era {
+        kubeflow_crds::kfdef::Era::of_version(Some(self.kubeflow))
+    }
+
+    /// How they are built: kfctl's stacks for a kfctl-era release (its KfDefs list them), one
+    /// `kustomize build` per application after.
+    pub fn mode(&self) -> kubeflow_crds::component::RenderMode {
+        match self.era() {
+            kubeflow_crds::kfdef::Era::Kfctl => kubeflow_crds::component::RenderMode::Stacks,
+            _ => kubeflow_crds::component::RenderMode::PerApplication,
+        }
+    }
+
+    /// The kustomize the release names for its packages, if one.
+    pub fn kustomize(&self) -> Option<kubeflow_crds::kfdef::KustomizeRelease> {
+        kubeflow_crds::kfdef::KustomizeRelease::of_kubeflow(self.kubeflow)
+    }
+}
 
 /// An HTTP endpoint an operator serves besides health and metrics (e.g. an API for users).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +208,12 @@ pub trait Component: Send + Sync + 'static {
 
     /// Where upstream ships the component's releases, for those it knows ([`UpstreamRelease`]).
     const UPSTREAM_RELEASES: &'static [UpstreamRelease] = &[];
+
+    /// Images (repository paths, matched at their end: `istio/pilot`) that run the component
+    /// itself and are tagged with its version in every release. A package that runs one at
+    /// another tag is not the resource's version: that application is refused
+    /// ([`crate::package::version_evidence`]) rather than installed and labelled as it.
+    const VERSION_IMAGES: &'static [&'static str] = &[];
 
     /// Endpoints the operator serves besides health and metrics; deploy/ exposes each one.
     const ENDPOINTS: &'static [Endpoint] = &[];

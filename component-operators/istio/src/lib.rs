@@ -8,7 +8,8 @@
 //!   PeerAuthentication and RequestAuthentication and runs its gateways unprivileged. The ingress
 //!   gateway's selector gains `istio.io/rev` in 1.9.6, so an upgrade replaces that Deployment. Both
 //!   gateway Services carry the TLS passthrough port 15443.
-//! - 1.24.3 (Kubeflow 1.10, kubeflow/manifests `common/istio-1-24`) and 1.28.0 (Kubeflow 1.11,
+//! - 1.24.3 (Kubeflow 1.10.0, kubeflow/manifests `common/istio-1-24`), 1.26.1 (Kubeflow 1.10.2,
+//!   `common/istio`; 1.24.3's template) and 1.28.0 (Kubeflow 1.11,
 //!   `common/istio`) share a second template (`manifests/istio-1.24.yaml`, shaped like upstream's
 //!   istioctl-generated packages with Kubeflow's oauth2-proxy overlay): fourteen CRDs (networking
 //!   v1/v1beta1 served besides the stored v1alpha3, security v1 besides v1beta1, Telemetry,
@@ -56,7 +57,17 @@ const STATUS_PORT_PARAM: &str = "gatewayStatusPort";
 /// Release parameter with the ingress gateway Service's TLS passthrough port, for the releases whose Service has one.
 const TLS_PORT_PARAM: &str = "gatewayTlsPort";
 
-static RELEASES: [Release; 4] = [
+/// Release parameters of 1.24.3 and 1.26.1.
+const ISTIO_1_24_PARAMS: &[(&str, &str)] = &[
+    (STATUS_PORT_PARAM, "15021"),
+    ("proxyCpuRequest", "100m"),
+    ("proxyMemoryRequest", "128Mi"),
+    ("proxySeccompProfile", ""),
+    ("istiodRbac124", "true"),
+    ("istiodRbac128", "false"),
+];
+
+static RELEASES: [Release; 5] = [
     Release {
         version: "1.3.1",
         manifest: TEMPLATE,
@@ -92,17 +103,18 @@ static RELEASES: [Release; 4] = [
     Release {
         version: "1.24.3",
         manifest: MODERN_TEMPLATE,
-        params: &[
-            (STATUS_PORT_PARAM, "15021"),
-            ("proxyCpuRequest", "100m"),
-            ("proxyMemoryRequest", "128Mi"),
-            ("proxySeccompProfile", ""),
-            ("istiodRbac124", "true"),
-            ("istiodRbac128", "false"),
-        ],
+        params: ISTIO_1_24_PARAMS,
         // Kubeflow 1.3 → 1.10 is no upgrade upstream supports: a fresh install.
         upgrades_from: &[],
         kubeflow: &["1.10"],
+    },
+    // Kubeflow 1.10.2's (its archive runs 1.26.1, not 1.10.0's 1.24.3); 1.24.3's template.
+    Release {
+        version: "1.26.1",
+        manifest: MODERN_TEMPLATE,
+        params: ISTIO_1_24_PARAMS,
+        upgrades_from: &["1.24.3"],
+        kubeflow: &["1.10.2"],
     },
     Release {
         version: "1.28.0",
@@ -116,10 +128,13 @@ static RELEASES: [Release; 4] = [
             ("istiodRbac128", "true"),
         ],
         // In place, as Kubeflow 1.11 upgrades 1.10's Istio (Istio itself documents one minor at a time).
-        upgrades_from: &["1.24.3"],
+        upgrades_from: &["1.24.3", "1.26.1"],
         kubeflow: &["1.11"],
     },
 ];
+
+/// The applications of Istio in kubeflow/manifests from Kubeflow 1.10 on (`common/istio`).
+const MODERN_APPLICATIONS: &[(&str, &str)] = &[("istio-crds", "common/istio/istio-crds/base"), ("istio-install", "common/istio/istio-install/overlays/oauth2-proxy"), ("cluster-local-gateway", "common/istio/cluster-local-gateway/base")];
 
 const SERVICE_TYPES: [&str; 3] = ["ClusterIP", "NodePort", "LoadBalancer"];
 
@@ -218,23 +233,23 @@ impl Component for IstioComponent {
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
     /// The releases' packages in Kubeflow's archives (paths as kfctl's v1.2.0 `kfctl_istio_dex`
-    /// KfDef and v1.10.2's `example/kustomization.yaml` list them).
+    /// KfDef, v1.3.1's and later releases' `example/kustomization.yaml` list them).
     const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[
         component_framework::UpstreamRelease {
             version: "1.3.1",
-            archive: component_framework::component::KUBEFLOW_V1_2_0_ARCHIVE,
-            era: component_framework::api::kfdef::Era::Kfctl,
-            mode: component_framework::api::component::RenderMode::Stacks,
+            kubeflow: "v1.2.0",
             applications: &[("istio-stack", "stacks/kubernetes/application/istio-1-3-1-stack"), ("cluster-local-gateway", "stacks/kubernetes/application/cluster-local-gateway-1-3-1"), ("istio", "istio/istio/base")],
         },
         component_framework::UpstreamRelease {
-            version: "1.24.3",
-            archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
-            era: component_framework::api::kfdef::Era::Upstream,
-            mode: component_framework::api::component::RenderMode::PerApplication,
-            applications: &[("istio-crds", "common/istio/istio-crds/base"), ("istio-install", "common/istio/istio-install/overlays/oauth2-proxy"), ("cluster-local-gateway", "common/istio/cluster-local-gateway/base")],
+            version: "1.9.6",
+            kubeflow: "v1.3.1",
+            applications: &[("istio-crds", "common/istio-1-9/istio-crds/base"), ("istio-install", "common/istio-1-9/istio-install/base"), ("cluster-local-gateway", "common/istio-1-9/cluster-local-gateway/base")],
         },
+        component_framework::UpstreamRelease { version: "1.26.1", kubeflow: "v1.10.2", applications: MODERN_APPLICATIONS },
+        component_framework::UpstreamRelease { version: "1.28.0", kubeflow: "v1.11.0", applications: MODERN_APPLICATIONS },
     ];
+    /// istiod's image, on Docker Hub or Istio's own registry (upstream's packages since 1.10).
+    const VERSION_IMAGES: &'static [&'static str] = &["istio/pilot", "istio-release/pilot"];
     const PACKAGE_FIELDS: &'static [&'static str] = &["gateway"];
 
     fn test_spec() -> Value {
@@ -318,7 +333,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     /// The Kubeflow 1.10 and 1.11 releases (`manifests/istio-1.24.yaml`).
-    const MODERN: [&str; 2] = ["1.24.3", "1.28.0"];
+    const MODERN: [&str; 3] = ["1.24.3", "1.26.1", "1.28.0"];
 
     fn istio(spec: Value) -> Istio {
         let mut i: Istio = serde_json::from_value(json!({
@@ -603,11 +618,13 @@ mod tests {
                 ("1.3.1", &[][..], &["1.2"][..]),
                 ("1.9.6", &["1.3.1"][..], &["1.3"][..]),
                 ("1.24.3", &[][..], &["1.10"][..]),
-                ("1.28.0", &["1.24.3"][..], &["1.11"][..]),
+                ("1.26.1", &["1.24.3"][..], &["1.10.2"][..]),
+                ("1.28.0", &["1.24.3", "1.26.1"][..], &["1.11"][..]),
             ]
         );
         for (version, pilot, proxy) in [
             ("1.24.3", "docker.io/istio/pilot:1.24.3", "docker.io/istio/proxyv2:1.24.3"),
+            ("1.26.1", "docker.io/istio/pilot:1.26.1", "docker.io/istio/proxyv2:1.26.1"),
             ("1.28.0", "docker.io/istio/pilot:1.28.0", "docker.io/istio/proxyv2:1.28.0"),
         ] {
             let objects = build(json!({"version": version}));

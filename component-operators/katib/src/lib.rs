@@ -28,7 +28,7 @@ use component_framework::k8s_openapi::serde_json::{Value, json};
 
 pub struct KatibComponent;
 
-/// Template of v0.10.0 and v0.11.0.
+/// Template of v0.10.0, v0.11.0 and v0.11.1.
 const TEMPLATE: &str = include_str!("../manifests/katib.yaml");
 /// Template of v0.18.0 and v0.19.0.
 const TEMPLATE_V0_18: &str = include_str!("../manifests/katib-v0.18.yaml");
@@ -36,7 +36,7 @@ const TEMPLATE_V0_18: &str = include_str!("../manifests/katib-v0.18.yaml");
 /// Trial kinds of v0.18.0 and v0.19.0 (KatibConfig `init.controller.trialResources`).
 const TRIAL_RESOURCES_V0_18: &str = "Job.v1.batch,TFJob.v1.kubeflow.org,PyTorchJob.v1.kubeflow.org,MPIJob.v1.kubeflow.org,XGBoostJob.v1.kubeflow.org";
 
-static RELEASES: [Release; 4] = [
+static RELEASES: [Release; 5] = [
     Release {
         version: "v0.10.0",
         manifest: TEMPLATE,
@@ -53,6 +53,17 @@ static RELEASES: [Release; 4] = [
         ],
         upgrades_from: &["v0.10.0"],
         kubeflow: &["1.3"],
+    },
+    // Kubeflow 1.3.1's; v0.11.0's template.
+    Release {
+        version: "v0.11.1",
+        manifest: TEMPLATE,
+        params: &[
+            ("uiSelectorKey", "katib.kubeflow.org/component"),
+            ("trialResources", "Job.v1.batch,TFJob.v1.kubeflow.org,PyTorchJob.v1.kubeflow.org,MPIJob.v1.kubeflow.org,XGBoostJob.v1.kubeflow.org"),
+        ],
+        upgrades_from: &["v0.10.0", "v0.11.0"],
+        kubeflow: &["1.3.1"],
     },
     Release {
         version: "v0.18.0",
@@ -123,14 +134,15 @@ impl Component for KatibComponent {
     const INSTALLS: &'static str = "Katib, hyperparameter tuning and neural architecture search (Experiment, Trial, Suggestion)";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
-    /// The release's packages in Kubeflow's archive (paths as in its `example/kustomization.yaml`).
-    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[component_framework::UpstreamRelease {
-        version: "v0.18.0",
-        archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
-        era: component_framework::api::kfdef::Era::Upstream,
-        mode: component_framework::api::component::RenderMode::PerApplication,
-        applications: &[("katib", "applications/katib/upstream/installs/katib-with-kubeflow")],
-    }];
+    /// The releases' packages in Kubeflow's archives (paths as their `example/kustomization.yaml`
+    /// lists them; Kubeflow 1.2's are in kfctl's `kubeflow-apps` stack).
+    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[
+        component_framework::UpstreamRelease { version: "v0.11.1", kubeflow: "v1.3.1", applications: &[("katib", "apps/katib/upstream/installs/katib-with-kubeflow")] },
+        component_framework::UpstreamRelease { version: "v0.18.0", kubeflow: "v1.10.2", applications: &[("katib", "applications/katib/upstream/installs/katib-with-kubeflow")] },
+        component_framework::UpstreamRelease { version: "v0.19.0", kubeflow: "v1.11.0", applications: &[("katib", "applications/katib/upstream/installs/katib-with-kubeflow")] },
+    ];
+    /// The controller's image.
+    const VERSION_IMAGES: &'static [&'static str] = &["katib-controller"];
     const PACKAGE_FIELDS: &'static [&'static str] = &["database"];
 
     fn releases() -> &'static [Release] {
@@ -247,7 +259,7 @@ mod tests {
             let v = release.version;
             let objects = desired_objects::<KatibComponent>(&katib(json!({"version": v})), &Inputs::default()).unwrap();
             let (registry, cluster_roles): (&str, &[&str]) = match v {
-                "v0.10.0" | "v0.11.0" => ("docker.io/kubeflowkatib", &["katib-controller-kubeflow", "katib-ui-kubeflow"]),
+                "v0.10.0" | "v0.11.0" | "v0.11.1" => ("docker.io/kubeflowkatib", &["katib-controller-kubeflow", "katib-ui-kubeflow"]),
                 _ => ("ghcr.io/kubeflow/katib", &["katib-controller-kubeflow", "katib-ui-kubeflow", "kubeflow-katib-edit-kubeflow", "kubeflow-katib-view-kubeflow"]),
             };
             assert_eq!(names(&objects, "Deployment"), ["katib-controller", "katib-db-manager", "katib-mysql", "katib-ui"], "{v}");
@@ -366,13 +378,15 @@ mod tests {
         let expected: Vec<(&str, &[&str], &[&str])> = vec![
             ("v0.10.0", &[], &["1.2"]),
             ("v0.11.0", &["v0.10.0"], &["1.3"]),
+            ("v0.11.1", &["v0.10.0", "v0.11.0"], &["1.3.1"]),
             // Kubeflow 1.3 → 1.10 is a fresh install, not an upgrade.
             ("v0.18.0", &[], &["1.10"]),
             ("v0.19.0", &["v0.18.0"], &["1.11"]),
         ];
         assert_eq!(releases, expected);
-        assert!(std::ptr::eq(KatibComponent::releases()[2].manifest, KatibComponent::releases()[3].manifest), "v0.18.0 and v0.19.0 share a template");
-        assert!(!std::ptr::eq(KatibComponent::releases()[1].manifest, KatibComponent::releases()[2].manifest));
+        assert!(std::ptr::eq(KatibComponent::releases()[3].manifest, KatibComponent::releases()[4].manifest), "v0.18.0 and v0.19.0 share a template");
+        assert!(std::ptr::eq(KatibComponent::releases()[1].manifest, KatibComponent::releases()[2].manifest), "v0.11.0 and v0.11.1 share a template");
+        assert!(!std::ptr::eq(KatibComponent::releases()[2].manifest, KatibComponent::releases()[3].manifest));
     }
 
     #[test]

@@ -100,6 +100,9 @@ static RELEASES: [Release; 4] = [
     },
 ];
 
+/// KServe's applications in kubeflow/manifests.
+const KSERVE_APPLICATIONS: &[(&str, &str)] = &[("kserve", "applications/kserve/kserve"), ("models-web-app", "applications/kserve/models-web-app/overlays/kubeflow")];
+
 /// ConfigMap whose entries are JSON documents built by string interpolation.
 const CONFIG_MAP: &str = "inferenceservice-config";
 
@@ -214,23 +217,15 @@ impl Component for KFServingComponent {
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
     /// The releases' packages in Kubeflow's archives (paths as kfctl's v1.2.0 `kfctl_istio_dex`
-    /// KfDef and v1.10.2's `example/kustomization.yaml` list them).
+    /// KfDef, v1.3.1's and later releases' `example/kustomization.yaml` list them).
     const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[
-        component_framework::UpstreamRelease {
-            version: "v0.4.1",
-            archive: component_framework::component::KUBEFLOW_V1_2_0_ARCHIVE,
-            era: component_framework::api::kfdef::Era::Kfctl,
-            mode: component_framework::api::component::RenderMode::Stacks,
-            applications: &[("kfserving", "kfserving/installs/generic")],
-        },
-        component_framework::UpstreamRelease {
-            version: "v0.15.0",
-            archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
-            era: component_framework::api::kfdef::Era::Upstream,
-            mode: component_framework::api::component::RenderMode::PerApplication,
-            applications: &[("kserve", "applications/kserve/kserve"), ("models-web-app", "applications/kserve/models-web-app/overlays/kubeflow")],
-        },
+        component_framework::UpstreamRelease { version: "v0.4.1", kubeflow: "v1.2.0", applications: &[("kfserving", "kfserving/installs/generic")] },
+        component_framework::UpstreamRelease { version: "v0.5.1", kubeflow: "v1.3.1", applications: &[("kfserving", "apps/kfserving/upstream/overlays/kubeflow")] },
+        component_framework::UpstreamRelease { version: "v0.15.0", kubeflow: "v1.10.2", applications: KSERVE_APPLICATIONS },
+        component_framework::UpstreamRelease { version: "v0.15.2", kubeflow: "v1.11.0", applications: KSERVE_APPLICATIONS },
     ];
+    /// The controller's image, KFServing's then KServe's.
+    const VERSION_IMAGES: &'static [&'static str] = &["kfserving-controller", "kserve/kserve-controller"];
     const PACKAGE_FIELDS: &'static [&'static str] = &["ingressDomain", "ingressGateway"];
 
     fn test_spec() -> Value {

@@ -52,7 +52,18 @@ const TEMPLATE_V2: &str = include_str!("../manifests/pipelines-v2.yaml");
 /// `mlpipeline-minio-artifact`).
 const ACCESS_KEY_KEY: &str = "accesskey";
 
-static RELEASES: [Release; 4] = [
+/// Release parameters of 1.5.0 and 1.5.1.
+const PIPELINES_1_5_PARAMS: &[(&str, &str)] = &[
+    ("argoVersion", "v2.12.9"),
+    // 5.6 → 5.7 is an in-place MySQL upgrade; 5.6 → 8.0 is not.
+    ("mysqlImage", "gcr.io/ml-pipeline/mysql:5.7"),
+    ("uiNameLabelKey", "app.kubernetes.io/name"),
+    ("uiNameLabelValue", "kubeflow-pipelines"),
+    ("argoTemplateCrds", "true"),
+    ("cacheAndMetadata", "true"),
+];
+
+static RELEASES: [Release; 5] = [
     Release {
         version: "1.0.4",
         manifest: TEMPLATE,
@@ -71,17 +82,17 @@ static RELEASES: [Release; 4] = [
     Release {
         version: "1.5.0",
         manifest: TEMPLATE,
-        params: &[
-            ("argoVersion", "v2.12.9"),
-            // 5.6 → 5.7 is an in-place MySQL upgrade; 5.6 → 8.0 is not.
-            ("mysqlImage", "gcr.io/ml-pipeline/mysql:5.7"),
-            ("uiNameLabelKey", "app.kubernetes.io/name"),
-            ("uiNameLabelValue", "kubeflow-pipelines"),
-            ("argoTemplateCrds", "true"),
-            ("cacheAndMetadata", "true"),
-        ],
+        params: PIPELINES_1_5_PARAMS,
         upgrades_from: &["1.0.4"],
         kubeflow: &["1.3"],
+    },
+    // Kubeflow 1.3.1's; 1.5.0's template.
+    Release {
+        version: "1.5.1",
+        manifest: TEMPLATE,
+        params: PIPELINES_1_5_PARAMS,
+        upgrades_from: &["1.0.4", "1.5.0"],
+        kubeflow: &["1.3.1"],
     },
     Release {
         version: "2.5.0",
@@ -294,14 +305,15 @@ impl Component for PipelinesComponent {
     const INSTALLS: &'static str = "Kubeflow Pipelines: API server, UI, persistence agent, scheduled workflows, MySQL and object storage";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
-    /// The release's packages in Kubeflow's archive (paths as in its `example/kustomization.yaml`).
-    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[component_framework::UpstreamRelease {
-        version: "2.5.0",
-        archive: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE,
-        era: component_framework::api::kfdef::Era::Upstream,
-        mode: component_framework::api::component::RenderMode::PerApplication,
-        applications: &[("pipeline", "applications/pipeline/upstream/env/cert-manager/platform-agnostic-multi-user")],
-    }];
+    /// The releases' packages in Kubeflow's archives (paths as their KfDefs and
+    /// `example/kustomization.yaml` list them; Kubeflow 1.2's are in kfctl's `kubeflow-apps` stack).
+    const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[
+        component_framework::UpstreamRelease { version: "1.5.1", kubeflow: "v1.3.1", applications: &[("pipeline", "apps/pipeline/upstream/env/platform-agnostic-multi-user")] },
+        component_framework::UpstreamRelease { version: "2.5.0", kubeflow: "v1.10.2", applications: &[("pipeline", "applications/pipeline/upstream/env/cert-manager/platform-agnostic-multi-user")] },
+        component_framework::UpstreamRelease { version: "2.15.0", kubeflow: "v1.11.0", applications: &[("pipeline", "applications/pipeline/upstream/env/cert-manager/platform-agnostic-multi-user")] },
+    ];
+    /// The API server's image, before and after it moved to ghcr.io.
+    const VERSION_IMAGES: &'static [&'static str] = &["ml-pipeline/api-server", "kubeflow/kfp-api-server"];
     const PACKAGE_FIELDS: &'static [&'static str] = &["database", "objectStore"];
 
     fn releases() -> &'static [Release] {
@@ -527,7 +539,7 @@ mod tests {
         // The 1.x template; 2.x releases have their own tests below.
         for release in PipelinesComponent::releases().iter().filter(|r| r.version.starts_with("1.")) {
             let objects = build(json!({"version": release.version}));
-            let v15 = release.version == "1.5.0";
+            let v15 = release.version.starts_with("1.5.");
             let mut deployments = COMMON.to_vec();
             if v15 {
                 deployments.extend(["metadata-grpc-deployment", "cache-server"]);
@@ -746,7 +758,9 @@ mod tests {
         assert_eq!(v215.upgrades_from, ["2.5.0"]);
         assert_eq!(v215.kubeflow, ["1.11"]);
         let versions: Vec<&str> = PipelinesComponent::releases().iter().map(|r| r.version).collect();
-        assert_eq!(versions, ["1.0.4", "1.5.0", "2.5.0", "2.15.0"], "oldest first");
+        assert_eq!(versions, ["1.0.4", "1.5.0", "1.5.1", "2.5.0", "2.15.0"], "oldest first");
+        assert_eq!(info("1.5.1").kubeflow, ["1.3.1"]);
+        assert_eq!(info("1.5.1").upgrades_from, ["1.0.4", "1.5.0"]);
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub struct RegisteredComponent {
     pub test_spec: Value,
     /// Endpoints the operator serves besides health and metrics.
     pub endpoints: &'static [component_framework::Endpoint],
+    /// [`Component::VERSION_IMAGES`]: the images that run the component, tagged with its version.
+    pub version_images: &'static [&'static str],
     /// [`Component::RENDERS_PACKAGES`]: deploy/all runs a renderer beside the operator.
     pub renders_packages: bool,
     /// The objects the operator applies for a resource `name` in `namespace` with `spec`: from
@@ -59,9 +61,10 @@ pub struct RegisteredComponent {
 }
 
 impl RegisteredComponent {
-    /// The version of this component that belongs to Kubeflow release `kubeflow` (major.minor).
+    /// The version of this component that belongs to Kubeflow `kubeflow` (`1.3`, `v1.3.1`): the
+    /// one listed for that patch release, else for its minor release.
     pub fn version_for(&self, kubeflow: &str) -> Option<&str> {
-        self.releases.iter().find(|r| r.kubeflow.iter().any(|k| k == kubeflow)).map(|r| r.version.as_str())
+        kubeflow_crds::bus::release_for(&self.releases, kubeflow).map(|r| r.version.as_str())
     }
 
     /// Where the API server serves the component resource.
@@ -116,6 +119,7 @@ where
         renders_packages: C::RENDERS_PACKAGES,
         render: render::<C>,
         render_packages: render_packages::<C>,
+        version_images: C::VERSION_IMAGES,
         run: run::<C>,
         shipped_objects: shipped_objects::<C>,
     }
@@ -156,7 +160,7 @@ mod tests {
     fn each_kubeflow_release_has_at_most_one_version_of_each_component_and_the_kfctl_releases_have_all() {
         let registry = all();
         let tags: BTreeSet<&str> = registry.iter().flat_map(|c| &c.releases).flat_map(|r| &r.kubeflow).map(String::as_str).collect();
-        assert_eq!(tags, BTreeSet::from(["1.2", "1.3", "1.10", "1.11"]));
+        assert_eq!(tags, BTreeSet::from(["1.2", "1.3", "1.3.1", "1.10", "1.10.2", "1.11"]));
         for tag in &tags {
             for component in registry.iter().filter(|c| !c.releases.is_empty()) {
                 let versions: Vec<&str> = component.releases.iter().filter(|r| r.kubeflow.iter().any(|k| k == tag)).map(|r| r.version.as_str()).collect();
@@ -171,7 +175,12 @@ mod tests {
         assert_eq!(of("1.2"), BTreeMap::from([("istio", "1.3.1"), ("dex", "v2.22.0"), ("kfserving", "v0.4.1"), ("katib", "v0.10.0"), ("pipelines", "1.0.4"), ("profiles", "v1.2.0")]));
         assert_eq!(of("1.3"), BTreeMap::from([("istio", "1.9.6"), ("dex", "v2.24.0"), ("kfserving", "v0.5.1"), ("katib", "v0.11.0"), ("pipelines", "1.5.0"), ("profiles", "v1.3.0")]));
         assert_eq!(of("1.10"), BTreeMap::from([("istio", "1.24.3"), ("dex", "v2.41.1"), ("kfserving", "v0.15.0"), ("katib", "v0.18.0"), ("pipelines", "2.5.0"), ("profiles", "v1.10.0")]));
-        assert_eq!(of("1.11"), BTreeMap::from([("istio", "1.28.0"), ("dex", "v2.43.1"), ("kfserving", "v0.15.2"), ("katib", "v0.19.0"), ("pipelines", "2.15.0"), ("profiles", "v1.10.0")]));
+        assert_eq!(of("1.11"), BTreeMap::from([("istio", "1.28.0"), ("dex", "v2.44.0"), ("kfserving", "v0.15.2"), ("katib", "v0.19.0"), ("pipelines", "2.15.0"), ("profiles", "v1.10.0")]));
+        // Patch releases whose versions differ from their minor release's (what their archives
+        // run; compared with ../shared/manifests in tests/upstream.rs).
+        assert_eq!(of("v1.3.1"), BTreeMap::from([("istio", "1.9.6"), ("dex", "v2.24.0"), ("kfserving", "v0.5.1"), ("katib", "v0.11.1"), ("pipelines", "1.5.1"), ("profiles", "v1.3.0")]));
+        assert_eq!(of("v1.10.2"), BTreeMap::from([("istio", "1.26.1"), ("dex", "v2.41.1"), ("kfserving", "v0.15.0"), ("katib", "v0.18.0"), ("pipelines", "2.5.0"), ("profiles", "v1.10.0")]));
+        assert_eq!(of("v1.11.0"), of("1.11"));
     }
 
     #[test]

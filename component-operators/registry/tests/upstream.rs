@@ -86,7 +86,8 @@ fn v1_10_2() -> (KfDef, std::path::PathBuf, meta_operator::plan::Plan) {
 async fn objects_of(component: ComponentKind, spec: &Value) -> Vec<Value> {
     let registry = kubeflow_component_registry::all();
     let registered = registry.iter().find(|r| r.kind == component).unwrap();
-    let fetch = FetchOptions { allow_local: true, ..Default::default() };
+    // (Remote bases come from a loopback mirror.)
+    let fetch = FetchOptions { allow_local: true, address_fence: false, ..Default::default() };
     let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), spec.clone(), fetch).await.unwrap_or_else(|| panic!("{component} renders the KfDef's packages")).unwrap();
     assert!(rendered.failed.is_empty(), "{component}: {:?}", rendered.failed);
     (registered.render)("kubeflow", "kubeflow", spec, Some(rendered)).unwrap_or_else(|e| panic!("{component}: {e}"))
@@ -152,13 +153,24 @@ fn plan_of(kfdef: &KfDef) -> meta_operator::plan::Plan {
     meta_operator::plan::plan(kfdef, Platform::Kubernetes, &catalog).unwrap()
 }
 
-/// Kfctl's v1.2.0 KfDef (Istio, Dex, KFServing and the `kubeflow-apps` stacks), over the local
-/// archive, and the meta-operator's plan of it.
-fn v1_2_0() -> (std::path::PathBuf, meta_operator::plan::Plan) {
+/// The Kubeflow releases of `../shared/manifests`: tag, KfDef, archive.
+const RELEASES: [(&str, &str, &str); 4] = [
+    ("v1.2.0", "kfdef-1.2.0-istio-dex.yaml", "manifests-1.2.0.tar.gz"),
+    ("v1.3.1", "kfdef-1.3.1.yaml", "manifests-1.3.1.tar.gz"),
+    ("v1.10.2", "kfdef-1.10.2.yaml", "manifests-1.10.2.tar.gz"),
+    ("v1.11.0", "kfdef-1.11.0.yaml", "manifests-1.11.0.tar.gz"),
+];
+
+/// Release `tag`'s KfDef over the local archive (remote bases through `remote_bases`, a mirror
+/// of github.com), the archive, and the meta-operator's plan of it.
+fn release_of(tag: &str, remote_bases: &str) -> (std::path::PathBuf, meta_operator::plan::Plan) {
+    let (_, kfdef, archive) = RELEASES.iter().find(|(t, _, _)| *t == tag).unwrap();
     let dir = kubeflow_manifests::fixtures::upstream_releases();
-    let archive = dir.join("manifests-1.2.0.tar.gz");
-    let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("kfdef-1.2.0-istio-dex.yaml")).unwrap()).unwrap();
+    let archive = dir.join(archive);
+    let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join(kfdef)).unwrap()).unwrap();
+    kfdef.metadata.namespace = Some("kubeflow".into());
     kfdef.spec.repos[0].uri = archive.display().to_string();
+    kfdef.spec.remote_base_mirrors = vec![format!("https://github.com/={remote_bases}")];
     let plan = plan_of(&kfdef);
     (archive, plan)
 }
@@ -166,52 +178,105 @@ fn v1_2_0() -> (std::path::PathBuf, meta_operator::plan::Plan) {
 /// A standalone resource (no `spec.sources`) of a release upstream ships, on an operator run with
 /// `--release-archives`: it renders the component's packages in the Kubeflow release's archive,
 /// fetched through the mirror, exactly as the resource the release's KfDef's plan makes for the
-/// same applications does (compared with upstream's and kfctl's builds by the tests above and in
-/// manifests/tests/upstream.rs): v1.10.2's five built-ins, and kfctl v1.2.0's Istio, Dex and
-/// KFServing (its stacks). A release with no known archive (Kubeflow 1.3's) keeps the built-in
-/// template, and an application the release lacks is refused.
+/// same applications does (compared with upstream's and kfctl's builds by the test above and in
+/// manifests/tests/upstream.rs), for every built-in of the four releases whose KfDef names it
+/// (Kubeflow 1.2's Katib and Pipelines are in kfctl's `kubeflow-apps` stack). Every such
+/// application runs the version the plan gives it (its own images carry that tag), or it is
+/// refused. The releases of no archive here keep the built-in template; an application the
+/// release lacks is refused.
 #[tokio::test]
 async fn standalone_resources_render_their_release_from_upstreams_archive() {
-    let (_, archive_1_10, plan_1_10) = v1_10_2();
-    let (archive_1_2, plan_1_2) = v1_2_0();
+    let remote_bases = kubeflow_manifests::fixtures::upstream_remote_bases_mirror().await;
+    let remote_bases = remote_bases.url("gh/");
+    let releases: Vec<_> = RELEASES.iter().map(|(tag, _, _)| (*tag, release_of(tag, &remote_bases))).collect();
     let registry = kubeflow_component_registry::all();
-    // The archives on github.com, served from the local copies (an air-gapped cluster's mirror).
-    let mirrored = |release_archives: bool| FetchOptions {
-        allow_local: true,
-        release_archives,
-        remote_base_mirrors: vec![
-            kubeflow_manifests::remote_bases::Mirror { prefix: component_framework::component::KUBEFLOW_V1_10_2_ARCHIVE.into(), uri: archive_1_10.display().to_string() },
-            kubeflow_manifests::remote_bases::Mirror { prefix: component_framework::component::KUBEFLOW_V1_2_0_ARCHIVE.into(), uri: archive_1_2.display().to_string() },
-        ],
-        ..Default::default()
-    };
+    // The archives on github.com served from the local copies (an air-gapped cluster's mirror),
+    // and the remote bases from a loopback server.
+    let mut mirrors: Vec<_> = releases.iter().map(|(tag, (archive, _))| kubeflow_manifests::remote_bases::Mirror { prefix: kubeflow_manifests::example::upstream_archive(tag), uri: archive.display().to_string() }).collect();
+    mirrors.push(kubeflow_manifests::remote_bases::Mirror { prefix: "https://github.com/".into(), uri: remote_bases.clone() });
+    let mirrored = |release_archives: bool| FetchOptions { allow_local: true, address_fence: false, release_archives, remote_base_mirrors: mirrors.clone(), ..Default::default() };
     let mut compared = Vec::new();
-    for plan in [&plan_1_10, &plan_1_2] {
+    for (tag, (_, plan)) in &releases {
         for (component, planned) in plan.components.iter().filter(|(c, _)| **c != ComponentKind::GENERIC && **c != ComponentKind::ProfileController) {
             let registered = registry.iter().find(|r| r.kind == *component).unwrap();
             let standalone = serde_json::json!({"version": planned.spec["version"]});
-            let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(true)).await.unwrap_or_else(|| panic!("{component}: no package for {standalone}")).unwrap();
-            assert!(rendered.failed.is_empty(), "{component}: {:?}", rendered.failed);
+            let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(true)).await.unwrap_or_else(|| panic!("{tag} {component}: no package for {standalone}")).unwrap();
+            assert!(rendered.failed.is_empty(), "{tag} {component}: {:?}", rendered.failed);
+            // The version is what the package runs: its own images are there, at that tag (but
+            // kfctl v1.2.0's Istio, which runs a daily build's floating tag).
+            let own: Vec<&str> = component_framework::package::own_images(registered.version_images, &rendered.objects).into_iter().map(|(_, image)| image).collect();
+            let version = planned.spec["version"].as_str().unwrap().trim_start_matches('v');
+            let at_version = |image: &&str| image.ends_with(&format!(":{version}")) || image.ends_with(&format!(":v{version}"));
+            if (*tag, *component) == ("v1.2.0", ComponentKind::Istio) {
+                assert_eq!(own, ["gcr.io/istio-release/pilot:release-1.3-latest-daily"]);
+            } else {
+                assert!(!own.is_empty() && own.iter().all(at_version), "{tag} {component}: {own:?}");
+            }
             let ours = (registered.render)("kubeflow", "kubeflow", &standalone, Some(rendered)).unwrap();
             let from_kfdef = objects_of(*component, &planned.spec).await;
-            assert_eq!(ours.iter().map(identity).collect::<Vec<_>>(), from_kfdef.iter().map(identity).collect::<Vec<_>>(), "{component} {standalone}: not the KfDef's objects");
+            assert_eq!(ours.iter().map(identity).collect::<Vec<_>>(), from_kfdef.iter().map(identity).collect::<Vec<_>>(), "{tag} {component} {standalone}: not the KfDef's objects");
             for (object, expected) in ours.iter().zip(&from_kfdef) {
-                assert_eq!(first_difference(object, expected, String::new()), None, "{component} {standalone}: {:?}", identity(object));
+                assert_eq!(first_difference(object, expected, String::new()), None, "{tag} {component} {standalone}: {:?}", identity(object));
             }
-            // Without the option, or at a release no archive is known for: the built-in template.
+            // Without the option: the built-in template.
             assert!((registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(false)).await.is_none(), "{component}");
-            let kubeflow_1_3 = registered.releases.iter().find(|r| r.kubeflow.iter().any(|k| k == "1.3")).unwrap().version.clone();
-            assert!((registered.render_packages)("kubeflow".into(), "kubeflow".into(), serde_json::json!({"version": kubeflow_1_3}), mirrored(true)).await.is_none(), "{component} {kubeflow_1_3}");
             compared.push(format!("{component} {}", planned.spec["version"].as_str().unwrap()));
         }
     }
     compared.sort();
-    assert_eq!(compared, ["dex v2.22.0", "dex v2.41.1", "istio 1.24.3", "istio 1.3.1", "katib v0.18.0", "kfserving v0.15.0", "kfserving v0.4.1", "pipelines 2.5.0"]);
+    assert_eq!(
+        compared,
+        [
+            "dex v2.22.0", "dex v2.24.0", "dex v2.41.1", "dex v2.44.0",
+            "istio 1.26.1", "istio 1.28.0", "istio 1.3.1", "istio 1.9.6",
+            "katib v0.11.1", "katib v0.18.0", "katib v0.19.0",
+            "kfserving v0.15.0", "kfserving v0.15.2", "kfserving v0.4.1", "kfserving v0.5.1",
+            "pipelines 1.5.1", "pipelines 2.15.0", "pipelines 2.5.0",
+        ]
+    );
+    // The releases whose Kubeflow release has no archive here (1.3.0's, 1.10.0's), and Kubeflow
+    // 1.2's Katib and Pipelines: the built-in template.
+    let mut templated = Vec::new();
+    for registered in registry.iter().filter(|r| r.renders_packages && !r.releases.is_empty()) {
+        for release in &registered.releases {
+            if (registered.render_packages)("kubeflow".into(), "kubeflow".into(), serde_json::json!({"version": release.version}), mirrored(true)).await.is_none() {
+                templated.push(format!("{} {}", registered.kind, release.version));
+            }
+        }
+    }
+    templated.sort();
+    assert_eq!(templated, ["istio 1.24.3", "katib v0.10.0", "katib v0.11.0", "pipelines 1.0.4", "pipelines 1.5.0"]);
     let katib = registry.iter().find(|r| r.kind == ComponentKind::Katib).unwrap();
     let unknown = serde_json::json!({"version": "v0.18.0", "sources": [{"application": "katib-db"}]});
     let refused = (katib.render_packages)("kubeflow".into(), "kubeflow".into(), unknown, mirrored(true)).await.unwrap().unwrap_err();
     assert_eq!(refused.field, "spec.sources[0].application");
     assert!(refused.message.contains("known: katib"), "{}", refused.message);
+}
+
+/// A KfDef resource whose packages run another version than its `spec.version` (Kubeflow
+/// 1.10.2's Istio, which runs 1.26.1, named 1.28.0, as a KfUpgrade that moved the version and not
+/// the packages would): each application that runs the component is refused, naming the image;
+/// the CRDs, which say nothing of a version, render.
+#[tokio::test]
+async fn packages_of_another_version_are_refused_not_labelled_as_the_spec_version() {
+    let (_, _, plan) = v1_10_2();
+    let istio = kubeflow_component_registry::all().into_iter().find(|r| r.kind == ComponentKind::Istio).unwrap();
+    let mut spec = plan.components[&ComponentKind::Istio].spec.clone();
+    assert_eq!(spec["version"], "1.26.1", "the version 1.10.2's archive runs");
+    spec["version"] = "1.28.0".into();
+    let fetch = FetchOptions { allow_local: true, ..Default::default() };
+    let rendered = (istio.render_packages)("kubeflow".into(), "kubeflow".into(), spec, fetch).await.unwrap().unwrap();
+    let failed: Vec<_> = rendered.failed.iter().map(|f| (f.application.as_str(), f.error.field.as_str(), f.error.message.as_str())).collect();
+    assert_eq!(
+        failed,
+        [(
+            "istio-install",
+            "spec.version",
+            "application \"istio-install\" runs gcr.io/istio-release/pilot:1.26.1 (Deployment istio-system/istiod), not version 1.28.0: set spec.version to the version its package ships, or name the package of 1.28.0"
+        )]
+    );
+    let applications: std::collections::BTreeSet<_> = rendered.objects.iter().filter_map(|o| o["metadata"]["annotations"][APPLICATION].as_str()).collect();
+    assert_eq!(applications, ["cluster-local-gateway", "istio-crds"].into_iter().collect());
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {

@@ -316,11 +316,12 @@ pub fn release_sources<C: Component + ?Sized>(resource: &C::Resource, operator_m
     let upstream = C::UPSTREAM_RELEASES.iter().find(|u| u.version == spec.version)?;
     Some((|| {
         let mirrors = kubeflow_manifests::remote_bases::merged(&spec.remote_base_mirrors, operator_mirrors).map_err(|(index, reason)| InvalidSpec::new(format!("spec.remoteBaseMirrors[{index}]"), reason))?;
-        let archive = kubeflow_manifests::remote_bases::mirrored(upstream.archive, &mirrors);
+        let archive = kubeflow_manifests::remote_bases::mirrored(&upstream.archive(), &mirrors);
         let source = |application: &str, path: &str, named: Option<&KustomizeSource>| KustomizeSource {
             application: application.to_string(),
             repo_uri: Some(archive.clone()),
             path: Some(path.to_string()),
+            repo_kustomize: named.and_then(|n| n.repo_kustomize).or(upstream.kustomize()),
             ..named.cloned().unwrap_or_default()
         };
         let sources: Vec<KustomizeSource> = if spec.sources.is_empty() {
@@ -338,8 +339,8 @@ pub fn release_sources<C: Component + ?Sized>(resource: &C::Resource, operator_m
         };
         let mut value = serde_json::to_value(resource).expect("resources serialise");
         value["spec"]["sources"] = serde_json::to_value(&sources).expect("sources serialise");
-        value["spec"]["era"] = serde_json::to_value(upstream.era).expect("eras serialise");
-        value["spec"]["mode"] = serde_json::to_value(upstream.mode).expect("modes serialise");
+        value["spec"]["era"] = serde_json::to_value(upstream.era()).expect("eras serialise");
+        value["spec"]["mode"] = serde_json::to_value(upstream.mode()).expect("modes serialise");
         serde_json::from_value(value).map_err(|e| InvalidSpec::new("spec.sources", format!("the release's sources do not fit the resource: {e}")))
     })())
 }
@@ -378,7 +379,7 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
         return Err(InvalidSpec::new("spec.sources", "at least one application is required"));
     }
     let namespace = target_namespace::<C>(resource);
-    let key = serde_json::to_string(&json!({"component": C::Resource::COMPONENT.name(), "sources": spec.sources, "mode": spec.mode, "era": spec.era, "mirrors": spec.remote_base_mirrors, "namespace": namespace, "name": resource.name_any()})).expect("specs serialise");
+    let key = serde_json::to_string(&json!({"component": C::Resource::COMPONENT.name(), "version": spec.version, "sources": spec.sources, "mode": spec.mode, "era": spec.era, "mirrors": spec.remote_base_mirrors, "namespace": namespace, "name": resource.name_any()})).expect("specs serialise");
     let owner = crate::build::owner_id(resource);
     let memoized = memo().lock().expect("render memo").get(&key).cloned();
     if let Some(rendered) = memoized {
@@ -474,6 +475,11 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
         *result = render_source(*index, source, applied.clone(), &fetched, &repos, &mirrors, &renderer, &context).await;
     }
     for (index, source, applied, result) in results {
+        // An application is installed as the resource's version only when it runs that version.
+        let result = result.and_then(|built| match version_evidence(C::VERSION_IMAGES, &spec.version, &built.0) {
+            Ok(()) => Ok(built),
+            Err(reason) => Err(InvalidSpec::new("spec.version", format!("application {:?} {reason}", source.application))),
+        });
         // A Component fails with the application it is built with, and is Ready with it.
         if let Err(error) = &result {
             for (component, _) in &applied {
@@ -507,6 +513,75 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
     hold_unserved::<C>(rendered, &owner, discovery, &namespace, &spec.sources).await
 }
 
+/// The containers of `objects` that run the component itself, each with the object that runs
+/// it: those whose image is one of `version_images` (repository paths matched at their end), with
+/// a tag. Walked through every object's `containers` and `initContainers`, wherever they are
+/// (a Deployment's template, a CronJob's job template, a custom resource's).
+pub fn own_images<'a>(version_images: &[&str], objects: &'a [Value]) -> Vec<(&'a Value, &'a str)> {
+    fn containers<'a>(value: &'a Value, found: &mut Vec<&'a Value>) {
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    if matches!(key.as_str(), "containers" | "initContainers")
+                        && let Some(list) = child.as_array()
+                    {
+                        found.extend(list.iter().filter(|c| c.get("image").is_some()));
+                    } else {
+                        containers(child, found);
+                    }
+                }
+            }
+            Value::Array(list) => list.iter().for_each(|child| containers(child, found)),
+            _ => {}
+        }
+    }
+    let mut own = Vec::new();
+    for object in objects {
+        let mut found = Vec::new();
+        containers(object, &mut found);
+        for image in found.iter().filter_map(|c| c["image"].as_str()) {
+            if let Some((repository, _)) = image_tag(image)
+                && version_images.iter().any(|mine| repository == *mine || repository.ends_with(&format!("/{mine}")))
+            {
+                own.push((object, image));
+            }
+        }
+    }
+    own
+}
+
+/// Whether `objects` (one application's render) run `version` of the component: every one of
+/// its own images ([`own_images`]) tagged with a version is tagged with this one (a leading `v`
+/// aside). A floating tag (`release-1.3-latest-daily`, Kubeflow 1.2's Istio; `latest`) or a
+/// digest alone says nothing; a package with none of them (CRDs, say) neither. `Err` names the
+/// first that differs.
+pub fn version_evidence(version_images: &[&str], version: &str, objects: &[Value]) -> Result<(), String> {
+    let wanted = version.trim_start_matches('v');
+    for (object, image) in own_images(version_images, objects) {
+        let tag = image_tag(image).map(|(_, tag)| tag.trim_start_matches('v')).unwrap_or_default();
+        let versioned = tag.starts_with(|c: char| c.is_ascii_digit()) && tag.contains('.');
+        if versioned && tag != wanted {
+            let at = match object["metadata"]["namespace"].as_str() {
+                Some(namespace) => format!("{namespace}/{}", object["metadata"]["name"].as_str().unwrap_or_default()),
+                None => object["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+            };
+            return Err(format!(
+                "runs {image} ({} {at}), not version {version}: set spec.version to the version its package ships, or name the package of {version}",
+                object["kind"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `registry/path:tag` (or `path:tag@digest`) → `(registry/path, tag)`; `None` without a tag.
+fn image_tag(image: &str) -> Option<(&str, &str)> {
+    let named = image.split('@').next().unwrap_or(image);
+    let (repository, tag) = named.rsplit_once(':')?;
+    // A colon before the last slash is a registry's port, not a tag.
+    (!tag.contains('/')).then_some((repository, tag))
+}
+
 /// `rendered` (merged, as built) for install `owner`: its kinds learned, each application that
 /// renders a kind the cluster does not serve held back alone (failed, retryable), and the
 /// Namespaces its objects use added.
@@ -538,6 +613,30 @@ mod tests {
 
     fn source(application: &str, uri: Option<&str>, path: Option<&str>) -> KustomizeSource {
         KustomizeSource { application: application.into(), repo_uri: uri.map(String::from), path: path.map(String::from), ..Default::default() }
+    }
+
+    #[test]
+    fn an_application_runs_the_version_its_own_images_are_tagged_with() {
+        let deployment = |image: &str| json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "istiod", "namespace": "istio-system"},
+            "spec": {"template": {"spec": {"initContainers": [{"name": "init", "image": "busybox:1.36"}], "containers": [{"name": "discovery", "image": image}]}}}});
+        let own = ["istio/pilot"];
+        assert_eq!(version_evidence(&own, "1.28.0", &[deployment("docker.io/istio/pilot:1.28.0")]), Ok(()));
+        assert_eq!(version_evidence(&own, "v1.28.0", &[deployment("istio/pilot:1.28.0")]), Ok(()), "a leading v aside");
+        assert_eq!(
+            version_evidence(&own, "1.28.0", &[deployment("docker.io/istio/pilot:1.26.1")]).unwrap_err(),
+            "runs docker.io/istio/pilot:1.26.1 (Deployment istio-system/istiod), not version 1.28.0: set spec.version to the version its package ships, or name the package of 1.28.0"
+        );
+        // In a CronJob's job template or a custom resource's containers alike.
+        let cron = json!({"kind": "CronJob", "metadata": {"name": "c"}, "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"image": "reg:5000/istio/pilot:1.9.6"}]}}}}}});
+        assert!(version_evidence(&own, "1.28.0", &[cron]).unwrap_err().starts_with("runs reg:5000/istio/pilot:1.9.6 (CronJob c)"));
+        // Other images, a floating tag, a digest alone, a registry port without a tag, or no
+        // workload: no evidence.
+        for quiet in ["gcr.io/istio-release/istio/pilot:release-1.3-latest-daily", "istio/pilot:latest", "docker.io/istio/proxyv2:1.26.1", "docker.io/not-istio/pilot-x:1.0", "docker.io/istio/pilot@sha256:abc", "reg:5000/istio/pilot"] {
+            assert_eq!(version_evidence(&own, "1.28.0", &[deployment(quiet)]), Ok(()), "{quiet}");
+        }
+        assert_eq!(version_evidence(&own, "1.28.0", &[json!({"kind": "CustomResourceDefinition", "metadata": {"name": "gateways.networking.istio.io"}})]), Ok(()));
+        // A component that names no image of its own is never refused.
+        assert_eq!(version_evidence(&[], "1.28.0", &[deployment("docker.io/istio/pilot:1.26.1")]), Ok(()));
     }
 
     #[test]
