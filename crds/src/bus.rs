@@ -128,6 +128,10 @@ pub struct ReleaseInfo {
     /// patch release (`1.3.1`) where it differs from the rest of its minor release's.
     #[serde(default)]
     pub kubeflow: Vec<String>,
+    /// Whether this release's knowledge also installs the packages of Kubeflow releases later
+    /// than any the operator lists, at the version those run (`spec.versionFromPackage`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub covers_later: bool,
 }
 
 /// `v1.2.0`, `1.2`, `v1.2-branch` → `1.2`.
@@ -157,6 +161,15 @@ pub fn release_for<'a>(releases: &'a [ReleaseInfo], version: &str) -> Option<&'a
         releases.iter().filter_map(|r| Some((r.kubeflow.iter().filter_map(|k| patch_of(k)).filter(|p| *p <= wanted).max()?, r))).max_by_key(|(patch, _)| *patch).map(|(_, r)| r)
     });
     by_patch.or_else(|| releases.iter().find(|r| r.kubeflow.contains(&minor)))
+}
+
+/// The release among `releases` whose knowledge installs Kubeflow `version`'s packages when no
+/// release is listed for it ([`release_for`]): the one that [`ReleaseInfo::covers_later`], when
+/// `version` is later than every Kubeflow release listed.
+pub fn later_release_for<'a>(releases: &'a [ReleaseInfo], version: &str) -> Option<&'a ReleaseInfo> {
+    let wanted = crate::validation::version_numbers(&kubeflow_patch_release(version).or_else(|| kubeflow_release(version))?)?;
+    let latest = releases.iter().flat_map(|r| &r.kubeflow).filter_map(|k| crate::validation::version_numbers(k)).max()?;
+    (wanted > latest).then(|| releases.iter().rev().find(|r| r.covers_later)).flatten()
 }
 
 /// A component operator saying it is alive, and what it ships. The fields after `at` default
@@ -294,6 +307,21 @@ mod tests {
     }
 
     #[test]
+    fn a_later_kubeflow_goes_to_the_release_that_covers_later_ones_and_no_other() {
+        let release = |version: &str, kubeflow: &str, covers_later: bool| ReleaseInfo { version: version.into(), upgrades_from: vec![], kubeflow: vec![kubeflow.into()], covers_later };
+        let releases = [release("1.26.1", "1.10.2", false), release("1.28.0", "1.11.0", true)];
+        for later in ["v1.12.0", "1.12", "v1.12-branch", "v2.0.0", "v1.11.1"] {
+            assert_eq!(later_release_for(&releases, later).map(|r| r.version.as_str()), Some("1.28.0"), "{later}");
+        }
+        // Listed, earlier, or not a version: no later release answers.
+        for other in ["v1.11.0", "v1.10.3", "v1.3.0", "main"] {
+            assert_eq!(later_release_for(&releases, other), None, "{other}");
+        }
+        let none_covers = [release("1.26.1", "1.10.2", false)];
+        assert_eq!(later_release_for(&none_covers, "v1.12.0"), None);
+    }
+
+    #[test]
     fn a_component_may_touch_only_its_own_subjects() {
         let katib = Identity::Component(ComponentKind::Katib).permissions();
         assert_eq!(katib.subscribe, ["_INBOX.katib-operator.>"]);
@@ -328,7 +356,7 @@ mod tests {
             version: "0.2.0".into(),
             at: 7,
             component: Some(ComponentKind::Katib),
-            releases: vec![ReleaseInfo { version: "v0.11.0".into(), upgrades_from: vec!["v0.10.0".into()], kubeflow: vec!["1.3".into()] }],
+            releases: vec![ReleaseInfo { version: "v0.11.0".into(), upgrades_from: vec!["v0.10.0".into()], kubeflow: vec!["1.3".into()], covers_later: false }],
         };
         assert_eq!(
             serde_json::to_value(&beat).unwrap(),

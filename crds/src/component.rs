@@ -225,6 +225,13 @@ pub struct ComponentSpecCore {
     /// Component version to install, e.g. `v1.2.0`; must be one the operator ships.
     #[schemars(regex(pattern = crate::validation::VERSION), length(max = 64))]
     pub version: String,
+    /// `spec.version` is the built-in release whose knowledge applies (health rules, typed fields,
+    /// where settings live), and the version installed is the one `sources`' packages run (the
+    /// tag of the component's own images there), that release or a later one: reported in
+    /// `status.installedVersion` and labelled on the objects. For a Kubeflow release later than any
+    /// the operator knows by name; the meta-operator sets it. Requires `sources` naming packages.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub version_from_package: bool,
     #[serde(default)]
     pub management_state: ManagementState,
     /// Namespace the component's namespaced objects go to; each component has a default. Never

@@ -25,6 +25,17 @@ pub fn is_version(version: &str) -> bool {
     numeric && suffix.is_none_or(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')) && version.len() <= 64
 }
 
+/// `v1.2.0`, `1.2`, `v0.15.0-rc.1` → `[1, 2, 0]`, `[1, 2, 0]`, `[0, 15, 0]`: for ordering
+/// releases (a pre-release suffix aside); `None` for what [`is_version`] refuses.
+pub fn version_numbers(version: &str) -> Option<[u64; 3]> {
+    if !is_version(version) {
+        return None;
+    }
+    let number = version.trim_start_matches('v').split('-').next()?;
+    let mut parts = number.split('.').map(|p| p.parse::<u64>().ok());
+    Some([parts.next()??, parts.next()??, parts.next().unwrap_or(Some(0))?])
+}
+
 /// A fully qualified image reference: `host[:port]/path[:tag][@sha256:digest]`, where the host
 /// contains a `.` or a port, or is `localhost` (the rule container runtimes use to tell a registry
 /// from the first path segment). Without a host the runtime picks the registry (Docker Hub, or a
@@ -148,6 +159,15 @@ mod tests {
         for namespace in namespaces {
             assert!(super::reserved_profile_name(namespace).is_some(), "{namespace} is not reserved");
         }
+    }
+
+    #[test]
+    fn versions_order_by_their_numbers() {
+        assert_eq!(super::version_numbers("v1.28.0"), Some([1, 28, 0]));
+        assert_eq!(super::version_numbers("1.10"), Some([1, 10, 0]));
+        assert_eq!(super::version_numbers("v0.15.0-rc.1"), Some([0, 15, 0]));
+        assert!(super::version_numbers("1.9.6") < super::version_numbers("1.10.0"), "numbers, not text");
+        assert_eq!(super::version_numbers("master"), None);
     }
 
     #[test]

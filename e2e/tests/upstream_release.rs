@@ -1,6 +1,7 @@
 //! Kubeflow as kubeflow/manifests releases it (`../shared/manifests`), installed by the operators
 //! from its KfDef on the real control plane: every application Ready with no failed reconcile and
-//! no drift reverted; for v1.10.2, each object upstream's `kustomize build` renders for any
+//! no drift reverted; for v1.10.2, on a cluster where `make demo`'s KfDef was installed and
+//! deleted first, each object upstream's `kustomize build` renders for any
 //! application (those the built-in components install too) is in the cluster, in the namespace
 //! upstream puts it, and a KfUpgrade to a later release built on its archive (images moved on, a pinned remote
 //! base added) is planned, approved and applied; v1.11.0 installs likewise, its remote bases
@@ -88,8 +89,10 @@ struct Installed {
 /// namespaces, v1.10.2's with restricted pod security; a cluster new to Kubeflow has none).
 /// Checks every application Ready, and no failed reconcile or reverted drift in any log.
 /// `served` are served beside the archive, and with `mirrored` the KfDef fetches remote bases
-/// on github.com from that server (`spec.remoteBaseMirrors`).
-async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], served: BTreeMap<String, Vec<u8>>, mirrored: bool) -> Installed {
+/// on github.com from that server (`spec.remoteBaseMirrors`). With `after_demo`, `make demo`'s
+/// KfDef is installed and deleted first by the same operators: what it leaves (CRDs it kept,
+/// shared roles, namespaces) must not stand in the way.
+async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], served: BTreeMap<String, Vec<u8>>, mirrored: bool, after_demo: bool) -> Installed {
     let client = client().await;
     let releases = fixtures::upstream_releases();
     let tarball = std::fs::read(releases.join(archive)).unwrap();
@@ -111,8 +114,13 @@ async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], 
     clear(&client, cleared, &namespace).await;
     let roles_before = roles_made(&client).await;
     let labels_before = namespaces.get(&namespace).await.unwrap().metadata.labels.unwrap_or_default();
-    let stack = OperatorStack::start(&client, &[]).await;
+    // As `make demo` runs them: the platform's settings in the KfDef's namespace, where the
+    // demo's `profiles` application makes them.
+    let stack = if after_demo { OperatorStack::start_in(&client, &[], &namespace).await } else { OperatorStack::start(&client, &[]).await };
     let api: Api<KfDef> = Api::namespaced(client.clone(), &namespace);
+    if after_demo {
+        install_and_delete_demo(&client, &namespace, &stack).await;
+    }
     api.create(&PostParams::default(), &kfdef).await.unwrap();
 
     let available = |k: Option<&KfDef>| {
@@ -138,6 +146,34 @@ async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], 
         assert!(drift.is_empty(), "drift reverted where nobody changed anything: {}\n{drift:#?}", process.log.display());
     }
     Installed { client, api, done, unpacked, root, namespace, roles_before, labels_before, _stack: stack, server }
+}
+
+/// `make demo`'s KfDef (`examples/kfdef-kfctl-istio-dex.yaml`, its packages from the stand-in
+/// repository the demo serves) installed in `namespace` until Available, then deleted, and
+/// waited for until it and its component resources are gone.
+async fn install_and_delete_demo(client: &Client, namespace: &str, stack: &OperatorStack) {
+    let api: Api<KfDef> = Api::namespaced(client.clone(), namespace);
+    let yaml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kfdef-kfctl-istio-dex.yaml")).unwrap();
+    let mut demo: KfDef = serde_yaml_ng::from_str(&yaml).unwrap();
+    demo.metadata.namespace = Some(namespace.to_string());
+    let server = fixtures::Server::start(BTreeMap::from([("archive/stand-in.tar.gz".to_string(), fixtures::stand_in_repo(&demo))])).await;
+    demo.spec.repos[0].uri = server.url("archive/stand-in.tar.gz");
+    let name = demo.metadata.name.clone().unwrap();
+    api.create(&PostParams::default(), &demo).await.unwrap();
+    let available = |k: Option<&KfDef>| k.is_some_and(|k| k.status.as_ref().is_some_and(|s| s.observed_generation == k.metadata.generation && s.phase == Some(KfDefPhase::Available)));
+    if tokio::time::timeout(INSTALL_WAIT, await_condition(api.clone(), &name, available)).await.is_err() {
+        panic!("the demo's KfDef not Available after {INSTALL_WAIT:?}: {}; meta-operator log {}", serde_json::to_string_pretty(&api.get(&name).await.unwrap().status).unwrap(), stack.meta.log.display());
+    }
+    let uid = api.get(&name).await.unwrap().metadata.uid.unwrap();
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+    tokio::time::timeout(INSTALL_WAIT, await_condition(api.clone(), &name, kube::runtime::conditions::is_deleted(&uid))).await.expect("the demo's KfDef is deleted").unwrap();
+    for component in kubeflow_component_registry::all() {
+        let resources: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &component.api_resource());
+        let Some(resource) = resources.get_opt(&name).await.unwrap() else { continue };
+        let uid = resource.metadata.uid.unwrap();
+        let cleaned = await_condition(resources, &name, kube::runtime::conditions::is_deleted(&uid));
+        tokio::time::timeout(INSTALL_WAIT, cleaned).await.unwrap_or_else(|_| panic!("the demo's {} not cleaned up after {INSTALL_WAIT:?}", component.kind.kind())).unwrap();
+    }
 }
 
 /// Deletes the CRDs and namespaces `cleared` names (`(kind, name)`), `kept` aside, waiting until
@@ -225,7 +261,7 @@ async fn kubeflow_1_10_2_installs_from_its_kfdef_with_every_object_where_upstrea
     // moves on, and its overlay adds a pinned remote base (fetched through the KfDef's mirror).
     let later = later_release(&std::fs::read(fixtures::upstream_releases().join("manifests-1.10.2.tar.gz")).unwrap());
     let served = BTreeMap::from([("archive/manifests-1.10.3.tar.gz".to_string(), later), ("example/dashboard-extras/archive/v1.0.0.tar.gz".to_string(), dashboard_extras())]);
-    let installed = install("kfdef-1.10.2.yaml", "manifests-1.10.2.tar.gz", &cleared, served, true).await;
+    let installed = install("kfdef-1.10.2.yaml", "manifests-1.10.2.tar.gz", &cleared, served, true, true).await;
     let (client, done) = (&installed.client, &installed.done);
     let status = done.status.as_ref().unwrap();
 
@@ -331,7 +367,7 @@ async fn kubeflow_1_11_0_installs_from_its_kfdef_with_its_remote_bases_through_a
     std::fs::create_dir_all(&offline_dir).unwrap();
     let (offline, _) = fixtures::with_upstream_remote_bases_local(&root, &offline_dir);
     let cleared = cluster_objects(upstream_build(&offline, "example", &scratch).await);
-    let installed = install("kfdef-1.11.0.yaml", "manifests-1.11.0.tar.gz", &cleared, fixtures::upstream_remote_bases(), true).await;
+    let installed = install("kfdef-1.11.0.yaml", "manifests-1.11.0.tar.gz", &cleared, fixtures::upstream_remote_bases(), true, false).await;
     let status = installed.done.status.as_ref().unwrap();
     let by_component: BTreeMap<&str, &str> = status.applications.iter().map(|a| (a.name.as_str(), a.component.as_deref().unwrap_or_default())).collect();
     for (application, component) in [("pipeline", "pipelines"), ("trainer", "kustomize"), ("profiles", "kustomize"), ("security-pss-dynamic-baseline", "kustomize")] {
@@ -400,7 +436,7 @@ fn dashboard_extras() -> Vec<u8> {
 async fn kfctls_v1_2_0_kfdef_installs_with_every_application_ready() {
     let _serial = SERIAL.lock().await;
     let cleared = cluster_objects_of_v1_2_0().await;
-    let installed = install("kfdef-1.2.0-istio-dex.yaml", "manifests-1.2.0.tar.gz", &cleared, BTreeMap::new(), false).await;
+    let installed = install("kfdef-1.2.0-istio-dex.yaml", "manifests-1.2.0.tar.gz", &cleared, BTreeMap::new(), false, false).await;
     assert!(installed.done.spec.applications.iter().any(|a| a.name == "kubeflow-apps"));
     uninstall(installed, &cleared).await;
 }

@@ -73,7 +73,7 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
                 Some(report) if report.spec_hash == wanted.spec_hash => ComponentSummary {
                     phase: report.phase.clone(),
                     version: report.installed_version.clone(),
-                    ready: report.ready && report.installed_version.as_deref() == Some(wanted.version.as_str()) && report.observed_generation == report.generation,
+                    ready: report.ready && wanted.installs(report.installed_version.as_deref()) && report.observed_generation == report.generation,
                     message: report.message.clone(),
                 },
                 _ => ComponentSummary { phase: Some("Pending".into()), version: None, ready: false, message: format!("{operator} has not reported on the current spec yet") },

@@ -52,6 +52,14 @@ impl Catalog {
             .ok_or_else(|| Unresolved::UnsupportedKubeflow { component, given: version.to_string(), shipped: describe(releases) })
     }
 
+    /// For a Kubeflow `version` later than every one `component` lists, the release whose
+    /// knowledge installs its packages at the version they run
+    /// ([`kubeflow_crds::bus::later_release_for`]), if its operator announced one.
+    pub fn later_release(&self, component: ComponentKind, version: &str) -> Option<String> {
+        let releases = self.releases.get(&component)?;
+        kubeflow_crds::bus::release_for(releases, version).is_none().then(|| kubeflow_crds::bus::later_release_for(releases, version)).flatten().map(|r| r.version.clone())
+    }
+
     /// The Kubeflow release (major.minor) whose versions of the components in `versions` are
     /// exactly those, if one is.
     pub fn kubeflow_of(&self, versions: &BTreeMap<ComponentKind, String>) -> Option<String> {
@@ -76,7 +84,7 @@ pub mod fixtures {
     use super::*;
 
     pub fn release(version: &str, upgrades_from: &[&str], kubeflow: &[&str]) -> ReleaseInfo {
-        ReleaseInfo { version: version.into(), upgrades_from: upgrades_from.iter().map(|v| v.to_string()).collect(), kubeflow: kubeflow.iter().map(|v| v.to_string()).collect() }
+        ReleaseInfo { version: version.into(), upgrades_from: upgrades_from.iter().map(|v| v.to_string()).collect(), kubeflow: kubeflow.iter().map(|v| v.to_string()).collect(), covers_later: false }
     }
 
     /// What the six operators announce: two releases each, Kubeflow 1.2 and 1.3; Katib also a

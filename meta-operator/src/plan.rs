@@ -39,6 +39,22 @@ pub struct ComponentPlan {
     pub release_version: Option<String>,
 }
 
+impl ComponentPlan {
+    /// Whether the version installed is the one the packages run, `version` or later
+    /// (`spec.versionFromPackage`: a Kubeflow release later than the component's).
+    pub fn version_from_package(&self) -> bool {
+        self.spec["versionFromPackage"].as_bool() == Some(true)
+    }
+
+    /// Whether `installed` (a component's report) is the version this plan installs.
+    pub fn installs(&self, installed: Option<&str>) -> bool {
+        match installed {
+            Some(installed) if self.version_from_package() => kubeflow_crds::validation::version_numbers(installed) >= kubeflow_crds::validation::version_numbers(&self.version),
+            installed => installed == Some(self.version.as_str()),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     pub components: BTreeMap<ComponentKind, ComponentPlan>,
@@ -214,13 +230,16 @@ pub const STACKS_APPLICATION: &str = "kubeflow-apps";
 /// the application names (`installedBy`: that one, whatever its releases, so a Kubeflow version
 /// it has no release of is said, not installed otherwise); else the component that covers it by
 /// name when that component has a release of this Kubeflow version (or its operator has not
-/// said yet which releases it has); else the generic component.
+/// said yet which releases it has), or, for a later Kubeflow whose package the application
+/// names, a release that covers later ones ([`Catalog::later_release`]); else the generic component.
 pub fn installer(application: &Application, kubeflow: &str, catalog: &Catalog) -> ComponentKind {
     if let Some(named) = application.installed_by {
         return named;
     }
+    let names_package = application.kustomize_config.as_ref().and_then(|c| c.repo_ref.as_ref()).is_some_and(|r| !r.name.is_empty() && !r.path.is_empty());
     match ComponentKind::from_application(&application.name) {
         Some(component) if !matches!(catalog.version_for(component, kubeflow), Err(Unresolved::UnsupportedKubeflow { .. })) => component,
+        Some(component) if names_package && catalog.later_release(component, kubeflow).is_some() => component,
         _ => ComponentKind::GENERIC,
     }
 }
@@ -310,7 +329,14 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             components.insert(component, ComponentPlan { spec, spec_hash, release_version: Some(release_version), version, pinned: pins.contains_key(&component) });
             continue;
         }
-        let release_version = catalog.version_for(component, &kubeflow);
+        let names_packages = sources.iter().any(|s| s.repo_uri.is_some());
+        // A Kubeflow release later than the component's: its latest knowledge, at the version the
+        // packages run.
+        let later = catalog.later_release(component, &kubeflow).filter(|_| names_packages && !pins.contains_key(&component));
+        let release_version = match &later {
+            Some(floor) => Ok(floor.clone()),
+            None => catalog.version_for(component, &kubeflow),
+        };
         let version = match (pins.get(&component), &release_version) {
             (_, Err(e @ Unresolved::NotAnnounced { .. })) => Err(e.clone()),
             (Some(pinned), _) => Ok(pinned.clone()),
@@ -324,8 +350,10 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             }
         };
         let target = sources.iter().flat_map(|s| &s.parameters).find(|p| p.name == "namespace").map_or(namespace.clone(), |p| p.value.clone());
-        let names_packages = sources.iter().any(|s| s.repo_uri.is_some());
         let mut spec = json!({"version": version, "targetNamespace": target, "platform": platform, "sources": sources, "serviceAccountName": account});
+        if later.is_some() {
+            spec["versionFromPackage"] = json!(true);
+        }
         // A built-in renders the KfDef's packages, by the same rules as the generic component.
         if names_packages {
             package_rules(&mut spec, kfdef);
@@ -450,6 +478,34 @@ mod tests {
         let edited = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
         assert_ne!(edited.components[&ComponentKind::Katib].spec_hash, before.components[&ComponentKind::Katib].spec_hash);
         assert_eq!(edited.components[&ComponentKind::Istio].spec_hash, before.components[&ComponentKind::Istio].spec_hash);
+    }
+
+    #[test]
+    fn a_later_kubeflow_goes_to_the_built_in_whose_latest_release_covers_it_at_the_version_its_packages_run() {
+        let mut c = catalog();
+        let mut katib = c.releases(ComponentKind::Katib).unwrap().to_vec();
+        katib[1].covers_later = true;
+        katib.truncate(2);
+        c.learn(ComponentKind::Katib, katib);
+        let mut k = example();
+        k.spec.version = Some("v1.4.0".into());
+        let plan = plan(&k, Platform::Kubernetes, &c).unwrap();
+        let katib = &plan.components[&ComponentKind::Katib];
+        assert_eq!((katib.version.as_str(), katib.spec["version"].as_str(), katib.spec["versionFromPackage"].as_bool()), ("v0.11.0", Some("v0.11.0"), Some(true)));
+        assert!(katib.spec["sources"].as_array().unwrap().iter().all(|s| s["repoUri"].is_string()), "the KfDef's packages");
+        assert_eq!(katib.spec["era"], json!(kubeflow_crds::kfdef::Era::of_version(Some("v1.4.0"))));
+        assert!(plan.applications.iter().filter(|a| a.name.starts_with("katib")).all(|a| a.component.as_deref() == Some("katib")));
+        // Its report counts at the floor or later, never earlier, never without a version.
+        assert!(katib.installs(Some("v0.11.0")) && katib.installs(Some("v0.12.3")));
+        assert!(!katib.installs(Some("v0.10.0")) && !katib.installs(None) && !katib.installs(Some("main")));
+        // Components whose releases cover no later Kubeflow: the generic component, as before.
+        assert!(!plan.components.contains_key(&ComponentKind::Dex));
+        assert!(plan.applications.iter().filter(|a| a.name == "dex").all(|a| a.component.as_deref() == Some("kustomize")));
+        // A version the catalog lists is its own release, exactly.
+        k.spec.version = Some("v1.3.0".into());
+        let listed = super::plan(&k, Platform::Kubernetes, &c).unwrap();
+        assert!(listed.components[&ComponentKind::Katib].spec.get("versionFromPackage").is_none());
+        assert!(!listed.components[&ComponentKind::Katib].installs(Some("v0.12.0")), "a listed release installs its version only");
     }
 
     #[test]

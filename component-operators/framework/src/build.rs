@@ -171,11 +171,26 @@ pub fn crd_belongs_to_newer_release<C: Component>(live: &Value, version: &str) -
         return false;
     }
     let position = |v: &str| C::releases().iter().position(|r| r.version == v);
+    let numbers = kubeflow_crds::validation::version_numbers;
     match (position(applied), position(version)) {
         (Some(applied), Some(ours)) => applied > ours,
+        // A release run from a later Kubeflow's packages (`spec.versionFromPackage`) on either side.
+        _ if applied == version => false,
+        _ if numbers(applied).is_some() && numbers(version).is_some() => numbers(applied) > numbers(version),
         (None, _) => true,
         (Some(_), None) => false,
     }
+}
+
+/// The version `resource`'s objects are: what its packages run when `spec.versionFromPackage`
+/// ([`crate::component::Rendered::version`]), `spec.version` otherwise.
+pub fn installed_version<'a, C: Component + ?Sized>(resource: &'a C::Resource, inputs: &'a Inputs) -> &'a str {
+    inputs.rendered.as_ref().and_then(|r| r.version.as_deref()).unwrap_or(&resource.core().version)
+}
+
+/// Why `spec.versionFromPackage` cannot apply to a built-in template.
+pub fn package_required() -> InvalidSpec {
+    InvalidSpec::new("spec.versionFromPackage", "the version is read from the packages spec.sources names, and it names none: name the packages (repoUri and path) or unset versionFromPackage and name a version this operator ships")
 }
 
 /// Namespace the component's namespaced objects go to.
@@ -189,7 +204,8 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
     let core = resource.core();
     let namespace = target_namespace::<C>(resource);
     let (mut objects, version) = match &inputs.rendered {
-        Some(rendered) => (rendered.objects.clone(), core.version.as_str()),
+        Some(rendered) => (rendered.objects.clone(), installed_version::<C>(resource, inputs)),
+        None if core.version_from_package => return Err(package_required()),
         None => {
             let release = release::<C>(&core.version)?;
             let mut params = parameters::<C>(resource, inputs, &namespace)?;

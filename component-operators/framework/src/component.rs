@@ -30,8 +30,20 @@ impl Release {
             version: self.version.to_string(),
             upgrades_from: self.upgrades_from.iter().map(|v| v.to_string()).collect(),
             kubeflow: self.kubeflow.iter().map(|v| v.to_string()).collect(),
+            covers_later: false,
         }
     }
+}
+
+/// `C`'s releases as its operator announces them, oldest first: the latest also covers later
+/// Kubeflow releases ([`ReleaseInfo::covers_later`]) when the component renders upstream's packages
+/// and can tell their version from its own images ([`Component::VERSION_IMAGES`]).
+pub fn announced_releases<C: Component + ?Sized>() -> Vec<ReleaseInfo> {
+    let mut releases: Vec<ReleaseInfo> = C::releases().iter().map(Release::info).collect();
+    if let Some(latest) = releases.last_mut() {
+        latest.covers_later = C::RENDERS_PACKAGES && !C::VERSION_IMAGES.is_empty();
+    }
+    releases
 }
 
 /// Where upstream ships one of a component's releases: the Kubeflow release (kubeflow/manifests
@@ -133,6 +145,9 @@ pub struct Rendered {
     /// Per application, what it is told while it stays Ready (an object another application
     /// renders otherwise, and whose version is applied): its status message and a Warning Event.
     pub notes: BTreeMap<String, Vec<String>>,
+    /// With `spec.versionFromPackage`, the version the packages run
+    /// ([`crate::package::package_version`]): the objects are labelled with it and it is reported.
+    pub version: Option<String>,
 }
 
 /// Data read from the cluster that the spec refers to (dereference step).

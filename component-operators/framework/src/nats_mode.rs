@@ -82,7 +82,7 @@ pub fn start<C: Component>(client: Client, url: String, credentials: nats::BusCr
             version: env!("CARGO_PKG_VERSION").into(),
             at: 0,
             component: Some(C::Resource::COMPONENT),
-            releases: C::releases().iter().map(|r| r.info()).collect(),
+            releases: crate::component::announced_releases::<C>(),
         };
         tokio::spawn(publish_status(js.clone(), rx, C::Resource::COMPONENT, heartbeat));
         consume_desired::<C>(client, js, connected, namespace, failures).await;

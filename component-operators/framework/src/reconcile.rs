@@ -523,6 +523,9 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
 
 /// The objects a resource wants, and the applications that could not be rendered.
 struct Desired {
+    /// The version the objects are: `spec.version`, or what the packages run
+    /// ([`crate::component::Rendered::version`]).
+    version: String,
     objects: Vec<Value>,
     /// Every application, when the component renders several ([`crate::component::Rendered`]).
     applications: Vec<String>,
@@ -544,8 +547,9 @@ async fn desired<C: Component>(resource: &C::Resource, ctx: &Context<C>, install
     if let Some(invalid) = tenant_namespace(resource, ctx, &objects).await? {
         return Ok(Err(invalid));
     }
+    let version = build::installed_version::<C>(resource, &inputs).to_string();
     let (applications, failed, builds, notes) = inputs.rendered.map(|r| (r.applications, r.failed, r.builds, r.notes)).unwrap_or_default();
-    Ok(Ok(Desired { objects, applications, failed, builds, notes }))
+    Ok(Ok(Desired { version, objects, applications, failed, builds, notes }))
 }
 
 /// A namespace a Profile made is a tenant's: no component installs into it, but a resource that
@@ -657,7 +661,8 @@ async fn preview_plan<C: Component>(resource: &C::Resource, ctx: &Context<C>) ->
     let inventory = resource.component_status().map(|s| s.inventory.clone()).unwrap_or_default();
     let owner = build::owner_id(resource);
     let held: BTreeSet<String> = desired.failed.iter().map(|f| f.application.clone()).collect();
-    let version = preview.core().version.clone();
+    plan.version = desired.version.chars().take(64).collect();
+    let version = desired.version.clone();
     let newer_crd = move |live: &Value| build::crd_belongs_to_newer_release::<C>(live, &version);
     let rules = crate::plan::PlanRules { delete_crds: preview.core().crd_removal_policy == CrdRemovalPolicy::Delete, newer_crd: &newer_crd };
     let mut computed = crate::plan::compute(installer.client(), C::Resource::COMPONENT, &owner, preview.core().adopt_existing, &desired.objects, &inventory, &held, &rules)
@@ -718,7 +723,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
     let objects = &desired.objects;
     let component = C::Resource::COMPONENT.name();
     let owner = build::owner_id(resource);
-    let version = &resource.core().version;
+    let version = &desired.version;
     let previous: BTreeSet<InventoryEntry> = resource.component_status().map(|s| s.inventory.iter().cloned().collect()).unwrap_or_default();
     let params = PatchParams::apply(&ctx.field_manager).force();
     let mut inventory = Vec::new();
@@ -765,7 +770,7 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
             }
             let verbs: &[&'static str] = match live {
                 Some(live) if up_to_date(desired, live, info) => &[],
-                Some(live) if info.is_crd() && build::crd_belongs_to_newer_release::<C>(live, &resource.core().version) => &[],
+                Some(live) if info.is_crd() && build::crd_belongs_to_newer_release::<C>(live, version) => &[],
                 Some(_) => &["patch"],
                 None if info.is_shared() => &["create"],
                 None => &["create", "patch"],
@@ -1240,7 +1245,7 @@ async fn write_status<C: Component>(resource: &C::Resource, ctx: &Context<C>, ou
         (Some(invalid), _) => ctx.event(resource, EventType::Warning, "InvalidSpec", invalid.to_string()).await,
         (None, _) if not_applied.is_some() => ctx.event(resource, EventType::Warning, "NotApplied", not_applied.unwrap_or_default()).await,
         (None, Some(kubeflow_crds::component::ComponentPhase::Ready)) if current.and_then(|s| s.installed_version.as_ref()) != next.installed_version.as_ref() || was_degraded => {
-            ctx.event(resource, EventType::Normal, "Installed", format!("version {} is ready", resource.core().version)).await
+            ctx.event(resource, EventType::Normal, "Installed", format!("version {} is ready", next.installed_version.as_deref().unwrap_or(&resource.core().version))).await
         }
         _ => {}
     }

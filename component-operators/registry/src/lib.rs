@@ -110,7 +110,7 @@ where
         crd: serde_json::to_value(<C::Resource as kube::CustomResourceExt>::crd()).expect("CRDs serialise"),
         rules: component_framework::rbac::cluster_role_rules::<C>(),
         watched_kinds: component_framework::run::watched_kinds::<C>(),
-        releases: C::releases().iter().map(|r| r.info()).collect(),
+        releases: component_framework::component::announced_releases::<C>(),
         display_name: C::DISPLAY_NAME,
         installs: C::INSTALLS,
         example_spec: C::example_spec(),

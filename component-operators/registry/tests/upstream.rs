@@ -253,6 +253,61 @@ async fn standalone_resources_render_their_release_from_upstreams_archive() {
     assert!(refused.message.contains("known: katib"), "{}", refused.message);
 }
 
+/// A Kubeflow release later than every one the built-ins know by name (v1.12.0 here: Kubeflow
+/// 1.11.0's tree, its Istio moved to 1.29.0 and its Katib to v0.20.0, as a later release moves
+/// them) is installed by the same built-ins as 1.11.0, not by the generic component: each with its
+/// latest release's knowledge, at the version the packages run. The objects are 1.11.0's but for
+/// those tags, and carry the version they run; a component whose packages did not move runs its
+/// latest release.
+#[tokio::test]
+async fn a_later_kubeflow_is_installed_by_the_built_ins_at_the_versions_its_packages_run() {
+    let remote_bases = kubeflow_manifests::fixtures::upstream_remote_bases_mirror().await;
+    let remote_bases = remote_bases.url("gh/");
+    let (archive, known) = release_of("v1.11.0", &remote_bases);
+    let tmp = std::env::temp_dir().join(format!("kfop-later-kubeflow-{}", std::process::id()));
+    let cache = RepoCache::new(tmp.join("cache"), FetchOptions { allow_local: true, ..Default::default() }).unwrap();
+    let root = cache.fetch(&RepoSource { name: "manifests".into(), uri: archive.display().to_string(), sha256: None }).await.unwrap().root;
+    let moved = [("common/istio/istio-install/base/install.yaml", ":1.28.0", ":1.29.0"), ("applications/katib/upstream/installs/katib-with-kubeflow/kustomization.yaml", "newTag: v0.19.0", "newTag: v0.20.0")];
+    for (path, from, to) in moved {
+        let text = std::fs::read_to_string(root.join(path)).unwrap();
+        assert!(text.contains(from), "{path}");
+        std::fs::write(root.join(path), text.replace(from, to)).unwrap();
+    }
+    let dir = kubeflow_manifests::fixtures::upstream_releases();
+    let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("kfdef-1.11.0.yaml")).unwrap()).unwrap();
+    kfdef.metadata.namespace = Some("kubeflow".into());
+    kfdef.spec.version = Some("v1.12.0".into());
+    kfdef.spec.repos[0].uri = root.display().to_string();
+    kfdef.spec.remote_base_mirrors = vec![format!("https://github.com/={remote_bases}")];
+    let later = plan_of(&kfdef);
+
+    let installers = |plan: &meta_operator::plan::Plan| plan.applications.iter().map(|a| (a.name.clone(), a.component.clone())).collect::<Vec<_>>();
+    assert_eq!(installers(&later), installers(&known), "every application goes where 1.11.0's goes");
+    let mut versions = BTreeMap::new();
+    for (component, planned) in later.components.iter().filter(|(c, _)| **c != ComponentKind::GENERIC && **c != ComponentKind::ProfileController) {
+        assert_eq!(planned.spec["versionFromPackage"], true, "{component}");
+        assert_eq!(planned.spec["version"], known.components[component].spec["version"], "{component}: the latest release's knowledge");
+        let objects = objects_of(*component, &planned.spec).await;
+        let labelled: std::collections::BTreeSet<&str> = objects.iter().filter_map(|o| o["metadata"]["labels"]["components.kubeflow.org/version"].as_str()).collect();
+        assert_eq!(labelled.len(), 1, "{component}: {labelled:?}");
+        versions.insert(component.to_string(), labelled.into_iter().next().unwrap().to_string());
+        // 1.11.0's objects, but for the tags that moved.
+        let before = objects_of(*component, &known.components[component].spec).await;
+        assert_eq!(objects.iter().map(identity).collect::<Vec<_>>(), before.iter().map(identity).collect::<Vec<_>>(), "{component}");
+        for (object, was) in objects.iter().zip(&before) {
+            let mut text = serde_json::to_string(&without_ours(object.clone())).unwrap();
+            for (_, from, to) in moved {
+                text = text.replace(to.trim_start_matches("newTag: "), from.trim_start_matches("newTag: "));
+            }
+            let back: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(first_difference(&back, &without_ours(was.clone()), String::new()), None, "{component}: {:?}", identity(object));
+        }
+    }
+    let expected: BTreeMap<String, String> = [("dex", "v2.44.0"), ("istio", "1.29.0"), ("katib", "v0.20.0"), ("kfserving", "v0.15.2"), ("pipelines", "2.15.0")].into_iter().map(|(c, v)| (c.to_string(), v.to_string())).collect();
+    assert_eq!(versions, expected);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
 /// A KfDef resource whose packages run another version than its `spec.version` (Kubeflow
 /// 1.10.2's Istio, which runs 1.26.1, named 1.28.0, as a KfUpgrade that moved the version and not
 /// the packages would): each application that runs the component is refused, naming the image;

@@ -289,6 +289,8 @@ pub async fn render_for<C: Component + ?Sized>(resource: &C::Resource, discovery
     let defaulted;
     let resource = if C::releases().is_empty() || names_packages(resource) {
         resource
+    } else if resource.core().version_from_package {
+        return Some(Err(crate::build::package_required()));
     } else if fetch.release_archives {
         match release_sources::<C>(resource, &fetch.remote_base_mirrors)? {
             Ok(with_sources) => {
@@ -379,7 +381,7 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
         return Err(InvalidSpec::new("spec.sources", "at least one application is required"));
     }
     let namespace = target_namespace::<C>(resource);
-    let key = serde_json::to_string(&json!({"component": C::Resource::COMPONENT.name(), "version": spec.version, "sources": spec.sources, "mode": spec.mode, "era": spec.era, "mirrors": spec.remote_base_mirrors, "namespace": namespace, "name": resource.name_any()})).expect("specs serialise");
+    let key = serde_json::to_string(&json!({"component": C::Resource::COMPONENT.name(), "version": spec.version, "fromPackage": spec.version_from_package, "sources": spec.sources, "mode": spec.mode, "era": spec.era, "mirrors": spec.remote_base_mirrors, "namespace": namespace, "name": resource.name_any()})).expect("specs serialise");
     let owner = crate::build::owner_id(resource);
     let memoized = memo().lock().expect("render memo").get(&key).cloned();
     if let Some(rendered) = memoized {
@@ -474,11 +476,28 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
         applied.extend(more);
         *result = render_source(*index, source, applied.clone(), &fetched, &repos, &mirrors, &renderer, &context).await;
     }
+    // With `versionFromPackage`, the version the first application that tells runs: the others
+    // must run it too.
+    let mut ran: Option<(String, String)> = None;
     for (index, source, applied, result) in results {
         // An application is installed as the resource's version only when it runs that version.
-        let result = result.and_then(|built| match version_evidence(C::VERSION_IMAGES, &spec.version, &built.0) {
-            Ok(()) => Ok(built),
-            Err(reason) => Err(InvalidSpec::new("spec.version", format!("application {:?} {reason}", source.application))),
+        let result = result.and_then(|built| {
+            let checked = if spec.version_from_package {
+                package_version(C::VERSION_IMAGES, &spec.version, &built.0).and_then(|found| match (&ran, found) {
+                    (Some((version, first)), Some(found)) if *version != found => Err(format!("runs version {found}, not {version}, which application {first:?} runs: one install runs one version")),
+                    (None, Some(found)) => {
+                        ran = Some((found, source.application.clone()));
+                        Ok(())
+                    }
+                    _ => Ok(()),
+                })
+            } else {
+                version_evidence(C::VERSION_IMAGES, &spec.version, &built.0)
+            };
+            match checked {
+                Ok(()) => Ok(built),
+                Err(reason) => Err(InvalidSpec::new(if spec.version_from_package { "spec.versionFromPackage" } else { "spec.version" }, format!("application {:?} {reason}", source.application))),
+            }
         });
         // A Component fails with the application it is built with, and is Ready with it.
         if let Err(error) = &result {
@@ -499,8 +518,20 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
             Err(error) => failed.push(ApplicationFailure { application: source.application.clone(), error }),
         }
     }
+    let version = ran.map(|(version, _)| version);
+    // Without a version nothing is installed: the objects would carry (and status report) one
+    // nobody observed.
+    if spec.version_from_package && version.is_none() {
+        return Err(match failed.first() {
+            Some(first) => InvalidSpec { message: format!("application {:?} failed, and no other tells which version the packages run: {}", first.application, first.error), ..first.error.clone() },
+            None => InvalidSpec::new(
+                "spec.versionFromPackage",
+                format!("no application runs the component's own images ({}) at a version, so which version this is cannot be told: set spec.version to one this operator ships", C::VERSION_IMAGES.join(", ")),
+            ),
+        });
+    }
     let (objects, notes) = merge_applications(rendered);
-    let rendered = Rendered { objects, applications: spec.sources.iter().map(|s| s.application.clone()).collect(), failed, builds: built, conversion_details, notes };
+    let rendered = Rendered { objects, applications: spec.sources.iter().map(|s| s.application.clone()).collect(), failed, builds: built, conversion_details, notes, version };
     // Failures are not remembered: a download may come right. An application waiting for a kind
     // is: the build does not change while it waits, only the cluster does.
     if rendered.failed.is_empty() {
@@ -550,6 +581,47 @@ pub fn own_images<'a>(version_images: &[&str], objects: &'a [Value]) -> Vec<(&'a
     own
 }
 
+/// The version `objects` (one application's render) run, for `spec.versionFromPackage`: the tag
+/// every one of the component's own images with a versioned tag has ([`versioned_images`]), which
+/// must be `floor` (the release whose knowledge installs it) or later. `None` when none has one
+/// (CRDs, say); `Err` when two differ or the version is older than `floor`.
+pub fn package_version(version_images: &[&str], floor: &str, objects: &[Value]) -> Result<Option<String>, String> {
+    let mut found: Option<(&str, &str)> = None;
+    for (object, image, tag) in versioned_images(version_images, objects) {
+        match found {
+            Some((first, at)) if first != tag => return Err(format!("runs {at} and {image} ({}): two versions of the component", describe_object(object))),
+            Some(_) => {}
+            None => found = Some((tag, image)),
+        }
+    }
+    let Some((tag, image)) = found else { return Ok(None) };
+    let numbers = kubeflow_crds::validation::version_numbers;
+    if numbers(tag).is_none() || numbers(tag) < numbers(floor) {
+        return Err(format!("runs {image}, older than release {floor}, whose knowledge installs a later Kubeflow's packages: name the KfDef's Kubeflow version, whose release this is"));
+    }
+    Ok(Some(tag.to_string()))
+}
+
+/// The component's own images ([`own_images`]) in `objects` that carry a versioned tag, each with
+/// the object that runs it and the tag as written (`1.28.0`, `v0.19.0`). A floating tag
+/// (`release-1.3-latest-daily`, `latest`) or a digest alone says nothing.
+fn versioned_images<'a>(version_images: &[&str], objects: &'a [Value]) -> impl Iterator<Item = (&'a Value, &'a str, &'a str)> {
+    own_images(version_images, objects).into_iter().filter_map(|(object, image)| {
+        let tag = image_tag(image).map(|(_, tag)| tag).unwrap_or_default();
+        let digits = tag.trim_start_matches('v');
+        (digits.starts_with(|c: char| c.is_ascii_digit()) && digits.contains('.')).then_some((object, image, tag))
+    })
+}
+
+/// `Kind namespace/name` (or `Kind name`) of a rendered object, for messages.
+fn describe_object(object: &Value) -> String {
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    match object["metadata"]["namespace"].as_str() {
+        Some(namespace) => format!("{} {namespace}/{name}", object["kind"].as_str().unwrap_or_default()),
+        None => format!("{} {name}", object["kind"].as_str().unwrap_or_default()),
+    }
+}
+
 /// Whether `objects` (one application's render) run `version` of the component: every one of
 /// its own images ([`own_images`]) tagged with a version is tagged with this one (a leading `v`
 /// aside). A floating tag (`release-1.3-latest-daily`, Kubeflow 1.2's Istio; `latest`) or a
@@ -557,21 +629,13 @@ pub fn own_images<'a>(version_images: &[&str], objects: &'a [Value]) -> Vec<(&'a
 /// first that differs.
 pub fn version_evidence(version_images: &[&str], version: &str, objects: &[Value]) -> Result<(), String> {
     let wanted = version.trim_start_matches('v');
-    for (object, image) in own_images(version_images, objects) {
-        let tag = image_tag(image).map(|(_, tag)| tag.trim_start_matches('v')).unwrap_or_default();
-        let versioned = tag.starts_with(|c: char| c.is_ascii_digit()) && tag.contains('.');
-        if versioned && tag != wanted {
-            let at = match object["metadata"]["namespace"].as_str() {
-                Some(namespace) => format!("{namespace}/{}", object["metadata"]["name"].as_str().unwrap_or_default()),
-                None => object["metadata"]["name"].as_str().unwrap_or_default().to_string(),
-            };
-            return Err(format!(
-                "runs {image} ({} {at}), not version {version}: set spec.version to the version its package ships, or name the package of {version}",
-                object["kind"].as_str().unwrap_or_default()
-            ));
-        }
+    match versioned_images(version_images, objects).find(|(_, _, tag)| tag.trim_start_matches('v') != wanted) {
+        Some((object, image, _)) => Err(format!(
+            "runs {image} ({}), not version {version}: set spec.version to the version its package ships, or name the package of {version}",
+            describe_object(object)
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// `registry/path:tag` (or `path:tag@digest`) → `(registry/path, tag)`; `None` without a tag.
@@ -637,6 +701,26 @@ mod tests {
         assert_eq!(version_evidence(&own, "1.28.0", &[json!({"kind": "CustomResourceDefinition", "metadata": {"name": "gateways.networking.istio.io"}})]), Ok(()));
         // A component that names no image of its own is never refused.
         assert_eq!(version_evidence(&[], "1.28.0", &[deployment("docker.io/istio/pilot:1.26.1")]), Ok(()));
+    }
+
+    #[test]
+    fn a_later_release_runs_the_one_version_its_own_images_say_from_the_floor_up() {
+        let deployment = |name: &str, image: &str| json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "kubeflow"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}]}}}});
+        let own = ["katib-controller", "katib-ui"];
+        let later = [deployment("katib-controller", "ghcr.io/kubeflow/katib/katib-controller:v0.20.1"), deployment("katib-ui", "ghcr.io/kubeflow/katib/katib-ui:v0.20.1")];
+        assert_eq!(package_version(&own, "v0.19.0", &later), Ok(Some("v0.20.1".to_string())), "the tag as the images write it");
+        assert_eq!(package_version(&own, "v0.19.0", &later[..1]), Ok(Some("v0.20.1".to_string())));
+        assert_eq!(package_version(&own, "v0.20.1", &later), Ok(Some("v0.20.1".to_string())), "the floor itself");
+        assert_eq!(
+            package_version(&own, "v0.19.0", &[later[0].clone(), deployment("katib-ui", "ghcr.io/kubeflow/katib/katib-ui:v0.21.0")]).unwrap_err(),
+            "runs ghcr.io/kubeflow/katib/katib-controller:v0.20.1 and ghcr.io/kubeflow/katib/katib-ui:v0.21.0 (Deployment kubeflow/katib-ui): two versions of the component"
+        );
+        assert!(package_version(&own, "v0.19.0", &[deployment("katib-controller", "ghcr.io/kubeflow/katib/katib-controller:v0.18.0")]).unwrap_err().starts_with("runs ghcr.io/kubeflow/katib/katib-controller:v0.18.0, older than release v0.19.0"));
+        // Floating tags, other images, no workload: it cannot be told.
+        for quiet in [deployment("katib-controller", "ghcr.io/kubeflow/katib/katib-controller:latest"), deployment("x", "docker.io/busybox:1.36"), json!({"kind": "CustomResourceDefinition", "metadata": {"name": "experiments.kubeflow.org"}})] {
+            assert_eq!(package_version(&own, "v0.19.0", &[quiet.clone()]), Ok(None), "{quiet}");
+        }
     }
 
     #[test]
