@@ -479,6 +479,7 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
     // With `versionFromPackage`, the version the first application that tells runs: the others
     // must run it too.
     let mut ran: Option<(String, String)> = None;
+    let version_field = if spec.version_from_package { "spec.versionFromPackage" } else { "spec.version" };
     for (index, source, applied, result) in results {
         // An application is installed as the resource's version only when it runs that version.
         let result = result.and_then(|built| {
@@ -496,7 +497,7 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
             };
             match checked {
                 Ok(()) => Ok(built),
-                Err(reason) => Err(InvalidSpec::new(if spec.version_from_package { "spec.versionFromPackage" } else { "spec.version" }, format!("application {:?} {reason}", source.application))),
+                Err(reason) => Err(InvalidSpec::new(version_field, format!("application {:?} {reason}", source.application))),
             }
         });
         // A Component fails with the application it is built with, and is Ready with it.
@@ -589,7 +590,7 @@ pub fn package_version(version_images: &[&str], floor: &str, objects: &[Value]) 
     let mut found: Option<(&str, &str)> = None;
     for (object, image, tag) in versioned_images(version_images, objects) {
         match found {
-            Some((first, at)) if first != tag => return Err(format!("runs {at} and {image} ({}): two versions of the component", describe_object(object))),
+            Some((first, at)) if first != tag => return Err(format!("runs {at} and {image} ({}): two versions of the component", crate::plan::describe(object))),
             Some(_) => {}
             None => found = Some((tag, image)),
         }
@@ -613,15 +614,6 @@ fn versioned_images<'a>(version_images: &[&str], objects: &'a [Value]) -> impl I
     })
 }
 
-/// `Kind namespace/name` (or `Kind name`) of a rendered object, for messages.
-fn describe_object(object: &Value) -> String {
-    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    match object["metadata"]["namespace"].as_str() {
-        Some(namespace) => format!("{} {namespace}/{name}", object["kind"].as_str().unwrap_or_default()),
-        None => format!("{} {name}", object["kind"].as_str().unwrap_or_default()),
-    }
-}
-
 /// Whether `objects` (one application's render) run `version` of the component: every one of
 /// its own images ([`own_images`]) tagged with a version is tagged with this one (a leading `v`
 /// aside). A floating tag (`release-1.3-latest-daily`, Kubeflow 1.2's Istio; `latest`) or a
@@ -632,7 +624,7 @@ pub fn version_evidence(version_images: &[&str], version: &str, objects: &[Value
     match versioned_images(version_images, objects).find(|(_, _, tag)| tag.trim_start_matches('v') != wanted) {
         Some((object, image, _)) => Err(format!(
             "runs {image} ({}), not version {version}: set spec.version to the version its package ships, or name the package of {version}",
-            describe_object(object)
+            crate::plan::describe(object)
         )),
         None => Ok(()),
     }
