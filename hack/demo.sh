@@ -97,10 +97,13 @@ mark "${#OPERATORS[@]} operators running on this host with their ServiceAccounts
 echo "--- applying $KFDEF (a kfctl KfDef; spec.repos[manifests] set to $repo)" >&2
 kubectl create namespace kubeflow --dry-run=client -o yaml | kubectl apply --server-side -f - >/dev/null
 sed "s|uri: https://github.com/kubeflow/manifests/archive/.*|uri: $repo|" "$KFDEF" | kubectl apply --server-side -f - >/dev/null
-kinds=istio,dex,kfserving,katib,pipelines,profilecontroller,kustomizeapplication
+# Resources by their full names: a short name (`katib`) may mean another kind on a cluster that ran
+# upstream's Kubeflow, or to kubectl's discovery cache of one.
+kfdefs=kfdefs.kfdef.apps.kubeflow.org
+kinds=$kfdefs,$(printf '%s.components.kubeflow.org,' istios dexes kfservings katibs pipelines profilecontrollers kustomizeapplications | sed 's/,$//')
 # Progress from a watch: the phase and the applications not Ready yet, printed when they change.
 progress() {
-  kubectl -n kubeflow get kfdef kubeflow --watch \
+  kubectl -n kubeflow get $kfdefs kubeflow --watch \
     -o jsonpath='{.status.phase}{" -- not Ready yet: "}{range .status.applications[?(@.state!="Ready")]}{.name}{" "}{end}{"\n"}' 2>/dev/null |
     while read -r line; do [[ $line == "${last:-}" ]] || echo "--- $(date +%T) KfDef kubeflow: $line" >&2; last=$line; done
 }
@@ -109,33 +112,33 @@ progress &
 progress=$!
 set +m
 trap 'kill -- -$progress 2>/dev/null || true' EXIT
-if ! kubectl -n kubeflow wait kfdef/kubeflow --for=jsonpath='{.status.phase}'=Available --timeout=300s >/dev/null; then
-  kubectl -n kubeflow get "kfdef,$kinds" >&2 || true
+if ! kubectl -n kubeflow wait $kfdefs/kubeflow --for=jsonpath='{.status.phase}'=Available --timeout=300s >/dev/null; then
+  kubectl -n kubeflow get "$kinds" >&2 || true
   echo "the KfDef did not become Available within 300 s; see $STATE_DIR/logs/*-operator.log" >&2
   exit 1
 fi
 kill -- -$progress 2>/dev/null || true
-kubectl -n kubeflow get "kfdef,$kinds"
+kubectl -n kubeflow get "$kinds"
 # Available must mean every application of the spec is listed in status, and Ready.
-total=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{.spec.applications[*].name}' | wc -w)
-reported=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{.status.applications[*].name}' | wc -w)
+total=$(kubectl -n kubeflow get $kfdefs kubeflow -o jsonpath='{.spec.applications[*].name}' | wc -w)
+reported=$(kubectl -n kubeflow get $kfdefs kubeflow -o jsonpath='{.status.applications[*].name}' | wc -w)
 ((total > 0 && reported == total)) || { echo "the KfDef lists $total applications, its status $reported" >&2; exit 1; }
-not_ready=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{range .status.applications[?(@.state!="Ready")]}{.name}{" "}{end}')
+not_ready=$(kubectl -n kubeflow get $kfdefs kubeflow -o jsonpath='{range .status.applications[?(@.state!="Ready")]}{.name}{" "}{end}')
 [[ -z $not_ready ]] || { echo "applications not Ready: $not_ready" >&2; exit 1; }
-generic=$(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{range .status.applications[?(@.component=="kustomize")]}{.name}{" "}{end}' | wc -w)
+generic=$(kubectl -n kubeflow get $kfdefs kubeflow -o jsonpath='{range .status.applications[?(@.component=="kustomize")]}{.name}{" "}{end}' | wc -w)
 mark "KfDef kubeflow Available: all $total applications Ready ($generic by the generic kustomize-operator)"
 cat >&2 <<MSG
 
 The KfDef is Available: all $total applications are Ready, $generic of them installed by the
 generic kustomize-operator from their packages, the rest by their components' operators
-(kubectl -n kubeflow get kfdef kubeflow -o jsonpath='{.status.applications}').
+(kubectl -n kubeflow get $kfdefs kubeflow -o jsonpath='{.status.applications}').
 
 Try:
   source $ENV_FILE
-  kubectl -n kubeflow get kfdef kubeflow -o yaml                  # conditions, components, applications
-  kubectl -n kubeflow delete deploy katib-ui                       # healed in milliseconds
-  kubectl -n kubeflow delete deploy jupyter-web-app                # a generic application heals too
-  kubectl -n kubeflow patch kfdef kubeflow --type merge -p '{"spec":{"version":"v1.3.0"}}'
+  kubectl -n kubeflow get $kfdefs kubeflow -o yaml                       # conditions, components, applications
+  kubectl -n kubeflow delete deployments.apps katib-ui                    # healed in milliseconds
+  kubectl -n kubeflow delete deployments.apps jupyter-web-app             # a generic application heals too
+  kubectl -n kubeflow patch $kfdefs kubeflow --type merge -p '{"spec":{"version":"v1.3.0"}}'
 Stop everything: make env-down
 
 make demo: done in $((SECONDS - start)) s

@@ -66,8 +66,15 @@ step "the README's first command, make demo (hack/demo.sh), then make env-down"
 # developer's own demo) is left running, with the demo's KfDef converged on it.
 if ((was_running == 0)); then
   on_exit+=(e2e/env/down.sh)
-  # The environment's logs go with it: show the operators' last words first.
-  hack/demo.sh || { tail -n 20 "$STATE_DIR"/logs/*-operator.log >&2 || true; exit 1; }
+  # The environment's logs go with it: show the operators' last words first, and the demo's own
+  # reason last of all, after the environment's shutdown lines (where a reader of the tail looks).
+  demo_log=$(mktemp "${TMPDIR:-/tmp}/kfop-demo-log.XXXX")
+  if ! hack/demo.sh 2>&1 | tee "$demo_log"; then
+    tail -n 20 "$STATE_DIR"/logs/*-operator.log >&2 || true
+    on_exit+=("printf '\\nmake demo failed; its last lines:\\n' >&2; tail -n 25 $demo_log >&2; rm -f $demo_log")
+    exit 1
+  fi
+  rm -f "$demo_log"
   e2e/env/down.sh
   on_exit=("${on_exit[@]:0:${#on_exit[@]}-1}")
 else

@@ -349,6 +349,10 @@ pub struct ComponentSummary {
     pub ready: bool,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// The hash of the component spec this summary reports on (empty: no report on the spec
+    /// published now), so that `ready` is never read as the answer to a spec it was not about.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub spec_hash: String,
 }
 
 /// What became of one application of the spec.

@@ -269,9 +269,12 @@ pub struct KfDefReference {
     #[schemars(regex(pattern = crate::validation::VERSION), length(max = 64))]
     pub version: Option<String>,
     /// In `newKfDef`: the manifests repositories of the new version (by the names `spec.repos`
-    /// uses, e.g. `manifests` → `…/archive/v1.3.0.tar.gz`). The applications of the generic
-    /// component are rendered again from them, as one step of the upgrade; the others keep
-    /// `spec.repos`. Without it the generic component is not part of the upgrade.
+    /// uses, e.g. `manifests` → `…/archive/v1.3.0.tar.gz`). Every component that renders the
+    /// KfDef's packages (the generic component, and a built-in whose applications name a
+    /// package) renders them again from these, in its step, even at an unchanged version; a
+    /// built-in release without packages moves its version only. Without it the generic
+    /// component is not part of the upgrade, and a built-in's new version must run the packages
+    /// it has now (else the plan fails, naming the image that says otherwise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]), length(max = 32))]
     pub repos: Vec<crate::kfdef::Repo>,
@@ -339,8 +342,8 @@ pub struct UpgradeStep {
     /// Set on the step that failed (kept when it is rolled back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<StepFailure>,
-    /// The generic component's step moves repositories too: those pinned before it (empty:
-    /// `spec.repos`, no pin), restored by a rollback, and those it pins.
+    /// A step of a component that renders the KfDef's packages moves repositories too: those
+    /// pinned before it (empty: `spec.repos`, no pin), restored by a rollback, and those it pins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub from_repos: Vec<crate::kfdef::Repo>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

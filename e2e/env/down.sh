@@ -37,11 +37,23 @@ stop_all() { # pids-dir
   for name in "${ENVIRONMENT[@]}"; do stop "$1" "$name"; done
 }
 
+# kubectl's discovery cache of a cluster's address (kept under ~/.kube/cache by default): the next
+# cluster on the same address serves other resources, and a stale cache maps a short name such as
+# `katib` to the kinds of the cluster before.
+drop_discovery_cache() { # kubeconfig
+  local server
+  [[ -f $1 ]] || return 0
+  server=$(sed -n 's/^ *server: *https:\/\///p' "$1" | head -1)
+  [[ -n $server ]] || return 0
+  rm -rf "${KUBECACHEDIR:-$HOME/.kube/cache}/discovery/${server//:/_}"
+}
+
 if [[ -n ${KFOP_ENV_CLUSTER:-} ]]; then
   [[ $KFOP_ENV_CLUSTER =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] || { echo "[env] ERROR: KFOP_ENV_CLUSTER=$KFOP_ENV_CLUSTER is not a DNS label" >&2; exit 1; }
   dir=$CLUSTERS_DIR/$KFOP_ENV_CLUSTER
   stop_all "$dir/pids"
   rm -f "$(pod_network_socket "$dir")"
+  drop_discovery_cache "$dir/kubeconfig"
   rm -rf "$dir"
   exit 0
 fi
@@ -50,8 +62,9 @@ fi
 for dir in "$CLUSTERS_DIR"/*/; do
   [[ -d $dir/pids ]] || continue
   dir=${dir%/}
-  { stop_all "$dir/pids"; rm -f "$(pod_network_socket "$dir")"; } &
+  { stop_all "$dir/pids"; rm -f "$(pod_network_socket "$dir")"; drop_discovery_cache "$dir/kubeconfig"; } &
 done
 stop_all "$PIDS" &
 wait
+drop_discovery_cache "$KUBECONFIG_FILE"
 rm -rf "$STATE_DIR"

@@ -291,13 +291,22 @@ async fn kubeflow_1_10_2_installs_from_its_kfdef_with_every_object_where_upstrea
     assert!(changes.change.iter().any(|c| c.starts_with("Deployment kubeflow/centraldashboard:") && c.contains("spec.template.spec.containers[0].image")), "{changes:#?}");
     assert_eq!(changes.add, ["ConfigMap kubeflow/dashboard-extras"], "{changes:#?}");
     assert!(changes.failed.is_empty() && changes.prune.is_empty(), "{changes:#?}");
+    // The built-in Katib renders the KfDef's packages: its step moves them to the new archive,
+    // at the same Katib version (else its objects would stay 1.10.2's under a 1.10.3 KfDef).
+    let katib = shown.plan.iter().find(|p| p.component == ComponentKind::Katib).unwrap_or_else(|| panic!("no step of katib: {shown:#?}"));
+    assert_eq!((katib.from_version.as_str(), katib.to_version.as_str()), ("v0.18.0", "v0.18.0"));
+    assert!(katib.changes.change.iter().any(|c| c.starts_with("Deployment kubeflow/katib-ui:") && c.contains("image")), "{katib:#?}");
+    let katib_step = shown.steps.iter().find(|s| s.component == ComponentKind::Katib).unwrap();
+    assert_eq!(katib_step.to_repos.iter().map(|r| r.uri.as_str()).collect::<Vec<_>>(), [installed.server.url("archive/manifests-1.10.3.tar.gz")]);
     let dashboard = |d: Deployment| d.spec.unwrap().template.spec.unwrap().containers[0].image.clone().unwrap();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kubeflow");
     assert_eq!(dashboard(deployments.get("centraldashboard").await.unwrap()), "ghcr.io/kubeflow/kubeflow/central-dashboard:v1.10.0", "moved before approval");
+    assert_eq!(dashboard(deployments.get("katib-ui").await.unwrap()), "ghcr.io/kubeflow/katib/katib-ui:v0.18.0", "moved before approval");
     upgrades.patch("to-1-10-3", &PatchParams::default(), &Patch::Merge(json!({"spec": {"approved": true}}))).await.unwrap();
     let done = upgrade_phase(&upgrades, &[UpgradePhase::Succeeded, UpgradePhase::Failed, UpgradePhase::RolledBack]).await;
     assert_eq!(done.phase, Some(UpgradePhase::Succeeded), "{done:#?}");
     assert_eq!(dashboard(deployments.get("centraldashboard").await.unwrap()), "ghcr.io/kubeflow/kubeflow/central-dashboard:v1.10.3");
+    assert_eq!(dashboard(deployments.get("katib-ui").await.unwrap()), "ghcr.io/kubeflow/katib/katib-ui:v0.18.1", "the built-in's objects are the new release's");
     Api::<ConfigMap>::namespaced(client.clone(), "kubeflow").get("dashboard-extras").await.expect("the remote base's ConfigMap is installed");
     upgrades.delete("to-1-10-3", &DeleteParams::default()).await.unwrap();
 
@@ -401,7 +410,8 @@ async fn upgrade_phase(api: &Api<KfUpgrade>, phases: &[UpgradePhase]) -> KfUpgra
 }
 
 /// v1.10.2's archive as a later release: the dashboard's image at v1.10.3, and its overlay adding
-/// the remote base `github.com/example/dashboard-extras/config?ref=v1.0.0`.
+/// the remote base `github.com/example/dashboard-extras/config?ref=v1.0.0`; Katib's UI (a built-in
+/// component's package, at the same Katib version) at v0.18.1.
 fn later_release(tarball: &[u8]) -> Vec<u8> {
     let dir = tempfile_dir("manifests-1.10.3");
     let root = unpack(tarball, &dir);
@@ -412,6 +422,7 @@ fn later_release(tarball: &[u8]) -> Vec<u8> {
         std::fs::write(&file, text.replacen(from, to, 1)).unwrap();
     };
     edit("applications/centraldashboard/upstream/base/kustomization.yaml", "newTag: v1.10.0", "newTag: v1.10.3");
+    edit("applications/katib/upstream/installs/katib-with-kubeflow/kustomization.yaml", "newName: ghcr.io/kubeflow/katib/katib-ui\n    newTag: v0.18.0", "newName: ghcr.io/kubeflow/katib/katib-ui\n    newTag: v0.18.1");
     edit("applications/centraldashboard/overlays/oauth2-proxy/kustomization.yaml", "-  ../../upstream/overlays/kserve", "-  ../../upstream/overlays/kserve\n- github.com/example/dashboard-extras/config?ref=v1.0.0");
     let packed = fixtures::pack_github_tarball(&root, "manifests-1.10.3");
     let _ = std::fs::remove_dir_all(&dir);

@@ -69,21 +69,23 @@ pub fn kfdef_status(previous: Option<&KfDefStatus>, generation: Option<i64>, pla
                     version: None,
                     ready: false,
                     message: format!("waiting for {operator}: it has not reported on NATS in the last {} s", HEARTBEAT_STALE.as_secs()),
+                    spec_hash: String::new(),
                 },
                 Some(report) if report.spec_hash == wanted.spec_hash => ComponentSummary {
                     phase: report.phase.clone(),
                     version: report.installed_version.clone(),
                     ready: report.ready && wanted.installs(report.installed_version.as_deref()) && report.observed_generation == report.generation,
                     message: report.message.clone(),
+                    spec_hash: wanted.spec_hash.clone(),
                 },
-                _ => ComponentSummary { phase: Some("Pending".into()), version: None, ready: false, message: format!("{operator} has not reported on the current spec yet") },
+                _ => ComponentSummary { phase: Some("Pending".into()), version: None, ready: false, message: format!("{operator} has not reported on the current spec yet"), spec_hash: String::new() },
             };
             (component.name().to_string(), summary)
         })
         .chain(plan.unresolved.iter().map(|(component, why)| {
             let summary = match why {
-                Unresolved::NotAnnounced { .. } | Unresolved::EarlierApplicationUndecided { .. } => ComponentSummary { phase: Some("WaitingForOperator".into()), version: None, ready: false, message: why.to_string() },
-                Unresolved::UnsupportedKubeflow { .. } => ComponentSummary { phase: Some("Degraded".into()), version: None, ready: false, message: format!("spec.version: {why}") },
+                Unresolved::NotAnnounced { .. } | Unresolved::EarlierApplicationUndecided { .. } => ComponentSummary { phase: Some("WaitingForOperator".into()), version: None, ready: false, message: why.to_string(), spec_hash: String::new() },
+                Unresolved::UnsupportedKubeflow { .. } => ComponentSummary { phase: Some("Degraded".into()), version: None, ready: false, message: format!("spec.version: {why}"), spec_hash: String::new() },
             };
             (component.name().to_string(), summary)
         }))

@@ -415,7 +415,7 @@ async fn remove_redundant_pins(kfdef: &KfDef, plan: &plan::Plan, ctx: &Context) 
     let (namespace, name) = object_key(kfdef);
     let mut annotations = json!({PINS_ANNOTATION: null, PINNED_BY_ANNOTATION: null});
     // Pinned repositories go too once spec.repos names the same ones.
-    if plan::pinned_repos(kfdef).is_ok_and(|pinned| !pinned.is_empty() && plan::with_pinned(&kfdef.spec.repos, &pinned) == kfdef.spec.repos) {
+    if plan::repos_redundant(kfdef) {
         annotations[plan::REPOS_ANNOTATION] = json!(null);
     }
     let patch = json!({"metadata": {"annotations": annotations}});

@@ -46,6 +46,12 @@ impl ComponentPlan {
         self.spec["versionFromPackage"].as_bool() == Some(true)
     }
 
+    /// Whether the component renders packages of the KfDef's repositories (not a built-in
+    /// release's own objects), so its packages move with those repositories.
+    pub fn names_packages(&self) -> bool {
+        self.spec["sources"].as_array().is_some_and(|sources| sources.iter().any(|s| s["repoUri"].is_string()))
+    }
+
     /// Whether `installed` (a component's report) is the version this plan installs.
     pub fn installs(&self, installed: Option<&str>) -> bool {
         match installed {
@@ -70,17 +76,58 @@ pub const PINS_ANNOTATION: &str = "kfdef.apps.kubeflow.org/component-versions";
 /// Annotation naming the KfUpgrade that last wrote [`PINS_ANNOTATION`].
 pub const PINNED_BY_ANNOTATION: &str = "kfdef.apps.kubeflow.org/pinned-by";
 
-/// Annotation (JSON list of `spec.repos` entries) pinning the repositories the generic
-/// component renders from, over `spec.repos` by name; written by a KfUpgrade that moves it.
+/// Annotation (JSON map component → list of `spec.repos` entries) pinning the repositories a
+/// component renders its packages from, over `spec.repos` by name; written by a KfUpgrade step
+/// that moves the component's packages with its version (a list alone, as earlier releases of
+/// this operator wrote it, is the generic component's).
 pub const REPOS_ANNOTATION: &str = "kfdef.apps.kubeflow.org/repos";
+
+/// Repositories pinned per component (by component name), over `spec.repos` by name.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(from = "ReposPins")]
+pub struct ComponentRepos(pub BTreeMap<String, Vec<Repo>>);
+
+impl ComponentRepos {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The two shapes [`REPOS_ANNOTATION`] has had.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ReposPins {
+    ByComponent(BTreeMap<String, Vec<Repo>>),
+    Generic(Vec<Repo>),
+}
+
+impl From<ReposPins> for ComponentRepos {
+    fn from(pins: ReposPins) -> Self {
+        match pins {
+            ReposPins::ByComponent(by_name) => ComponentRepos(by_name),
+            ReposPins::Generic(repos) => ComponentRepos([(ComponentKind::GENERIC.name().to_string(), repos)].into()),
+        }
+    }
+}
+
+/// Repositories pinned per component.
+pub type PinnedRepos = BTreeMap<ComponentKind, Vec<Repo>>;
+
+/// `pinned` as [`REPOS_ANNOTATION`] holds it; `None` when nothing is pinned.
+pub fn repos_annotation(pinned: &PinnedRepos) -> Option<String> {
+    let by_name: BTreeMap<&str, &Vec<Repo>> = pinned.iter().filter(|(_, r)| !r.is_empty()).map(|(c, r)| (c.name(), r)).collect();
+    (!by_name.is_empty()).then(|| serde_json::to_string(&by_name).expect("repositories serialise"))
+}
 
 /// A KfDef the plan cannot be made for.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     #[error("annotation {PINS_ANNOTATION} is not a JSON map of component to version: {source}")]
     MalformedPins { source: serde_json::Error },
-    #[error("annotation {REPOS_ANNOTATION} is not a JSON list of repositories ({{name, uri, sha256}}): {source}")]
+    #[error("annotation {REPOS_ANNOTATION} is not a JSON map of component to a list of repositories ({{name, uri, sha256}}): {source}")]
     MalformedRepos { source: serde_json::Error },
+    #[error("annotation {REPOS_ANNOTATION}: {source}")]
+    UnknownReposComponent { source: UnknownComponent },
     #[error("annotation {PINS_ANNOTATION}: {source}")]
     UnknownPinnedComponent { source: UnknownComponent },
     #[error("annotation {PREVIEW_ANNOTATION} is not a JSON object {{components: {{component: version}}, repos: [...]}}: {source}")]
@@ -100,12 +147,13 @@ pub enum PlanError {
 /// preview, and its operator reports what applying it would change, writing nothing.
 pub const PREVIEW_ANNOTATION: &str = "kfupgrade.apps.kubeflow.org/preview";
 
-/// The versions (and the generic component's repositories) an upgrade moves a KfDef to.
+/// The versions (and the repositories of the components whose packages move) an upgrade moves a
+/// KfDef to.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct PreviewTargets {
     pub components: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub repos: Vec<Repo>,
+    #[serde(default, skip_serializing_if = "ComponentRepos::is_empty")]
+    pub repos: ComponentRepos,
 }
 
 /// The plan `kfdef` would have with the targets of its [`PREVIEW_ANNOTATION`] pinned; `None`
@@ -117,12 +165,12 @@ pub fn preview_plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Res
     for (name, version) in targets.components {
         pinned.insert(name.parse().map_err(|source| PlanError::UnknownPreviewComponent { source })?, version);
     }
+    let mut repos = pinned_repos(kfdef)?;
+    repos.extend(component_repos(targets.repos)?);
     let mut moved = kfdef.clone();
     let pinned: BTreeMap<&str, &String> = pinned.iter().map(|(c, v)| (c.name(), v)).collect();
     moved.annotations_mut().insert(PINS_ANNOTATION.into(), serde_json::to_string(&pinned).expect("a map of strings"));
-    if !targets.repos.is_empty() {
-        moved.annotations_mut().insert(REPOS_ANNOTATION.into(), serde_json::to_string(&targets.repos).expect("repositories serialise"));
-    }
+    set_repos_annotation(&mut moved, &repos);
     plan(&moved, platform, catalog).map(Some)
 }
 
@@ -165,15 +213,22 @@ pub fn cluster_preview_plan(kfdef: &KfDef, cluster: &str, platform: Platform, ca
 pub fn for_cluster<'k>(kfdef: &'k KfDef, cluster: &str) -> Result<std::borrow::Cow<'k, KfDef>, PlanError> {
     let Some(own) = cluster_pins(kfdef)?.remove(cluster) else { return Ok(std::borrow::Cow::Borrowed(kfdef)) };
     let mut pinned: BTreeMap<String, String> = pins(kfdef)?.into_iter().map(|(c, v)| (c.name().to_string(), v)).collect();
-    for (name, version) in own.components {
+    for (name, version) in &own.components {
         name.parse::<ComponentKind>().map_err(|source| PlanError::UnknownClusterPinnedComponent { source })?;
-        pinned.insert(name, version);
+        pinned.insert(name.clone(), version.clone());
     }
     let mut view = kfdef.clone();
     view.annotations_mut().insert(PINS_ANNOTATION.into(), serde_json::to_string(&pinned).expect("a map of strings"));
     if !own.repos.is_empty() {
-        let repos = with_pinned(&pinned_repos(kfdef)?, &own.repos);
-        view.annotations_mut().insert(REPOS_ANNOTATION.into(), serde_json::to_string(&repos).expect("repositories serialise"));
+        // A cluster's pinned repositories are those of each component it pins and of the generic
+        // component (a built-in release without packages reads none).
+        let mut repos = pinned_repos(kfdef)?;
+        let moved = own.components.keys().filter_map(|name| name.parse::<ComponentKind>().ok());
+        for component in moved.chain([ComponentKind::GENERIC]) {
+            let entry = repos.entry(component).or_default();
+            *entry = with_pinned(entry, &own.repos);
+        }
+        set_repos_annotation(&mut view, &repos);
     }
     Ok(std::borrow::Cow::Owned(view))
 }
@@ -185,10 +240,26 @@ pub fn pins(kfdef: &KfDef) -> Result<BTreeMap<ComponentKind, String>, PlanError>
     by_name.into_iter().map(|(name, version)| Ok((name.parse().map_err(|source| PlanError::UnknownPinnedComponent { source })?, version))).collect()
 }
 
-/// Repositories pinned on `kfdef` for the generic component (empty: none).
-pub fn pinned_repos(kfdef: &KfDef) -> Result<Vec<Repo>, PlanError> {
-    let Some(text) = kfdef.annotations().get(REPOS_ANNOTATION) else { return Ok(Vec::new()) };
-    serde_json::from_str(text).map_err(|source| PlanError::MalformedRepos { source })
+/// Repositories pinned on `kfdef`, per component (none: `spec.repos`).
+pub fn pinned_repos(kfdef: &KfDef) -> Result<PinnedRepos, PlanError> {
+    let Some(text) = kfdef.annotations().get(REPOS_ANNOTATION) else { return Ok(PinnedRepos::new()) };
+    component_repos(serde_json::from_str(text).map_err(|source| PlanError::MalformedRepos { source })?)
+}
+
+fn component_repos(repos: ComponentRepos) -> Result<PinnedRepos, PlanError> {
+    repos.0.into_iter().map(|(name, repos)| Ok((name.parse().map_err(|source| PlanError::UnknownReposComponent { source })?, repos))).collect()
+}
+
+fn set_repos_annotation(kfdef: &mut KfDef, repos: &PinnedRepos) {
+    match repos_annotation(repos) {
+        Some(text) => kfdef.annotations_mut().insert(REPOS_ANNOTATION.into(), text),
+        None => kfdef.annotations_mut().remove(REPOS_ANNOTATION),
+    };
+}
+
+/// Whether every repository pinned on `kfdef` is what `spec.repos` names, so the pins can go.
+pub fn repos_redundant(kfdef: &KfDef) -> bool {
+    pinned_repos(kfdef).is_ok_and(|pinned| !pinned.is_empty() && pinned.values().all(|repos| with_pinned(&kfdef.spec.repos, repos) == kfdef.spec.repos))
 }
 
 /// `repos` with `pinned` in place of the entries of the same name.
@@ -264,8 +335,9 @@ fn package_rules(spec: &mut Value, kfdef: &KfDef) {
 pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan, PlanError> {
     let kubeflow = kfdef.spec.version.clone().unwrap_or_default();
     let pins = pins(kfdef)?;
-    // The generic component renders from the repositories a KfUpgrade pinned, if any.
-    let generic_repos = with_pinned(&kfdef.spec.repos, &pinned_repos(kfdef)?);
+    // A component renders from the repositories a KfUpgrade pinned for it, if any.
+    let pinned_repos = pinned_repos(kfdef)?;
+    let mut repos_of: BTreeMap<ComponentKind, Vec<Repo>> = BTreeMap::new();
     let mut sources: BTreeMap<ComponentKind, Vec<KustomizeSource>> = BTreeMap::new();
     let mut applications = Vec::new();
     // The first application whose installer is not known yet, and the components with an
@@ -291,7 +363,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
         }
         let config = app.kustomize_config.clone().unwrap_or_default();
         let repo_ref = config.repo_ref.unwrap_or_default();
-        let repos = if component == ComponentKind::GENERIC { generic_repos.as_slice() } else { kfdef.spec.repos.as_slice() };
+        let repos = repos_of.entry(component).or_insert_with(|| with_pinned(&kfdef.spec.repos, pinned_repos.get(&component).map_or(&[], Vec::as_slice)));
         let repo = repos.iter().find(|r| r.name == repo_ref.name);
         sources.entry(component).or_default().push(KustomizeSource {
             application: app.name.clone(),
@@ -370,6 +442,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     use crate::catalog::fixtures::catalog;
 
@@ -663,16 +736,30 @@ mod tests {
         );
     }
 
+    /// A component renders from the repositories pinned for it and no other does; the list the
+    /// annotation held before it named components is the generic component's.
     #[test]
-    fn repositories_pinned_by_an_upgrade_move_the_generic_component_only() {
+    fn repositories_pinned_for_a_component_move_that_component_only() {
+        let uri = |p: &Plan, c: ComponentKind| p.components[&c].spec["sources"].as_array().unwrap().iter().map(|s| s["repoUri"].as_str().unwrap().to_string()).collect::<BTreeSet<_>>();
+        let v120 = "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz";
         let mut k = example();
         k.annotations_mut().insert(REPOS_ANNOTATION.into(), r#"[{"name": "manifests", "uri": "https://x/v1.3.0.tar.gz"}]"#.into());
         k.annotations_mut().insert(PINS_ANNOTATION.into(), r#"{"kustomize": "v1.3.0"}"#.into());
         let p = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
         let generic = &p.components[&ComponentKind::GENERIC];
         assert_eq!((generic.version.as_str(), generic.pinned, generic.release_version.as_deref()), ("v1.3.0", true, Some("v1.2.0")));
-        assert!(generic.spec["sources"].as_array().unwrap().iter().all(|s| s["repoUri"] == "https://x/v1.3.0.tar.gz"));
-        assert_eq!(p.components[&ComponentKind::Katib].spec["sources"][0]["repoUri"], "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz");
+        assert_eq!(uri(&p, ComponentKind::GENERIC), BTreeSet::from(["https://x/v1.3.0.tar.gz".to_string()]));
+        assert_eq!(uri(&p, ComponentKind::Katib), BTreeSet::from([v120.to_string()]));
+        k.annotations_mut().insert(REPOS_ANNOTATION.into(), r#"{"katib": [{"name": "manifests", "uri": "https://x/v1.3.0.tar.gz"}]}"#.into());
+        let p = plan(&k, Platform::Kubernetes, &catalog()).unwrap();
+        assert_eq!(uri(&p, ComponentKind::Katib), BTreeSet::from(["https://x/v1.3.0.tar.gz".to_string()]));
+        assert_eq!(uri(&p, ComponentKind::GENERIC), BTreeSet::from([v120.to_string()]));
+        assert_eq!(uri(&p, ComponentKind::Pipelines), BTreeSet::from([v120.to_string()]));
+        assert!(!repos_redundant(&k));
+        k.annotations_mut().insert(REPOS_ANNOTATION.into(), format!(r#"{{"katib": [{{"name": "manifests", "uri": "{v120}"}}]}}"#));
+        assert!(repos_redundant(&k), "spec.repos names what is pinned");
+        k.annotations_mut().insert(REPOS_ANNOTATION.into(), r#"{"seldon": []}"#.into());
+        assert!(matches!(plan(&k, Platform::Kubernetes, &catalog()), Err(PlanError::UnknownReposComponent { .. })));
         k.annotations_mut().insert(REPOS_ANNOTATION.into(), "manifests=x".into());
         assert!(matches!(plan(&k, Platform::Kubernetes, &catalog()), Err(PlanError::MalformedRepos { .. })));
     }

@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, VecDeque};
 
 use kubeflow_crds::bus::ReleaseInfo;
 use kubeflow_crds::component::ComponentKind;
-use kubeflow_crds::kfdef::Repo;
+use kubeflow_crds::kfdef::{KfDef, Repo};
 use kubeflow_crds::kfupgrade::{KfUpgradeSpec, StepPhase, UpgradeStep};
 
 use crate::catalog::{Catalog, Unresolved};
-use crate::plan::{Plan, generic_version, with_pinned};
+use crate::plan::{Plan, PlanError, generic_version, pinned_repos, with_pinned};
 
 /// Shortest chain of direct upgrades from `from` to `to` among `releases`.
 pub fn path(releases: &[ReleaseInfo], from: &str, to: &str) -> Option<Vec<String>> {
@@ -125,11 +125,39 @@ pub enum Refusal {
     NoReleases { component: ComponentKind },
 }
 
-/// The steps of `spec` for a KfDef whose components run `current` (component → version) and
-/// whose generic component renders from `pinned_repos` over `spec.repos`. The generic component
-/// moves, last unless `order` says otherwise, when `newKfDef.repos` is given: to
-/// `newKfDef.version` and those repositories, with no release edges to check.
-pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>, pinned_repos: &[Repo], catalog: &Catalog) -> Result<Vec<UpgradeStep>, Refusal> {
+/// What one component of a KfDef runs, as a KfUpgrade plans its step from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Running {
+    pub version: String,
+    /// The repositories a KfUpgrade pinned for it (empty: `spec.repos`).
+    pub pinned_repos: Vec<Repo>,
+    /// The repositories it renders from: `spec.repos` with the pinned ones over them.
+    pub repos: Vec<Repo>,
+    /// Whether it renders packages of those repositories (else a built-in release's own objects).
+    pub names_packages: bool,
+}
+
+/// What each component of `kfdef`'s `plan` runs.
+pub fn running(plan: &Plan, kfdef: &KfDef) -> Result<BTreeMap<ComponentKind, Running>, PlanError> {
+    let pinned = pinned_repos(kfdef)?;
+    Ok(plan
+        .components
+        .iter()
+        .map(|(component, planned)| {
+            let pinned_repos = pinned.get(component).cloned().unwrap_or_default();
+            let repos = with_pinned(&kfdef.spec.repos, &pinned_repos);
+            (*component, Running { version: planned.version.clone(), pinned_repos, repos, names_packages: planned.names_packages() })
+        })
+        .collect())
+}
+
+/// The steps of `spec` for a KfDef whose components run `current`. A component whose packages
+/// come from the KfDef's repositories moves with `newKfDef.repos` when they are given: the
+/// objects of a version are that version's packages, never the old ones relabelled. So its step
+/// moves its repositories, and is a step even when its version stays (the packages moved). The
+/// generic component has no release edges to check, and moves (last unless `order` says
+/// otherwise) only with `newKfDef.repos`, to `newKfDef.version`.
+pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, Running>, catalog: &Catalog) -> Result<Vec<UpgradeStep>, Refusal> {
     let explicit: BTreeMap<ComponentKind, &str> = spec.components.iter().map(|c| (c.component, c.version.as_str())).collect();
     if let Some(component) = explicit.keys().find(|c| !current.contains_key(c)) {
         return Err(Refusal::NotInKfDef { component: *component, kfdef: spec.current_kf_def.name.clone() });
@@ -140,30 +168,38 @@ pub fn steps(spec: &KfUpgradeSpec, current: &BTreeMap<ComponentKind, String>, pi
     let mut order: Vec<ComponentKind> = spec.order.clone();
     order.extend(ComponentKind::upgrade_order().into_iter().filter(|c| !spec.order.contains(c)));
     let mut steps = Vec::new();
-    for component in order.into_iter().filter(|c| current.contains_key(c)) {
+    for component in order {
+        let Some(running) = current.get(&component) else { continue };
+        // Where its packages move: the new repositories over those it renders from now.
+        let to_repos = ((running.names_packages || component == ComponentKind::GENERIC) && !spec.new_kf_def.repos.is_empty()).then(|| with_pinned(&running.pinned_repos, &spec.new_kf_def.repos));
+        let packages_move = to_repos.as_ref().is_some_and(|to| with_pinned(&running.repos, to) != running.repos);
+        let moved = |to_version: String| UpgradeStep {
+            from_repos: running.pinned_repos.clone(),
+            to_repos: to_repos.clone().unwrap_or_else(|| running.pinned_repos.clone()),
+            ..step(component, running.version.clone(), to_version)
+        };
         if component == ComponentKind::GENERIC {
             if !spec.new_kf_def.repos.is_empty() && !spec.only_listed {
-                let to = spec.new_kf_def.version.as_deref().map_or_else(|| current[&component].clone(), generic_version);
-                let to_repos = with_pinned(pinned_repos, &spec.new_kf_def.repos);
-                let step = UpgradeStep { from_repos: pinned_repos.to_vec(), to_repos, ..step(component, current[&component].clone(), to) };
-                steps.push(step);
+                let to = spec.new_kf_def.version.as_deref().map_or_else(|| running.version.clone(), generic_version);
+                steps.push(moved(to));
             }
             continue;
         }
         if spec.only_listed && !explicit.contains_key(&component) {
             continue;
         }
-        let from = current[&component].clone();
         let to = match (explicit.get(&component), &spec.new_kf_def.version) {
             (Some(v), _) => v.to_string(),
             (None, Some(kubeflow)) => catalog.version_for(component, kubeflow).map_err(Refusal::Target)?,
-            (None, None) => continue,
+            (None, None) => running.version.clone(),
         };
-        if from == to {
+        if running.version == to && !packages_move {
             continue;
         }
-        check_move(component, catalog.releases(component).map_err(Refusal::NotAnnounced)?, &from, &to)?;
-        steps.push(step(component, from, to));
+        if running.version != to {
+            check_move(component, catalog.releases(component).map_err(Refusal::NotAnnounced)?, &running.version, &to)?;
+        }
+        steps.push(moved(to));
     }
     if steps.is_empty() {
         return Err(Refusal::NothingToDo);
@@ -183,14 +219,19 @@ mod tests {
         serde_yaml_ng::from_str::<KfUpgrade>(&full).unwrap().spec
     }
 
-    fn v12() -> BTreeMap<ComponentKind, String> {
+    /// A built-in release (no packages) at `version`.
+    fn release(version: &str) -> Running {
+        Running { version: version.into(), pinned_repos: vec![], repos: vec![], names_packages: false }
+    }
+
+    fn v12() -> BTreeMap<ComponentKind, Running> {
         [(ComponentKind::Istio, "1.3.1"), (ComponentKind::Dex, "v2.22.0"), (ComponentKind::KFServing, "v0.4.1"), (ComponentKind::Katib, "v0.10.0"), (ComponentKind::Pipelines, "1.0.4")]
-            .map(|(c, v)| (c, v.to_string()))
+            .map(|(c, v)| (c, release(v)))
             .into()
     }
 
     fn steps_of(s: &KfUpgradeSpec) -> Vec<(ComponentKind, String, String)> {
-        steps(s, &v12(), &[], &catalog()).unwrap().into_iter().map(|s| (s.component, s.from_version, s.to_version)).collect()
+        steps(s, &v12(), &catalog()).unwrap().into_iter().map(|s| (s.component, s.from_version, s.to_version)).collect()
     }
 
     #[test]
@@ -219,8 +260,8 @@ mod tests {
     #[test]
     fn downgrades_unknown_versions_skips_and_unsupported_releases_are_refused_with_the_reason() {
         let mut current = v12();
-        current.insert(ComponentKind::Katib, "v0.11.0".into());
-        let refuse = |yaml: &str, current: &BTreeMap<ComponentKind, String>| steps(&spec(yaml), current, &[], &catalog()).unwrap_err().to_string();
+        current.insert(ComponentKind::Katib, release("v0.11.0"));
+        let refuse = |yaml: &str, current: &BTreeMap<ComponentKind, Running>| steps(&spec(yaml), current, &catalog()).unwrap_err().to_string();
         assert_eq!(
             refuse("  currentKfDef: {name: kf}\n  newKfDef: {name: kf}\n  components: [{component: katib, version: v0.10.0}]\n", &current),
             "katib: v0.11.0 → v0.10.0 is a downgrade, which KfUpgrade does not do; versions after v0.11.0: v0.12.0"
@@ -241,7 +282,7 @@ mod tests {
 
     #[test]
     fn a_component_whose_operator_never_announced_cannot_be_upgraded() {
-        let err = steps(&spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v1.3.0}\n"), &v12(), &[], &Catalog::default()).unwrap_err();
+        let err = steps(&spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v1.3.0}\n"), &v12(), &Catalog::default()).unwrap_err();
         assert_eq!(err, Refusal::Target(Unresolved::NotAnnounced { component: ComponentKind::Istio }));
     }
 
@@ -275,19 +316,41 @@ mod tests {
     fn the_generic_component_moves_to_new_repositories_last_and_only_when_given_them() {
         let repo = |uri: &str| Repo { name: "manifests".into(), uri: uri.into(), sha256: None, kustomize: None };
         let mut current = v12();
-        current.insert(ComponentKind::GENERIC, "v1.2.0".into());
+        let v121 = vec![repo("https://x/v1.2.1.tar.gz")];
+        current.insert(ComponentKind::GENERIC, Running { version: "v1.2.0".into(), pinned_repos: v121.clone(), repos: v121.clone(), names_packages: true });
         let without = spec("  currentKfDef: {name: kf, version: v1.2.0}\n  newKfDef: {name: kf, version: v1.3.0}\n");
-        assert!(steps(&without, &current, &[], &catalog()).unwrap().iter().all(|s| s.component != ComponentKind::GENERIC), "no repositories, no generic step");
+        assert!(steps(&without, &current, &catalog()).unwrap().iter().all(|s| s.component != ComponentKind::GENERIC), "no repositories, no generic step");
         let with = spec("  currentKfDef: {name: kf, version: v1.2.0}\n  newKfDef: {name: kf, version: v1.3.0, repos: [{name: manifests, uri: 'https://x/v1.3.0.tar.gz'}]}\n");
-        let all = steps(&with, &current, &[repo("https://x/v1.2.1.tar.gz")], &catalog()).unwrap();
+        let all = steps(&with, &current, &catalog()).unwrap();
         let generic = all.last().unwrap();
         assert_eq!((generic.component, generic.from_version.as_str(), generic.to_version.as_str()), (ComponentKind::GENERIC, "v1.2.0", "v1.3.0"));
-        assert_eq!(generic.from_repos, [repo("https://x/v1.2.1.tar.gz")], "a rollback restores the repositories pinned before");
+        assert_eq!(generic.from_repos, v121, "a rollback restores the repositories pinned before");
         assert_eq!(generic.to_repos, [repo("https://x/v1.3.0.tar.gz")]);
+        assert!(all.iter().filter(|s| s.component != ComponentKind::GENERIC).all(|s| s.to_repos.is_empty()), "built-in releases fetch nothing: their repositories stay");
         // A KfDef of generic applications only (a release without built-in manifests).
-        let only: BTreeMap<ComponentKind, String> = [(ComponentKind::GENERIC, "v1.0.2".to_string())].into();
+        let only: BTreeMap<ComponentKind, Running> = [(ComponentKind::GENERIC, Running { names_packages: true, ..release("v1.0.2") })].into();
         let v103 = spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v1.0.3, repos: [{name: manifests, uri: 'https://x/v1.0.3.tar.gz'}]}\n");
-        let steps = steps(&v103, &only, &[], &catalog()).unwrap();
+        let steps = steps(&v103, &only, &catalog()).unwrap();
         assert_eq!(steps.iter().map(|s| (s.component, s.to_version.as_str(), s.from_repos.len())).collect::<Vec<_>>(), [(ComponentKind::GENERIC, "v1.0.3", 0)]);
+    }
+
+    /// A built-in that renders the KfDef's packages moves to the new repositories with its
+    /// version (else the new version's step would apply the old packages), and moves even when
+    /// its version stays but its packages do not; when they stay too, it does not move.
+    #[test]
+    fn a_built_in_rendering_packages_moves_them_with_its_version() {
+        let repo = |uri: &str| Repo { name: "manifests".into(), uri: uri.into(), sha256: None, kustomize: None };
+        let packages = |version: &str, uri: &str| Running { version: version.into(), pinned_repos: vec![], repos: vec![repo(uri)], names_packages: true };
+        let mut current = v12();
+        current.insert(ComponentKind::Katib, packages("v0.10.0", "https://x/v1.2.0.tar.gz"));
+        current.insert(ComponentKind::Dex, packages("v2.24.0", "https://x/v1.2.0.tar.gz"));
+        current.insert(ComponentKind::Pipelines, packages("1.5.0", "https://x/v1.3.0.tar.gz"));
+        let to = spec("  currentKfDef: {name: kf}\n  newKfDef: {name: kf, version: v1.3.0, repos: [{name: manifests, uri: 'https://x/v1.3.0.tar.gz'}]}\n");
+        let all = steps(&to, &current, &catalog()).unwrap();
+        let of = |c: ComponentKind| all.iter().find(|s| s.component == c).map(|s| (s.from_version.as_str(), s.to_version.as_str(), s.from_repos.clone(), s.to_repos.clone()));
+        assert_eq!(of(ComponentKind::Katib), Some(("v0.10.0", "v0.11.0", vec![], vec![repo("https://x/v1.3.0.tar.gz")])));
+        assert_eq!(of(ComponentKind::Dex), Some(("v2.24.0", "v2.24.0", vec![], vec![repo("https://x/v1.3.0.tar.gz")])), "same version, new packages");
+        assert_eq!(of(ComponentKind::Pipelines), None, "already on those packages at that version");
+        assert_eq!(of(ComponentKind::Istio).map(|s| s.3), Some(vec![]), "a built-in release moves its version only");
     }
 }

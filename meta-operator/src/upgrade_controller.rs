@@ -175,15 +175,11 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
         return Ok(refuse(up, status, ctx, format!("KfDef {} is {:?}, not Available; upgrade a healthy deployment", kfdef.name_any(), phase.unwrap_or_default())).await);
     }
     let catalog = ctx.state.catalog.read().await.clone();
-    let current: BTreeMap<ComponentKind, String> = match plan::plan(&kfdef, ctx.platform, &catalog) {
-        Ok(p) => p.components.into_iter().map(|(c, p)| (c, p.version)).collect(),
+    let current = match plan::plan(&kfdef, ctx.platform, &catalog).and_then(|p| upgrade::running(&p, &kfdef)) {
+        Ok(current) => current,
         Err(e) => return Ok(refuse(up, status, ctx, e.to_string()).await),
     };
-    let pinned_repos = match plan::pinned_repos(&kfdef) {
-        Ok(repos) => repos,
-        Err(e) => return Ok(refuse(up, status, ctx, e.to_string()).await),
-    };
-    let steps = match upgrade::steps(spec, &current, &pinned_repos, &catalog) {
+    let steps = match upgrade::steps(spec, &current, &catalog) {
         Ok(steps) => steps,
         Err(refusal) => return Ok(refuse(up, status, ctx, refusal.to_string()).await),
     };
@@ -244,7 +240,7 @@ pub(crate) async fn take(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade) -> 
 async fn ask_for_plan(kfdef: &KfDef, kfdefs: &Api<KfDef>, steps: &[UpgradeStep]) -> Result<(), UpgradeError> {
     let targets = PreviewTargets {
         components: steps.iter().map(|s| (s.component.name().to_string(), s.to_version.clone())).collect(),
-        repos: steps.iter().find(|s| s.component == ComponentKind::GENERIC).map(|s| s.to_repos.clone()).unwrap_or_default(),
+        repos: plan::ComponentRepos(steps.iter().filter(|s| !s.to_repos.is_empty()).map(|s| (s.component.name().to_string(), s.to_repos.clone())).collect()),
     };
     let preview = serde_json::to_string(&targets).expect("targets serialise");
     patch_kfdef(kfdefs, kfdef, "ask for the plan of", json!({"metadata": {"annotations": {PREVIEW_ANNOTATION: preview}}})).await
@@ -389,12 +385,13 @@ pub(crate) async fn unlock(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade) -
     patch_kfdef(kfdefs, kfdef, "release", json!({"metadata": {"annotations": previews}})).await
 }
 
-/// Pins `component` to `version` on the KfDef, and the generic component also to `repos` (empty:
-/// `spec.repos`), only when that differs, naming this upgrade.
+/// Pins `component` to `version` and to `repos` (empty: `spec.repos`) on the KfDef, only when
+/// that differs, naming this upgrade.
 async fn pin(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade, component: ComponentKind, version: &str, repos: &[Repo]) -> Result<(), UpgradeError> {
     let pins_error = |source| UpgradeError::Pins { kfdef: kfdef_name(kfdefs, &kfdef.name_any()), source };
     let mut pins = plan::pins(kfdef).map_err(pins_error)?;
-    let repos_move = component == ComponentKind::GENERIC && plan::pinned_repos(kfdef).map_err(pins_error)? != repos;
+    let mut pinned_repos = plan::pinned_repos(kfdef).map_err(pins_error)?;
+    let repos_move = pinned_repos.get(&component).map_or(&[][..], Vec::as_slice) != repos;
     if pins.get(&component).map(String::as_str) == Some(version) && !repos_move {
         return Ok(());
     }
@@ -402,15 +399,24 @@ async fn pin(kfdef: &KfDef, kfdefs: &Api<KfDef>, up: &KfUpgrade, component: Comp
     let pins: BTreeMap<&str, &String> = pins.iter().map(|(c, v)| (c.name(), v)).collect();
     let mut annotations = json!({PINS_ANNOTATION: serde_json::to_string(&pins).expect("a map of strings"), PINNED_BY_ANNOTATION: up.name_any()});
     if repos_move {
-        annotations[REPOS_ANNOTATION] = if repos.is_empty() { json!(null) } else { json!(serde_json::to_string(repos).expect("repositories serialise")) };
+        pinned_repos.insert(component, repos.to_vec());
+        annotations[REPOS_ANNOTATION] = json!(plan::repos_annotation(&pinned_repos));
     }
     patch_kfdef(kfdefs, kfdef, "pin a component version on", json!({"metadata": {"annotations": annotations}})).await
 }
 
-/// Whether the KfDef reports `component` Ready at `version`, and its message.
-fn health(kfdef: &KfDef, component: ComponentKind, version: &str) -> (bool, String) {
+/// Whether the KfDef reports `component` Ready at `version` on the spec its pins make now (a
+/// status written before a pin moved the packages is about the old spec, whatever its version
+/// says), and its message.
+async fn health(kfdef: &KfDef, ctx: &Context, component: ComponentKind, version: &str) -> (bool, String) {
+    let catalog = ctx.state.catalog.read().await.clone();
+    let wanted = plan::plan(kfdef, ctx.platform, &catalog).ok().and_then(|p| p.components.get(&component).map(|c| c.spec_hash.clone()));
+    ready_on(kfdef, component, version, wanted.as_deref())
+}
+
+fn ready_on(kfdef: &KfDef, component: ComponentKind, version: &str, spec_hash: Option<&str>) -> (bool, String) {
     let summary = kfdef.status.as_ref().and_then(|s| s.components.get(component.name()));
-    let ready = summary.is_some_and(|s| s.ready && s.version.as_deref() == Some(version));
+    let ready = summary.is_some_and(|s| s.ready && s.version.as_deref() == Some(version) && Some(s.spec_hash.as_str()) == spec_hash);
     (ready, summary.map(|s| s.message.clone()).unwrap_or_default())
 }
 
@@ -437,7 +443,7 @@ async fn advance(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfDe
         event(ctx, up, EventType::Normal, "StepStarted", format!("{} {} → {}", step.component, step.from_version, step.to_version)).await;
         return Ok(Action::requeue(Duration::from_secs(timeout as u64 + 1)));
     }
-    let (ready, message) = health(&kfdef, step.component, &step.to_version);
+    let (ready, message) = health(&kfdef, ctx, step.component, &step.to_version).await;
     if ready {
         let s = &mut status.steps[index];
         s.phase = StepPhase::Succeeded;
@@ -516,7 +522,7 @@ async fn roll_back(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<Kf
         event(ctx, up, EventType::Normal, "RollingBack", format!("{} back to {}", step.component, step.from_version)).await;
         return Ok(Action::requeue(Duration::from_secs(timeout as u64 + 1)));
     }
-    let (ready, message) = health(&kfdef, step.component, &step.from_version);
+    let (ready, message) = health(&kfdef, ctx, step.component, &step.from_version).await;
     if ready {
         let s = &mut status.steps[index];
         s.phase = StepPhase::RolledBack;
@@ -562,6 +568,20 @@ mod tests {
 
     fn report(plan_hash: Option<&str>) -> StatusReport {
         StatusReport { plan: plan_hash.map(|h| ChangePlan { spec_hash: h.into(), add: vec!["Deployment kubeflow/x".into()], ..Default::default() }), ..Default::default() }
+    }
+
+    /// A summary Ready at the step's version is no answer unless it is about the spec the pins
+    /// make now: a step that moves packages at the same version would pass on the old status.
+    #[test]
+    fn a_step_is_ready_only_on_a_report_about_the_spec_it_pinned() {
+        use kubeflow_crds::kfdef::{ComponentSummary, KfDefStatus};
+        let mut kfdef: KfDef = serde_json::from_value(serde_json::json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "kf"}, "spec": {}})).unwrap();
+        let summary = ComponentSummary { ready: true, version: Some("v2.44.0".into()), spec_hash: "old".into(), ..Default::default() };
+        kfdef.status = Some(KfDefStatus { components: [("dex".to_string(), summary)].into(), ..Default::default() });
+        assert!(!ready_on(&kfdef, ComponentKind::Dex, "v2.44.0", Some("new")).0, "Ready on the spec before the pin");
+        assert!(ready_on(&kfdef, ComponentKind::Dex, "v2.44.0", Some("old")).0);
+        assert!(!ready_on(&kfdef, ComponentKind::Dex, "v2.41.1", Some("old")).0, "another version");
+        assert!(!ready_on(&kfdef, ComponentKind::Dex, "v2.44.0", None).0, "no plan, no answer");
     }
 
     #[test]

@@ -94,15 +94,12 @@ async fn validate(up: &KfUpgrade, status: &mut KfUpgradeStatus, kfdefs: &Api<KfD
             return Ok(refuse(up, status, ctx, message).await);
         }
         let observed = ctx.state.fleet.read().await.get(cluster).cloned().unwrap_or_default();
-        let steps = plan::for_cluster(&kfdef, &name).and_then(|view| {
-            let current = plan::plan(&view, *platform, &observed.catalog)?.components.into_iter().map(|(c, p)| (c, p.version)).collect();
-            Ok((current, plan::pinned_repos(&view)?))
-        });
-        let (current, pinned_repos) = match steps {
+        let current = plan::for_cluster(&kfdef, &name).and_then(|view| upgrade::running(&plan::plan(&view, *platform, &observed.catalog)?, &view));
+        let current = match current {
             Ok(found) => found,
             Err(e) => return Ok(refuse(up, status, ctx, format!("cluster {name}: {e}")).await),
         };
-        let plan = match upgrade::steps(spec, &current, &pinned_repos, &observed.catalog) {
+        let plan = match upgrade::steps(spec, &current, &observed.catalog) {
             Ok(steps) => waves::cluster_plan(&name, &steps, pins.get(&name).cloned()),
             Err(Refusal::NothingToDo) => waves::cluster_plan(&name, &[], pins.get(&name).cloned()),
             Err(refusal) if stale && spec.stale_clusters == StaleClusters::Skip => {
