@@ -136,7 +136,8 @@ async fn kfctl_applications_install_from_their_kustomize_packages() {
 
 /// Fetching and rendering are fenced: a repository at the cloud metadata address is refused
 /// without a request, the status naming the address and the rule; a repository whose
-/// kustomization is not valid YAML is refused before kustomize runs.
+/// kustomization is not valid YAML is refused before kustomize runs; one kustomize refuses is
+/// reported with paths inside the repository only.
 #[tokio::test]
 async fn fenced_repositories_and_unparsable_kustomizations_are_refused() {
     let client = client().await;
@@ -170,7 +171,18 @@ async fn fenced_repositories_and_unparsable_kustomizations_are_refused() {
     assert!(message.starts_with("spec.sources[0]: ") && message.contains("demo/webhook/kustomization.yaml is refused: it is not valid YAML"), "{message}");
     assert!(status.inventory.is_empty(), "{:?}", status.inventory);
 
-    for name in ["metadata", "unparsable"] {
+    // A package kustomize itself refuses (a resource that is not there): the status names the
+    // file inside its repository, never where the operator keeps its cache or builds.
+    let missing = fixtures::edited_repo_tarball(&[("demo/webhook/kustomization.yaml", "- crd.yaml\n", "- crd.yaml\n- missing.yaml\n")]);
+    let server = fixtures::Server::start(BTreeMap::from([("archive/missing.tar.gz".to_string(), missing)])).await;
+    api.create(&PostParams::default(), &resource("missing", &ns.name, json!([{"application": "missing", "repoUri": server.url("archive/missing.tar.gz"), "path": "demo/webhook"}]))).await.unwrap();
+    let status = wait_status(&api, "missing", "missing Degraded", |s| degraded_message(s).is_some()).await;
+    let message = degraded_message(&status).unwrap();
+    assert!(message.starts_with("spec.sources[0]: ") && message.contains("demo/webhook/missing.yaml"), "{message}");
+    let (cache_path, temp) = (cache.display().to_string(), std::env::temp_dir().display().to_string());
+    assert!(!message.contains(&cache_path) && !message.contains(temp.trim_end_matches('/')), "a server path in the status: {message}");
+
+    for name in ["metadata", "unparsable", "missing"] {
         api.delete(name, &DeleteParams::default()).await.unwrap();
         gone(&api, name).await;
     }

@@ -50,6 +50,7 @@ pub mod remote;
 pub mod remote_bases;
 pub mod render;
 pub mod sandbox;
+pub mod server_paths;
 pub mod yaml;
 
 #[cfg(feature = "fixtures")]

@@ -9,10 +9,13 @@
 //!
 //! The wire: `POST /v1/build`, the body a tar of the inputs at their absolute paths less the
 //! leading `/` (absolute links inside them made relative), headers naming the kustomize release,
-//! the directory to build, the caller's NKey, the time and the caller's signature over all of these
-//! and the body's SHA-256. The renderer answers only the callers whose public keys it was given,
-//! within [`MAX_CLOCK_SKEW_SECS`], and bounds the body, its entries, the time and the number of
-//! builds at once.
+//! the directory to build, the caller's NKey, the time, a one-time nonce, the body's length and
+//! SHA-256, and the caller's signature over all of these ([`SignedFields`]). So the renderer
+//! authenticates a request from its headers alone, before it reads a byte of the body: a stranger's
+//! body is never read, a signed one is read only after it holds a build slot, up to its signed
+//! length, into the work volume rather than memory, and must hash as signed. A nonce is answered
+//! once ([`ReplayGuard`]); requests outside [`MAX_CLOCK_SKEW_SECS`] are refused. Connections are
+//! bounded in number ([`MAX_CONNECTIONS`]) and in the time they may take to send their headers.
 //!
 //! The caller's key: in a cluster the operator makes it itself, once, into a Secret of its own
 //! namespace ([`RENDERER_CALLER_SECRET_ENV`], [`CallerKey`]); the renderer's pods take the public
@@ -23,8 +26,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use kubeflow_crds::kfdef::KustomizeRelease;
@@ -112,9 +114,12 @@ const RELEASE_HEADER: &str = "x-kfop-release";
 const DIR_HEADER: &str = "x-kfop-dir";
 const CALLER_HEADER: &str = "x-kfop-caller";
 const TIME_HEADER: &str = "x-kfop-time";
+const NONCE_HEADER: &str = "x-kfop-nonce";
+const LENGTH_HEADER: &str = "x-kfop-length";
+const BODY_SHA256_HEADER: &str = "x-kfop-body-sha256";
 const SIGNATURE_HEADER: &str = "x-kfop-signature";
 /// What a signature covers besides the fields, so that it means nothing elsewhere.
-const SIGNATURE_CONTEXT: &str = "kubeflow-operator render v1";
+const SIGNATURE_CONTEXT: &str = "kubeflow-operator render v2";
 
 /// Largest request body: the packed inputs of one build.
 pub const MAX_REQUEST_BYTES: u64 = 256 << 20;
@@ -124,6 +129,15 @@ pub const MAX_REQUEST_ENTRIES: u64 = 200_000;
 pub const MAX_CLOCK_SKEW_SECS: u64 = 300;
 /// How long a request waits for a free build slot before it is turned away (503).
 const QUEUE_WAIT: Duration = Duration::from_secs(60);
+/// Connections open at once, signed or not; the next waits to be accepted.
+pub const MAX_CONNECTIONS: usize = 32;
+/// How long a connection may take to send a request's headers before it is closed.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a signed caller may take to send its body once it holds a build slot.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(120);
+/// Nonces remembered at once. Only signed requests are remembered, each for twice the clock skew,
+/// so this bounds a caller's rate (about 160 a second), not a stranger's.
+const MAX_REMEMBERED_NONCES: usize = 100_000;
 
 fn now_secs() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -133,9 +147,30 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The text a caller signs.
-fn signed_message(time: u64, release: KustomizeRelease, dir: &str, body_sha256: &str) -> String {
-    format!("{SIGNATURE_CONTEXT}\n{time}\n{}\n{dir}\n{body_sha256}", release.as_str())
+/// What a caller signs: every header of a build request but the caller and the signature, and the
+/// body by its length and SHA-256, so the signature is checked before the body is read.
+#[derive(Debug, PartialEq)]
+struct SignedFields<'a> {
+    time: u64,
+    /// 32 hex digits, chosen at random per request.
+    nonce: &'a str,
+    release: KustomizeRelease,
+    dir: &'a str,
+    length: u64,
+    /// 64 lower-case hex digits.
+    body_sha256: &'a str,
+}
+
+impl SignedFields<'_> {
+    /// The text a caller signs.
+    fn message(&self) -> String {
+        let SignedFields { time, nonce, release, dir, length, body_sha256 } = self;
+        format!("{SIGNATURE_CONTEXT}\n{time}\n{nonce}\n{}\n{dir}\n{length}\n{body_sha256}", release.as_str())
+    }
+}
+
+fn is_hex(text: &str, digits: usize) -> bool {
+    text.len() == digits && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn parse_release(text: &str) -> Option<KustomizeRelease> {
@@ -218,11 +253,19 @@ pub fn pack(roots: &[PathBuf], max_bytes: u64) -> Result<Vec<u8>, String> {
     builder.into_inner().map_err(|e| format!("packing the render's inputs: {e}"))
 }
 
-/// The headers of a build request for `body`, signed with `key`.
+/// A fresh nonce: 16 random bytes in hex.
+fn new_nonce() -> Result<String, String> {
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes).map_err(|e| format!("choosing a nonce: {e}"))?;
+    Ok(hex(&bytes))
+}
+
+/// The headers of a build request for `body` at `time`, signed with `key`.
 fn signed_headers(key: &nkeys::KeyPair, time: u64, release: KustomizeRelease, dir: &str, body: &[u8]) -> Result<HeaderMap, String> {
     use base64::Engine;
-    let message = signed_message(time, release, dir, &hex(&sha2::Sha256::digest(body)));
-    let signature = key.sign(message.as_bytes()).map_err(|e| format!("signing: {e}"))?;
+    let (nonce, body_sha256) = (new_nonce()?, hex(&sha2::Sha256::digest(body)));
+    let fields = SignedFields { time, nonce: &nonce, release, dir, length: body.len() as u64, body_sha256: &body_sha256 };
+    let signature = key.sign(fields.message().as_bytes()).map_err(|e| format!("signing: {e}"))?;
     let mut headers = HeaderMap::new();
     let mut set = |name: &'static str, value: String| -> Result<(), String> {
         headers.insert(name, value.parse().map_err(|_| format!("{name}: {value:?} cannot be a header value"))?);
@@ -232,6 +275,9 @@ fn signed_headers(key: &nkeys::KeyPair, time: u64, release: KustomizeRelease, di
     set(DIR_HEADER, dir.to_string())?;
     set(CALLER_HEADER, key.public_key())?;
     set(TIME_HEADER, time.to_string())?;
+    set(NONCE_HEADER, nonce.clone())?;
+    set(LENGTH_HEADER, body.len().to_string())?;
+    set(BODY_SHA256_HEADER, body_sha256.clone())?;
     set(SIGNATURE_HEADER, base64::engine::general_purpose::STANDARD.encode(signature))?;
     Ok(headers)
 }
@@ -282,6 +328,18 @@ impl RemoteRenderer {
         &self.url
     }
 
+    /// Where build requests go (`<url>/v1/build`).
+    pub fn build_url(&self) -> String {
+        format!("{}{BUILD_PATH}", self.url)
+    }
+
+    /// The headers of one build request of `dir` (relative to the unpacked `body`) with `release`,
+    /// signed now with a fresh nonce. [`RemoteRenderer::build`] sends them; a test can send the same
+    /// request twice.
+    pub fn sign(&self, release: KustomizeRelease, dir: &str, body: &[u8]) -> Result<HeaderMap, String> {
+        signed_headers(&self.key, now_secs(), release, dir, body)
+    }
+
     fn refused(&self, error: impl Into<String>) -> KustomizeError {
         KustomizeError::Renderer { url: self.url.clone(), error: error.into() }
     }
@@ -293,10 +351,10 @@ impl RemoteRenderer {
         let roots = roots.iter().map(|r| canonical(r)).collect::<Result<Vec<_>, _>>()?;
         let packed = tokio::task::spawn_blocking(move || pack(&roots, MAX_REQUEST_BYTES)).await.map_err(|e| self.refused(e.to_string()))?.map_err(|e| self.refused(e))?;
         let dir = dir.strip_prefix("/").expect("canonical paths are absolute").display().to_string();
-        let headers = signed_headers(&self.key, now_secs(), release, &dir, &packed).map_err(|e| self.refused(e))?;
+        let headers = self.sign(release, &dir, &packed).map_err(|e| self.refused(e))?;
         let response = self
             .http
-            .post(format!("{}{BUILD_PATH}", self.url))
+            .post(self.build_url())
             .headers(headers)
             .body(packed)
             .timeout(self.timeout)
@@ -332,17 +390,18 @@ pub struct ServerConfig {
 struct ServerState {
     config: ServerConfig,
     slots: tokio::sync::Semaphore,
+    replays: ReplayGuard,
 }
 
-/// The renderer's routes: `POST /v1/build`, `GET /healthz` and `/readyz`.
+/// The renderer's routes: `POST /v1/build`, `GET /healthz` and `/readyz`. [`serve_on`] serves them
+/// with the connection bounds.
 pub fn router(config: ServerConfig) -> axum::Router {
     let slots = tokio::sync::Semaphore::new(config.concurrency.max(1));
-    let state = Arc::new(ServerState { config, slots });
+    let state = Arc::new(ServerState { config, slots, replays: ReplayGuard::default() });
     axum::Router::new()
         .route(BUILD_PATH, axum::routing::post(build))
         .route(HEALTH_PATH, axum::routing::get(|| async { "ok" }))
         .route(READY_PATH, axum::routing::get(|| async { "ok" }))
-        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES as usize))
         .with_state(state)
 }
 
@@ -350,42 +409,98 @@ fn answer(status: StatusCode, text: impl Into<String>) -> Response {
     (status, text.into()).into_response()
 }
 
-/// Checks who sent the request: a known caller, in time, whose signature covers the fields and
-/// the body. Returns the release and the directory to build.
-fn authenticate(callers: &[String], headers: &HeaderMap, body: &[u8], now: u64) -> Result<(KustomizeRelease, PathBuf), Response> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).ok_or_else(|| answer(StatusCode::UNAUTHORIZED, format!("header {name} is missing")));
+/// The nonces of signed requests still inside the clock window: a request is answered once.
+#[derive(Default)]
+struct ReplayGuard {
+    /// (caller, nonce) → the request's signed time.
+    seen: std::sync::Mutex<std::collections::HashMap<(String, String), u64>>,
+}
+
+impl ReplayGuard {
+    /// Records the first use of `nonce` by `caller` in a request signed at `time`; refuses a second.
+    fn first_use(&self, caller: &str, nonce: &str, time: u64, now: u64) -> Result<(), Response> {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        // A request signed at t is accepted until t + skew: its nonce is needed no longer.
+        seen.retain(|_, signed| *signed + MAX_CLOCK_SKEW_SECS >= now);
+        let key = (caller.to_string(), nonce.to_string());
+        if seen.contains_key(&key) {
+            return Err(answer(StatusCode::UNAUTHORIZED, format!("{NONCE_HEADER} {nonce} was used before: a request is answered once")));
+        }
+        if seen.len() >= MAX_REMEMBERED_NONCES {
+            return Err(([("retry-after", "10")], answer(StatusCode::SERVICE_UNAVAILABLE, "too many requests inside the clock window")).into_response());
+        }
+        seen.insert(key, time);
+        Ok(())
+    }
+}
+
+/// A request whose headers its caller signed: what to build, and the body it promised.
+#[derive(Debug, PartialEq)]
+struct Authorized {
+    release: KustomizeRelease,
+    dir: PathBuf,
+    length: u64,
+    body_sha256: String,
+}
+
+/// Checks who sent the request from its headers alone: a known caller, in time, with a fresh
+/// nonce, whose signature covers every field, the body's length and its hash. Nothing of the body
+/// has been read.
+fn authenticate(callers: &[String], replays: &ReplayGuard, headers: &HeaderMap, now: u64) -> Result<Authorized, Response> {
+    let unauthorized = |text: String| answer(StatusCode::UNAUTHORIZED, text);
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).ok_or_else(|| unauthorized(format!("header {name} is missing")));
     let caller = header(CALLER_HEADER)?;
     if !callers.iter().any(|c| c == caller) {
-        return Err(answer(StatusCode::UNAUTHORIZED, format!("caller {caller} is not one this renderer answers")));
+        return Err(unauthorized(format!("caller {caller} is not one this renderer answers")));
     }
-    let time: u64 = header(TIME_HEADER)?.parse().map_err(|_| answer(StatusCode::UNAUTHORIZED, format!("{TIME_HEADER}: expected seconds since the epoch")))?;
+    let time: u64 = header(TIME_HEADER)?.parse().map_err(|_| unauthorized(format!("{TIME_HEADER}: expected seconds since the epoch")))?;
     if now.abs_diff(time) > MAX_CLOCK_SKEW_SECS {
-        return Err(answer(StatusCode::UNAUTHORIZED, format!("{TIME_HEADER} is more than {MAX_CLOCK_SKEW_SECS} s from the renderer's clock")));
+        return Err(unauthorized(format!("{TIME_HEADER} is more than {MAX_CLOCK_SKEW_SECS} s from the renderer's clock")));
+    }
+    let nonce = header(NONCE_HEADER)?;
+    if !is_hex(nonce, 32) {
+        return Err(unauthorized(format!("{NONCE_HEADER}: expected 32 lower-case hex digits")));
     }
     let release_text = header(RELEASE_HEADER)?;
     let release = parse_release(release_text).ok_or_else(|| answer(StatusCode::BAD_REQUEST, format!("{RELEASE_HEADER}: {release_text:?} is not v3, v3.2 or v5")))?;
     let dir = header(DIR_HEADER)?;
+    let length: u64 = header(LENGTH_HEADER)?.parse().map_err(|_| answer(StatusCode::BAD_REQUEST, format!("{LENGTH_HEADER}: expected the body's length in bytes")))?;
+    let body_sha256 = header(BODY_SHA256_HEADER)?;
+    if !is_hex(body_sha256, 64) {
+        return Err(answer(StatusCode::BAD_REQUEST, format!("{BODY_SHA256_HEADER}: expected 64 lower-case hex digits")));
+    }
     use base64::Engine;
-    let signature = base64::engine::general_purpose::STANDARD.decode(header(SIGNATURE_HEADER)?).map_err(|_| answer(StatusCode::UNAUTHORIZED, format!("{SIGNATURE_HEADER} is not base64")))?;
-    let message = signed_message(time, release, dir, &hex(&sha2::Sha256::digest(body)));
-    let key = nkeys::KeyPair::from_public_key(caller).map_err(|e| answer(StatusCode::UNAUTHORIZED, format!("{caller}: {e}")))?;
-    key.verify(message.as_bytes(), &signature).map_err(|_| answer(StatusCode::UNAUTHORIZED, "the signature does not match the request"))?;
+    let signature = base64::engine::general_purpose::STANDARD.decode(header(SIGNATURE_HEADER)?).map_err(|_| unauthorized(format!("{SIGNATURE_HEADER} is not base64")))?;
+    let fields = SignedFields { time, nonce, release, dir, length, body_sha256 };
+    let key = nkeys::KeyPair::from_public_key(caller).map_err(|e| unauthorized(format!("{caller}: {e}")))?;
+    key.verify(fields.message().as_bytes(), &signature).map_err(|_| unauthorized("the signature does not match the request".into()))?;
+    // Signed: from here on the caller is known, and only its requests take memory.
+    replays.first_use(caller, nonce, time, now)?;
+    if length > MAX_REQUEST_BYTES {
+        return Err(answer(StatusCode::PAYLOAD_TOO_LARGE, format!("{LENGTH_HEADER}: {length} bytes is more than the {MAX_REQUEST_BYTES} a build may send")));
+    }
+    let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|d| d != length) {
+        return Err(answer(StatusCode::BAD_REQUEST, format!("content-length is not the signed {LENGTH_HEADER} {length}")));
+    }
     let dir = archive::safe_relative(Path::new(dir)).map_err(|r| answer(StatusCode::BAD_REQUEST, format!("{DIR_HEADER}: {r}")))?;
-    Ok((release, dir))
+    Ok(Authorized { release, dir, length, body_sha256: body_sha256.to_string() })
 }
 
-async fn build(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: Bytes) -> Response {
-    let (release, dir) = match authenticate(&state.config.callers, &headers, &body, now_secs()) {
-        Ok(ok) => ok,
+async fn build(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: axum::body::Body) -> Response {
+    // The body is not read unless the headers are signed: a stranger's bytes never reach memory.
+    let request = match authenticate(&state.config.callers, &state.replays, &headers, now_secs()) {
+        Ok(request) => request,
         Err(refused) => return refused,
     };
+    // A slot before a byte of the body: at most `concurrency` bodies are in flight.
     let _slot = match tokio::time::timeout(QUEUE_WAIT, state.slots.acquire()).await {
         Ok(Ok(slot)) => slot,
         _ => return ([("retry-after", "10")], answer(StatusCode::SERVICE_UNAVAILABLE, "every build slot is busy")).into_response(),
     };
-    match run_build(&state.config, release, &dir, body).await {
+    match run_build(&state.config, &request, body).await {
         Ok(output) => (StatusCode::OK, output).into_response(),
-        Err(BuildFailure::BadInput(reason)) => answer(StatusCode::BAD_REQUEST, reason),
+        Err(BuildFailure::BadInput(status, reason)) => answer(status, reason),
         Err(BuildFailure::Internal(reason)) => answer(StatusCode::INTERNAL_SERVER_ERROR, reason),
         Err(BuildFailure::Kustomize(error)) => {
             let json = serde_json::to_string(&error).expect("errors serialise");
@@ -395,16 +510,47 @@ async fn build(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: 
 }
 
 enum BuildFailure {
-    /// The request's inputs are not a tree the renderer accepts.
-    BadInput(String),
+    /// The request's body is not what was signed, or not a tree the renderer accepts.
+    BadInput(StatusCode, String),
     /// The renderer's own trouble (its work volume).
     Internal(String),
     Kustomize(KustomizeError),
 }
 
-/// Unpacks the inputs into a fresh directory (removed afterwards) and builds `dir` in it.
-async fn run_build(config: &ServerConfig, release: KustomizeRelease, dir: &Path, body: Bytes) -> Result<String, BuildFailure> {
-    let kustomize = match release {
+/// Streams `body` into `file`: at most the signed length, within [`BODY_READ_TIMEOUT`], hashing as
+/// it goes; the body must be exactly what was signed.
+async fn receive_body(mut body: axum::body::Body, file: &Path, request: &Authorized) -> Result<(), BuildFailure> {
+    use axum::body::HttpBody;
+    use tokio::io::AsyncWriteExt;
+    let internal = |e: std::io::Error| BuildFailure::Internal(format!("writing the inputs under {}: {e}", file.display()));
+    let mut out = tokio::fs::File::create(file).await.map_err(internal)?;
+    let (mut hasher, mut received) = (sha2::Sha256::new(), 0u64);
+    let receive = async {
+        while let Some(frame) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await {
+            let frame = frame.map_err(|e| BuildFailure::BadInput(StatusCode::BAD_REQUEST, format!("reading the body: {e}")))?;
+            let Ok(data) = frame.into_data() else { continue };
+            received += data.len() as u64;
+            if received > request.length {
+                return Err(BuildFailure::BadInput(StatusCode::PAYLOAD_TOO_LARGE, format!("the body is longer than the signed {LENGTH_HEADER} {}", request.length)));
+            }
+            hasher.update(&data);
+            out.write_all(&data).await.map_err(internal)?;
+        }
+        out.flush().await.map_err(internal)
+    };
+    tokio::time::timeout(BODY_READ_TIMEOUT, receive)
+        .await
+        .map_err(|_| BuildFailure::BadInput(StatusCode::REQUEST_TIMEOUT, format!("the body took longer than {} s", BODY_READ_TIMEOUT.as_secs())))??;
+    if received != request.length || hex(&hasher.finalize()) != request.body_sha256 {
+        return Err(BuildFailure::BadInput(StatusCode::UNAUTHORIZED, "the body is not the one signed".into()));
+    }
+    Ok(())
+}
+
+/// Receives the inputs into a fresh directory (removed afterwards), unpacks them and builds the
+/// request's directory in it.
+async fn run_build(config: &ServerConfig, request: &Authorized, body: axum::body::Body) -> Result<String, BuildFailure> {
+    let kustomize = match request.release {
         KustomizeRelease::V3 => &config.v3,
         KustomizeRelease::V3_2 => config.v3_2.as_ref().ok_or_else(|| {
             BuildFailure::Kustomize(KustomizeError::NotFound { path: PathBuf::from("kustomize-v3.2"), hint: "this renderer has no kustomize v3.2.0".into() })
@@ -416,19 +562,23 @@ async fn run_build(config: &ServerConfig, release: KustomizeRelease, dir: &Path,
     let internal = |e: std::io::Error| BuildFailure::Internal(format!("creating a work directory under {}: {e}", config.work_root.display()));
     std::fs::create_dir_all(&config.work_root).map_err(internal)?;
     let work = tempfile::Builder::new().prefix("build-").tempdir_in(&config.work_root).map_err(internal)?;
-    let (tree, home) = (work.path().join("tree"), work.path().join("home"));
+    let (tree, home, inputs) = (work.path().join("tree"), work.path().join("home"), work.path().join("inputs.tar"));
     for d in [&tree, &home] {
         std::fs::create_dir_all(d).map_err(internal)?;
     }
+    receive_body(body, &inputs, request).await?;
     let unpack_into = tree.clone();
     tokio::task::spawn_blocking(move || {
         let limits = UnpackLimits { max_bytes: MAX_REQUEST_BYTES, max_entries: MAX_REQUEST_ENTRIES };
-        archive::unpack_tar(std::io::Cursor::new(body), &unpack_into, limits)
+        let file = std::fs::File::open(&inputs).map_err(|e| crate::error::RepoErrorReason::Io(format!("reading the inputs: {e}")))?;
+        let unpacked = archive::unpack_tar(std::io::BufReader::new(file), &unpack_into, limits);
+        let _ = std::fs::remove_file(&inputs);
+        unpacked
     })
     .await
     .map_err(|e| BuildFailure::Internal(e.to_string()))?
-    .map_err(|e| BuildFailure::BadInput(format!("the inputs: {e}")))?;
-    let output = kustomize.build(&tree.join(dir), &home, std::slice::from_ref(&tree)).await;
+    .map_err(|e| BuildFailure::BadInput(StatusCode::BAD_REQUEST, format!("the inputs: {e}")))?;
+    let output = kustomize.build(&tree.join(&request.dir), &home, std::slice::from_ref(&tree)).await;
     // Paths in kustomize's messages as the caller knows them.
     let prefix = format!("{}/", tree.display());
     output.map_err(|e| {
@@ -437,6 +587,43 @@ async fn run_build(config: &ServerConfig, release: KustomizeRelease, dir: &Path,
             other => other,
         })
     })
+}
+
+/// Serves `config`'s routes on `listener` until `shutdown` completes: at most [`MAX_CONNECTIONS`]
+/// connections at once (the next waits to be accepted), each closed when it takes longer than
+/// [`HEADER_READ_TIMEOUT`] to send a request's headers. HTTP/1.1 only, as the operator calls.
+pub async fn serve_on(listener: tokio::net::TcpListener, config: ServerConfig, shutdown: impl std::future::Future<Output = ()> + Send + 'static) {
+    use tower::ServiceExt;
+    let router = router(config);
+    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = async {
+                let permit = connections.clone().acquire_owned().await.expect("the semaphore is never closed");
+                (permit, listener.accept().await)
+            } => accepted,
+        };
+        let (permit, stream) = match accepted {
+            (permit, Ok((stream, _))) => (permit, stream),
+            (_, Err(e)) => {
+                tracing::warn!(error = %e, "accepting a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let router = router.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| router.clone().oneshot(request.map(axum::body::Body::new)));
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+            if let Err(e) = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await {
+                tracing::debug!(error = %e, "renderer connection");
+            }
+            drop(permit);
+        });
+    }
 }
 
 /// How `kustomize-operator render-server` runs (its command line).
@@ -476,7 +663,8 @@ pub async fn serve(args: ServerArgs, shutdown: impl std::future::Future<Output =
     let config = ServerConfig { v3, v3_2, v5, callers: args.callers, work_root, concurrency: args.concurrency };
     let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("listening on {}: {e}", args.listen))?;
     tracing::info!(address = %args.listen, "renderer listening");
-    axum::serve(listener, router(config)).with_graceful_shutdown(shutdown).await.map_err(|e| e.to_string())
+    serve_on(listener, config, shutdown).await;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -507,7 +695,7 @@ mod tests {
         assert_eq!(relative_to(Path::new("/cache/repo/a"), Path::new("/cache/repo/b/c")), PathBuf::from("../b/c"));
     }
 
-    fn refusal(result: Result<(KustomizeRelease, PathBuf), Response>) -> (StatusCode, String) {
+    fn refusal<T: std::fmt::Debug>(result: Result<T, Response>) -> (StatusCode, String) {
         let response = result.expect_err("refused");
         let status = response.status();
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
@@ -516,48 +704,82 @@ mod tests {
     }
 
     #[test]
-    fn a_request_is_answered_only_when_its_caller_signed_it_as_sent() {
+    fn a_request_is_answered_only_when_its_caller_signed_its_headers() {
         let (key, stranger) = (nkeys::KeyPair::new_user(), nkeys::KeyPair::new_user());
         let callers = vec![key.public_key()];
         let (now, body) = (1_000_000, b"the tree".as_slice());
         let signed = |key: &nkeys::KeyPair, time: u64, dir: &str| signed_headers(key, time, KustomizeRelease::V5, dir, body).unwrap();
+        let check = |headers: &HeaderMap, now: u64| authenticate(&callers, &ReplayGuard::default(), headers, now);
 
-        let (release, dir) = authenticate(&callers, &signed(&key, now, "tmp/work/x"), body, now).unwrap();
-        assert_eq!((release, dir), (KustomizeRelease::V5, PathBuf::from("tmp/work/x")));
+        let request = check(&signed(&key, now, "tmp/work/x"), now).unwrap();
+        let sha = hex(&sha2::Sha256::digest(body));
+        assert_eq!(request, Authorized { release: KustomizeRelease::V5, dir: PathBuf::from("tmp/work/x"), length: 8, body_sha256: sha });
 
-        let (status, text) = refusal(authenticate(&callers, &signed(&stranger, now, "d"), body, now));
+        let (status, text) = refusal(check(&signed(&stranger, now, "d"), now));
         assert_eq!(status, StatusCode::UNAUTHORIZED);
         assert!(text.contains("not one this renderer answers"), "{text}");
-        // Another body, another field, another key's signature under the caller's name: refused.
-        assert_eq!(refusal(authenticate(&callers, &signed(&key, now, "d"), b"another tree", now)).1, "the signature does not match the request");
-        let mut moved = signed(&key, now, "d");
-        moved.insert(DIR_HEADER, "e".parse().unwrap());
-        assert_eq!(refusal(authenticate(&callers, &moved, body, now)).1, "the signature does not match the request");
+        // Any signed field changed, or another key's signature under the caller's name: refused.
+        for (name, value) in [(DIR_HEADER, "e".to_string()), (LENGTH_HEADER, "9".to_string()), (BODY_SHA256_HEADER, hex(&sha2::Sha256::digest(b"another"))), (NONCE_HEADER, "0".repeat(32)), (RELEASE_HEADER, "v3".to_string())] {
+            let mut moved = signed(&key, now, "d");
+            moved.insert(name, value.parse().unwrap());
+            assert_eq!(refusal(check(&moved, now)), (StatusCode::UNAUTHORIZED, "the signature does not match the request".to_string()), "{name}");
+        }
         let mut forged = signed(&stranger, now, "d");
         forged.insert(CALLER_HEADER, key.public_key().parse().unwrap());
-        assert_eq!(refusal(authenticate(&callers, &forged, body, now)).1, "the signature does not match the request");
-        // Replayed later than the clock skew allows.
-        let (status, text) = refusal(authenticate(&callers, &signed(&key, now, "d"), body, now + MAX_CLOCK_SKEW_SECS + 1));
+        assert_eq!(refusal(check(&forged, now)).1, "the signature does not match the request");
+        // Sent later than the clock skew allows.
+        let (status, text) = refusal(check(&signed(&key, now, "d"), now + MAX_CLOCK_SKEW_SECS + 1));
         assert_eq!(status, StatusCode::UNAUTHORIZED);
         assert!(text.contains("from the renderer's clock"), "{text}");
         // Signed, but a directory outside the tree.
-        let (status, text) = refusal(authenticate(&callers, &signed(&key, now, "../etc"), body, now));
+        let (status, text) = refusal(check(&signed(&key, now, "../etc"), now));
         assert_eq!((status, text.as_str()), (StatusCode::BAD_REQUEST, "x-kfop-dir: path contains '..'"));
-        let mut unsigned = signed(&key, now, "d");
-        unsigned.remove(SIGNATURE_HEADER);
-        assert_eq!(refusal(authenticate(&callers, &unsigned, body, now)).1, "header x-kfop-signature is missing");
+        for header in [SIGNATURE_HEADER, NONCE_HEADER, LENGTH_HEADER, BODY_SHA256_HEADER] {
+            let mut unsigned = signed(&key, now, "d");
+            unsigned.remove(header);
+            assert_eq!(refusal(check(&unsigned, now)).1, format!("header {header} is missing"));
+        }
+        // A signed promise of more than a build may send.
+        let mut large = signed_headers(&key, now, KustomizeRelease::V5, "d", b"").unwrap();
+        let too_long = MAX_REQUEST_BYTES + 1;
+        let fields = SignedFields { time: now, nonce: &"1".repeat(32), release: KustomizeRelease::V5, dir: "d", length: too_long, body_sha256: &"0".repeat(64) };
+        use base64::Engine;
+        for (name, value) in [(NONCE_HEADER, "1".repeat(32)), (LENGTH_HEADER, too_long.to_string()), (BODY_SHA256_HEADER, "0".repeat(64)), (SIGNATURE_HEADER, base64::engine::general_purpose::STANDARD.encode(key.sign(fields.message().as_bytes()).unwrap()))] {
+            large.insert(name, value.parse().unwrap());
+        }
+        assert_eq!(refusal(check(&large, now)).0, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[test]
+    fn a_signed_request_is_answered_once() {
+        let key = nkeys::KeyPair::new_user();
+        let (callers, replays, now) = (vec![key.public_key()], ReplayGuard::default(), 1_000_000);
+        let headers = signed_headers(&key, now, KustomizeRelease::V5, "d", b"tree").unwrap();
+        authenticate(&callers, &replays, &headers, now).unwrap();
+        let (status, text) = refusal(authenticate(&callers, &replays, &headers, now + 1));
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert!(text.ends_with("was used before: a request is answered once"), "{text}");
+        // The same request signed again (another nonce) is answered.
+        authenticate(&callers, &replays, &signed_headers(&key, now, KustomizeRelease::V5, "d", b"tree").unwrap(), now + 1).unwrap();
+        // A nonce is forgotten once its request could no longer pass the clock check.
+        replays.first_use("caller", "n", now, now + MAX_CLOCK_SKEW_SECS + 1).unwrap();
+        assert_eq!(replays.seen.lock().unwrap().len(), 1, "only the nonce just used is kept");
     }
 
     #[test]
     fn the_signature_covers_every_field() {
-        let base = signed_message(1, KustomizeRelease::V3, "tmp/x", "00");
+        let (nonce, sha) = ("a".repeat(32), "0".repeat(64));
+        let base = SignedFields { time: 1, nonce: &nonce, release: KustomizeRelease::V3, dir: "tmp/x", length: 4, body_sha256: &sha };
+        let (other_nonce, other_sha) = ("b".repeat(32), "1".repeat(64));
         for other in [
-            signed_message(2, KustomizeRelease::V3, "tmp/x", "00"),
-            signed_message(1, KustomizeRelease::V5, "tmp/x", "00"),
-            signed_message(1, KustomizeRelease::V3, "tmp/y", "00"),
-            signed_message(1, KustomizeRelease::V3, "tmp/x", "01"),
+            SignedFields { time: 2, ..base },
+            SignedFields { nonce: &other_nonce, ..base },
+            SignedFields { release: KustomizeRelease::V5, ..base },
+            SignedFields { dir: "tmp/y", ..base },
+            SignedFields { length: 5, ..base },
+            SignedFields { body_sha256: &other_sha, ..base },
         ] {
-            assert_ne!(base, other);
+            assert_ne!(base.message(), other.message(), "{other:?}");
         }
     }
 }

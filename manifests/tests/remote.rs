@@ -18,7 +18,7 @@ async fn start_renderer(callers: Vec<String>, work_root: &Path) -> String {
     let config = ServerConfig { v3: kustomize(KustomizeRelease::V3).await, v3_2: Some(kustomize(KustomizeRelease::V3_2).await), v5: Some(kustomize(KustomizeRelease::V5).await), callers, work_root: work_root.to_path_buf(), concurrency: 2 };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, remote::router(config)).await.unwrap() });
+    tokio::spawn(remote::serve_on(listener, config, std::future::pending()));
     url
 }
 

@@ -241,12 +241,12 @@ async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(
     // destination stays fenced until the spec (or the operator's flags) change.
     let fetched = fetched.get(&repo_key(source)).expect("every valid source's repository is fetched first").as_ref().map_err(|e| {
         let fenced = matches!(e.reason, RepoErrorReason::Fenced(_));
-        let invalid = InvalidSpec::new(field(index, "repoUri"), e.to_string());
+        let invalid = InvalidSpec::new(field(index, "repoUri"), tenant_text(&e.to_string(), None));
         if fenced { invalid } else { invalid.retryable() }
     })?;
     let remote = kubeflow_manifests::RemoteBases { cache: repos, mirrors };
     let rendered = renderer.render_application(fetched, &app, context, Some(remote)).await.map_err(|e| {
-        let invalid = InvalidSpec::new(format!("spec.sources[{index}]"), e.to_string());
+        let invalid = InvalidSpec::new(format!("spec.sources[{index}]"), tenant_text(&e.to_string(), Some(fetched)));
         if e.is_transient() { invalid.retryable() } else { invalid }
     })?;
     let (release, why) = &rendered.kustomize;
@@ -256,6 +256,27 @@ async fn render_source(index: usize, source: &KustomizeSource, components: Vec<(
     }
     let objects = rendered.objects.iter().map(|o| serde_json::to_value(o).expect("objects serialise")).collect();
     Ok((objects, rendered.conversions, *release))
+}
+
+/// `text` as a tenant may read it (status, events): a path inside the operator's cache becomes
+/// the path inside its repository (`apps/…` for `repo`, the path below the archive's cache key
+/// for a remote base) or inside the render's directory; nothing names where the operator keeps
+/// its files.
+fn tenant_text(text: &str, repo: Option<&FetchedRepo>) -> String {
+    use kubeflow_manifests::server_paths::{ServerDir, without_server_paths};
+    let dir = cache_dir();
+    let mut roots = vec![dir.clone()];
+    roots.extend(std::fs::canonicalize(&dir).ok().filter(|c| *c != dir));
+    let mut dirs = Vec::new();
+    if let Some(repo) = repo {
+        let canonical = std::fs::canonicalize(&repo.root).ok().filter(|c| *c != repo.root);
+        dirs.extend([Some(repo.root.clone()), canonical].into_iter().flatten().map(|root| ServerDir::inside(&root)));
+    }
+    for root in &roots {
+        dirs.extend([ServerDir::entries_of(&root.join("repos").join("repos")), ServerDir::entries_of(&root.join("work"))]);
+    }
+    dirs.extend(roots.iter().map(|root| ServerDir::inside(root)));
+    without_server_paths(text, &dirs)
 }
 
 /// The repository a source renders from, as fetched: its archive and pin.
@@ -390,8 +411,8 @@ pub async fn render<C: Component + ?Sized>(resource: &C::Resource, discovery: Di
         return hold_unserved::<C>(rendered.as_ref().clone(), &owner, discovery, &namespace, &spec.sources).await;
     }
     let dir = cache_dir();
-    let repos = RepoCache::new(dir.join("repos"), fetch).map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot use its repository cache: {e}")).retryable())?;
-    let renderer = renderer::renderer(dir.join("work")).await.map_err(|e| InvalidSpec::new("spec.sources", format!("the operator cannot render (no kustomize?): {e}")).retryable())?;
+    let repos = RepoCache::new(dir.join("repos"), fetch).map_err(|e| InvalidSpec::new("spec.sources", tenant_text(&format!("the operator cannot use its repository cache: {e}"), None)).retryable())?;
+    let renderer = renderer::renderer(dir.join("work")).await.map_err(|e| InvalidSpec::new("spec.sources", tenant_text(&format!("the operator cannot render (no kustomize?): {e}"), None)).retryable())?;
     let mode = match spec.mode {
         RenderMode::PerApplication => Mode::PerApplication,
         RenderMode::Stacks => Mode::Stacks,
