@@ -1042,6 +1042,19 @@ pub struct ProfileControllerSpec {
     /// names, one Profile each, no plugins) or `Disabled` (cluster admins only).
     #[serde(default)]
     pub registration: Registration,
+    /// The quota of every Profile a user registers through KFAM (`registration: Users`): the
+    /// cluster admin's default, since a registrant may not set `spec.resourceQuotaSpec` (nor
+    /// quota override labels). Unset: registered Profiles have no quota. It is copied into each
+    /// Profile when registered; a change applies to later registrations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered_quota: Option<k8s_openapi::api::core::v1::ResourceQuotaSpec>,
+    /// Profile names reserved besides the built-in list (the cluster's, OLM's, these operators'
+    /// and every namespace a known Kubeflow release or common platform install uses): the
+    /// namespaces of this cluster's other platform installs. A trailing `*` matches any suffix.
+    /// A Profile of such a name is refused (Ready false, nothing written or deleted for it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set", "maxItems" = 256, "items" = {"type": "string", "pattern": crate::validation::RESERVED_NAME_PATTERN}))]
+    pub reserved_names: Vec<String>,
     /// Identities (TokenReview usernames, e.g. `system:serviceaccount:kubeflow:centraldashboard`)
     /// allowed to call the KFAM API on a user's behalf: only their requests may name the caller
     /// in `userIdHeader` and `groupsHeader`. Empty (the default): those headers are refused and

@@ -58,7 +58,7 @@ pub const NOT_A_SYSTEM_NAMESPACE: &str = "!(self in ['kube-system', 'kube-public
 /// named after it, so these would be namespaces the cluster, the operators or Kubeflow's shared
 /// services live in. Checked at admission (CEL, [`profile_name_rule`]) and again by the profiles
 /// operator. Every namespace a known release installs into:
-pub const RESERVED_PROFILE_NAMES: [&str; 24] = [
+pub const RESERVED_PROFILE_NAMES: [&str; 29] = [
     // The cluster's own (`kube-system`, `kube-public`, `kube-node-lease`), OpenShift's, and OLM's.
     "kube-*", "default", "openshift-*", "olm", "operators",
     // These operators' (deploy/, kubeflow_deploy::OPERATOR_NAMESPACE).
@@ -73,15 +73,26 @@ pub const RESERVED_PROFILE_NAMES: [&str; 24] = [
     // Where other common installs of Kubeflow's parts go: Istio's gateway namespace (also the
     // 1.2.0 AWS `istio-ingress` package), Metacontroller's and Dex's own installs.
     "istio-ingress", "metacontroller", "dex",
+    // Common platform namespaces next to Kubeflow, which its packages (or an admin's) grant to
+    // or route to: Prometheus's, ingress-nginx's, local-path-provisioner's, Gatekeeper's, MetalLB's.
+    "monitoring", "ingress-nginx", "local-path-storage", "gatekeeper-system", "metallb-system",
 ];
 
 /// The entry of [`RESERVED_PROFILE_NAMES`] that `name` matches, if any.
 pub fn reserved_profile_name(name: &str) -> Option<&'static str> {
-    RESERVED_PROFILE_NAMES.into_iter().find(|pattern| match pattern.strip_suffix('*') {
-        Some(prefix) => name.starts_with(prefix),
-        None => name == *pattern,
-    })
+    RESERVED_PROFILE_NAMES.into_iter().find(|pattern| name_matches(name, pattern))
 }
+
+/// Whether `name` is `pattern`, or starts with it less a trailing `*`.
+pub fn name_matches(name: &str, pattern: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == pattern,
+    }
+}
+
+/// A reserved-name pattern an admin may add: a DNS label, or a prefix of one followed by `*`.
+pub const RESERVED_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$|^[a-z0-9][-a-z0-9]{0,61}\*$";
 
 /// CEL (at a Profile's root): no name [`reserved_profile_name`] matches.
 pub fn profile_name_rule() -> String {
@@ -155,6 +166,8 @@ mod tests {
             "kubeflow-operators", "olm", "operators", "openshift-operators", "default", "kube-public", "kube-node-lease",
             // Common installs of Kubeflow's parts.
             "istio-ingress", "metacontroller", "dex",
+            // Common platform namespaces.
+            "monitoring", "ingress-nginx", "local-path-storage", "gatekeeper-system", "metallb-system",
         ];
         for namespace in namespaces {
             assert!(super::reserved_profile_name(namespace).is_some(), "{namespace} is not reserved");

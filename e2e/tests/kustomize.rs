@@ -7,7 +7,8 @@
 //! overlay and a kustomize error each get a clear per-application reason and touch nothing else;
 //! deleting the resource removes everything but CRDs and namespaces. A package shaped like current
 //! kubeflow/manifests renders with kustomize v5, its webhook's backend ready before what the
-//! webhook admits; its install is deleted even after its CRD was deleted by hand.
+//! webhook admits; its install is deleted even after its CRD was deleted by hand. A package that
+//! grants to an account of a Profile's namespace is refused before any write.
 
 use std::collections::BTreeMap;
 
@@ -187,6 +188,55 @@ async fn fenced_repositories_and_unparsable_kustomizations_are_refused() {
         gone(&api, name).await;
     }
     let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// A platform install never grants anything to an account of a tenant's namespace: a package
+/// whose ClusterRoleBinding binds ServiceAccount `prometheus` of a namespace a Profile made (a
+/// tenant who registered Profile `monitoring` and made that account would otherwise inherit the
+/// grant) is refused before anything is written, the status naming the binding, the field and
+/// the namespace's owner, though its installer may bind anything.
+#[tokio::test]
+async fn a_grant_to_an_account_in_a_profiles_namespace_is_refused() {
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-kustomize-grant").await;
+    // As the profiles operator labels every Profile's namespace.
+    let tenant = TestNamespace::create_tenant(&client, "e2e-monitoring").await;
+    let labelled = json!({"metadata": {"labels": {"app.kubernetes.io/part-of": "kubeflow-profile"}}});
+    Api::<Namespace>::all(client.clone()).patch(&tenant.name, &PatchParams::default(), &Patch::Merge(labelled)).await.unwrap();
+    let kubeconfig = install_package(&client, "kustomize").await;
+
+    let binding = format!("{}-prometheus-view", ns.name);
+    let tmp = std::env::temp_dir().join(unique_name("grant-repo"));
+    let dir = tmp.join("grant");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("kustomization.yaml"), "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- objects.yaml\n").unwrap();
+    let objects = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: grant-config\ndata:\n  a: b\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {binding}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: view\nsubjects:\n- kind: ServiceAccount\n  name: prometheus\n  namespace: {}\n",
+        tenant.name
+    );
+    std::fs::write(dir.join("objects.yaml"), objects).unwrap();
+    let tarball = fixtures::pack_github_tarball(&tmp, "manifests-grant");
+    std::fs::remove_dir_all(&tmp).unwrap();
+    let server = fixtures::Server::start(BTreeMap::from([("archive/grant.tar.gz".to_string(), tarball)])).await;
+    let cache = std::env::temp_dir().join(unique_name("kustomize-grant-cache"));
+    let operator = OperatorProcess::start("kustomize-operator", &["--namespace", &ns.name, "--allow-fetch-from", "127.0.0.1"], &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap())]);
+    operator.wait_ready().await;
+
+    let api: Api<KustomizeApplication> = Api::namespaced(client.clone(), &ns.name);
+    let mut grant = resource("grant", &ns.name, json!([{"application": "grant", "repoUri": server.url("archive/grant.tar.gz"), "path": "grant"}]));
+    grant.spec.core.mode = kubeflow_crds::component::RenderMode::Stacks;
+    api.create(&PostParams::default(), &grant).await.unwrap();
+    let status = wait_status(&api, "grant", &format!("grant Degraded (log: {})", operator.log.display()), |s| degraded_message(s).is_some()).await;
+    let message = degraded_message(&status).unwrap();
+    let named = format!("ClusterRoleBinding {binding}: subjects[0].namespace names namespace {0}, and namespace {0} belongs to a Profile", tenant.name);
+    assert!(message.contains(&named), "{message}");
+    assert!(status.inventory.is_empty(), "{:?}", status.inventory);
+    assert!(Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone()).get_opt(&binding).await.unwrap().is_none(), "the grant was applied");
+    assert!(Api::<ConfigMap>::namespaced(client.clone(), &ns.name).get_opt("grant-config").await.unwrap().is_none(), "part of the refused install was applied");
+
+    api.delete("grant", &DeleteParams::default()).await.unwrap();
+    gone(&api, "grant").await;
 }
 
 /// A package shaped like current kubeflow/manifests (kustomize v5 only: `labels`) with

@@ -5,7 +5,8 @@
 //! come and go through the KFAM API — every route needs a bearer token (TokenReview), the user-id
 //! header counts only from a trusted proxy, owners and admins only, bindings only in namespaces a
 //! Profile made; registration through KFAM is the policy's (no ServiceAccount registers itself, one
-//! Profile per user, plugins only from admins, `Disabled` leaves it to admins); deleting a Profile
+//! Profile per user even across two replicas, the cluster's quota rather than the registrant's,
+//! plugins only from admins, `Disabled` leaves it to admins); deleting a Profile
 //! deletes its namespace; uninstalling the component keeps the CRD and every Profile. And one
 //! ProfileController is the cluster's settings: another one, even an older one, is Degraded and
 //! changes nothing.
@@ -175,7 +176,11 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
     let kfam_port = free_port();
     let kfam_url = format!("http://127.0.0.1:{kfam_port}/kfam/v1");
     let kfam_addr = format!("--kfam-addr=127.0.0.1:{kfam_port}");
-    let start_operator = || OperatorProcess::start("profiles-operator", &["--namespace", &ns.name, &kfam_addr], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    // As deploy/ runs it: in the operators' namespace, where its registration claims go.
+    let replica = |kfam_addr: &str| {
+        OperatorProcess::start("profiles-operator", &["--namespace", &ns.name, kfam_addr], &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("POD_NAMESPACE", OPERATORS_NAMESPACE)])
+    };
+    let start_operator = || replica(&kfam_addr);
     let operator = start_operator();
     operator.wait_ready().await;
 
@@ -192,7 +197,10 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
     let controllers: Api<ProfileController> = Api::namespaced(client.clone(), &ns.name);
     let resource: ProfileController = serde_json::from_value(json!({
         "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "ProfileController", "metadata": {"name": "profiles"},
-        "spec": {"version": "v1.3.0", "targetNamespace": target.name, "clusterAdmins": ["admin@example.com"], "trustedProxies": [dashboard_user]},
+        "spec": {
+            "version": "v1.3.0", "targetNamespace": target.name, "clusterAdmins": ["admin@example.com"], "trustedProxies": [dashboard_user],
+            "registeredQuota": {"hard": {"cpu": "4", "requests.nvidia.com/gpu": "1"}},
+        },
     }))
     .unwrap();
     controllers.create(&PostParams::default(), &resource).await.unwrap();
@@ -474,6 +482,46 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
     let (status, message) = kfam("POST", &profiles_url, via_dashboard("grace@example.com"), Some(&proposed(&graces, user("grace@example.com")))).await;
     assert_eq!(status, 200, "{message}");
     ready_condition(&profiles, &graces, true).await;
+    // Its quota is the cluster's (registeredQuota), not one of the registrant's choosing.
+    let registered_quota = json!({"hard": {"cpu": "4", "requests.nvidia.com/gpu": "1"}});
+    assert_eq!(serde_json::to_value(profiles.get(&graces).await.unwrap().spec.resource_quota_spec).unwrap(), registered_quota);
+    let quota = Api::<ResourceQuota>::namespaced(client.clone(), &graces).get("kf-resource-quota").await.unwrap();
+    assert_eq!(serde_json::to_value(quota.spec).unwrap(), registered_quota);
+    let ivans = unique_name("ivan");
+    let mut greedy = proposed(&ivans, user("ivan@example.com"));
+    greedy["spec"]["resourceQuotaSpec"] = json!({"hard": {"requests.nvidia.com/gpu": "64"}});
+    let (status, message) = kfam("POST", &profiles_url, via_dashboard("ivan@example.com"), Some(&greedy)).await;
+    assert_eq!(status, 403, "{message}");
+    assert!(message.starts_with("spec.resourceQuotaSpec: only cluster admins set a profile's quota"), "{message}");
+    assert!(profiles.get_opt(&ivans).await.unwrap().is_none(), "a registrant chose its own quota");
+
+    // One Profile per user across replicas: the same user's registrations sent at once, half to a
+    // second replica, make one Profile; the others are told one is made or under way.
+    let second_port = free_port();
+    let mut second_replica = replica(&format!("--kfam-addr=127.0.0.1:{second_port}"));
+    second_replica.wait_ready().await;
+    let second_url = format!("http://127.0.0.1:{second_port}/kfam/v1/profiles");
+    // Four users, one after the other: the two replicas' first answers race each time.
+    for _ in 0..4 {
+        let judy = format!("{}@example.com", unique_name("judy"));
+        let racers: Vec<String> = (0..12).map(|_| unique_name("judy")).collect();
+        let answers = futures::future::join_all(racers.iter().enumerate().map(|(i, name)| {
+            let url = if i % 2 == 0 { profiles_url.clone() } else { second_url.clone() };
+            let body = proposed(name, user(&judy));
+            let via = Identity { token: Some(&dashboard), user: Some(&judy) };
+            async move { kfam("POST", &url, via, Some(&body)).await }
+        }))
+        .await;
+        let judys: Vec<Profile> = profiles.list(&ListParams::default()).await.unwrap().items.into_iter().filter(|p| p.spec.owner.name == judy).collect();
+        assert_eq!(judys.len(), 1, "registrations on two replicas made {} Profiles of one user; answers: {answers:?}", judys.len());
+        assert_eq!(answers.iter().filter(|(status, _)| *status == 200).count(), 1, "{answers:?}");
+        for (status, message) in answers.iter().filter(|(status, _)| *status != 200) {
+            assert!(matches!(status, 403 | 409) && message.contains("registration makes one Profile per user"), "{status} {message}");
+        }
+        delete_profile(&profiles, &judys[0].name_any()).await;
+    }
+    second_replica.kill();
+
     let second = unique_name("grace");
     let (status, message) = kfam("POST", &profiles_url, via_dashboard("grace@example.com"), Some(&proposed(&second, user("grace@example.com")))).await;
     assert_eq!((status, message.as_str()), (403, format!("grace@example.com already owns Profile {graces}: registration makes one Profile per user; ask a cluster admin for another").as_str()));

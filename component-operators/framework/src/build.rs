@@ -1,7 +1,7 @@
 //! Building the desired object set of a component resource (pure): pick the release, gather
 //! parameters, render the template, place and label the objects, apply the spec's overrides.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -50,11 +50,80 @@ pub fn owner_id<R: ComponentResource>(resource: &R) -> String {
 /// `component`: labelled part of the component and, except for CRDs (shared by every install of
 /// the component), annotated with that owner. Nothing else is ever deleted: an inventory in status
 /// can be written by others, so a name listed there is no proof.
-/// The namespaces `objects` install into: those of namespaced objects, and Namespaces they create.
-pub fn target_namespaces(objects: &[Value]) -> BTreeSet<&str> {
-    let mut namespaces: BTreeSet<&str> = objects.iter().filter_map(|o| o["metadata"]["namespace"].as_str()).collect();
-    namespaces.extend(objects.iter().filter(|o| o["apiVersion"] == "v1" && o["kind"] == "Namespace").filter_map(|o| o["metadata"]["name"].as_str()));
-    namespaces
+/// Every namespace `objects` name, each with the first object and field naming it: where
+/// objects are placed (`metadata.namespace`), the Namespaces they create, the accounts they bind
+/// (a binding's `subjects[i].namespace`), the Services they route the API server's calls to (a
+/// webhook's, an APIService's, a CRD's conversion webhook's `…service.namespace`) and the
+/// namespaces an Istio AuthorizationPolicy admits (`source.namespaces`, and the namespace of a
+/// `cluster.local/ns/<namespace>/sa/<name>` principal). A namespace is named as much by a grant
+/// to an account in it as by an object placed there.
+pub fn named_namespaces(objects: &[Value]) -> BTreeMap<&str, (String, String)> {
+    let mut named: BTreeMap<&str, (String, String)> = BTreeMap::new();
+    for object in objects {
+        for (field, namespace) in namespaces_named_by(object) {
+            named.entry(namespace).or_insert_with(|| (crate::plan::describe(object), field));
+        }
+    }
+    named
+}
+
+/// The namespaces one object names, with the field (see [`named_namespaces`]).
+fn namespaces_named_by(object: &Value) -> Vec<(String, &str)> {
+    fn add<'a>(named: &mut Vec<(String, &'a str)>, field: String, value: &'a Value) {
+        if let Some(namespace) = value.as_str().filter(|n| !n.is_empty()) {
+            named.push((field, namespace));
+        }
+    }
+    fn indexed(value: &Value) -> impl Iterator<Item = (usize, &Value)> {
+        value.as_array().into_iter().flatten().enumerate()
+    }
+    let group = object["apiVersion"].as_str().unwrap_or_default().rsplit_once('/').map(|(group, _)| group).unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let mut named = Vec::new();
+    add(&mut named, "metadata.namespace".into(), &object["metadata"]["namespace"]);
+    match (group, kind) {
+        ("", "Namespace") if object["apiVersion"] == "v1" => add(&mut named, "metadata.name".into(), &object["metadata"]["name"]),
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
+            for (i, subject) in indexed(&object["subjects"]) {
+                add(&mut named, format!("subjects[{i}].namespace"), &subject["namespace"]);
+            }
+        }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration") => {
+            for (i, webhook) in indexed(&object["webhooks"]) {
+                add(&mut named, format!("webhooks[{i}].clientConfig.service.namespace"), &webhook["clientConfig"]["service"]["namespace"]);
+            }
+        }
+        ("apiregistration.k8s.io", "APIService") => add(&mut named, "spec.service.namespace".into(), &object["spec"]["service"]["namespace"]),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            let conversion = &object["spec"]["conversion"];
+            add(&mut named, "spec.conversion.webhook.clientConfig.service.namespace".into(), &conversion["webhook"]["clientConfig"]["service"]["namespace"]);
+            add(&mut named, "spec.conversion.webhookClientConfig.service.namespace".into(), &conversion["webhookClientConfig"]["service"]["namespace"]);
+        }
+        ("security.istio.io", "AuthorizationPolicy") => {
+            for (i, rule) in indexed(&object["spec"]["rules"]) {
+                for (j, from) in indexed(&rule["from"]) {
+                    for (k, namespace) in indexed(&from["source"]["namespaces"]) {
+                        add(&mut named, format!("spec.rules[{i}].from[{j}].source.namespaces[{k}]"), namespace);
+                    }
+                    for (k, principal) in indexed(&from["source"]["principals"]) {
+                        if let Some(namespace) = principal.as_str().and_then(principal_namespace) {
+                            named.push((format!("spec.rules[{i}].from[{j}].source.principals[{k}]"), namespace));
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    named
+}
+
+/// The namespace of an Istio principal `cluster.local/ns/<namespace>/sa/<name>` (any trust
+/// domain); none for a pattern (`*`) or another form.
+fn principal_namespace(principal: &str) -> Option<&str> {
+    let (_, rest) = principal.split_once("/ns/")?;
+    let (namespace, _) = rest.split_once("/sa/")?;
+    (!namespace.is_empty() && !namespace.contains(['*', '/'])).then_some(namespace)
 }
 
 /// The tenant whose namespace `namespace` is, if a Profile made it: the Profile its owner
@@ -443,7 +512,41 @@ mod tests {
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}}),
             json!({"apiVersion": "example.com/v1", "kind": "Namespace", "metadata": {"name": "not-a-namespace"}}),
         ];
-        assert_eq!(target_namespaces(&objects).into_iter().collect::<Vec<_>>(), ["auth", "oauth2-proxy"]);
+        assert_eq!(named_namespaces(&objects).into_keys().collect::<Vec<_>>(), ["auth", "oauth2-proxy"]);
+    }
+
+    /// A grant to an account, a route to a Service and an admitted principal name a namespace as
+    /// much as an object placed there, each with the field that names it.
+    #[test]
+    fn bindings_webhooks_api_services_and_policies_name_namespaces() {
+        let objects = [
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "read"},
+                "subjects": [{"kind": "Group", "name": "g"}, {"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "rb", "namespace": "kubeflow"},
+                "subjects": [{"kind": "ServiceAccount", "name": "a", "namespace": "team-a"}]}),
+            json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": {"name": "w"},
+                "webhooks": [{"name": "x", "clientConfig": {"url": "https://x"}}, {"name": "y", "clientConfig": {"service": {"name": "s", "namespace": "hooks"}}}]}),
+            json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1.metrics"}, "spec": {"service": {"name": "m", "namespace": "metrics"}}}),
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "c"},
+                "spec": {"conversion": {"strategy": "Webhook", "webhook": {"clientConfig": {"service": {"name": "conv", "namespace": "convert"}}}}}}),
+            json!({"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy", "metadata": {"name": "p", "namespace": "kubeflow"},
+                "spec": {"rules": [{"from": [{"source": {"namespaces": ["callers"], "principals": ["cluster.local/ns/bob/sa/default", "*", "cluster.local/ns/*/sa/x"]}}]}]}}),
+            // Not the kinds it looks like.
+            json!({"apiVersion": "example.com/v1", "kind": "RoleBinding", "metadata": {"name": "e"}, "subjects": [{"namespace": "elsewhere"}]}),
+        ];
+        let named: Vec<(&str, (String, String))> = named_namespaces(&objects).into_iter().collect();
+        let expected = [
+            ("bob", ("AuthorizationPolicy kubeflow/p", "spec.rules[0].from[0].source.principals[0]")),
+            ("callers", ("AuthorizationPolicy kubeflow/p", "spec.rules[0].from[0].source.namespaces[0]")),
+            ("convert", ("CustomResourceDefinition c", "spec.conversion.webhook.clientConfig.service.namespace")),
+            ("hooks", ("MutatingWebhookConfiguration w", "webhooks[1].clientConfig.service.namespace")),
+            ("kubeflow", ("RoleBinding kubeflow/rb", "metadata.namespace")),
+            ("metrics", ("APIService v1.metrics", "spec.service.namespace")),
+            ("monitoring", ("ClusterRoleBinding read", "subjects[1].namespace")),
+            ("team-a", ("RoleBinding kubeflow/rb", "subjects[0].namespace")),
+        ];
+        let expected: Vec<(&str, (String, String))> = expected.into_iter().map(|(n, (o, f))| (n, (o.to_string(), f.to_string()))).collect();
+        assert_eq!(named, expected);
     }
 
     #[test]

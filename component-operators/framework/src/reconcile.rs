@@ -552,20 +552,24 @@ async fn desired<C: Component>(resource: &C::Resource, ctx: &Context<C>, install
     Ok(Ok(Desired { version, objects, applications, failed, builds, notes }))
 }
 
-/// A namespace a Profile made is a tenant's: no component installs into it, but a resource that
+/// A namespace a Profile made is a tenant's: no component installs into it, binds an account
+/// of it, routes the API server to a Service of it or admits its principals, but a resource that
 /// lives there itself (the tenant's own KfDef). Otherwise a tenant could register a Profile named
-/// like a namespace a platform release installs into and later receive the platform's objects
-/// (its Secrets among them). Reads each target namespace once per reconcile, with the operator's
-/// own rights (every operator may read namespaces).
+/// like a namespace a platform release uses and later receive the platform's objects (its
+/// Secrets among them) or its grants (a ClusterRoleBinding to `monitoring:prometheus`). Reads
+/// each named namespace once per reconcile, with the operator's own rights (every operator may
+/// read namespaces).
 async fn tenant_namespace<C: Component>(resource: &C::Resource, ctx: &Context<C>, objects: &[Value]) -> Result<Option<InvalidSpec>, Error> {
     let own = resource.namespace().unwrap_or_default();
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
-    for namespace in build::target_namespaces(objects).into_iter().filter(|n| *n != own) {
+    for (namespace, (object, field)) in build::named_namespaces(objects).into_iter().filter(|(n, _)| *n != own) {
         let live = namespaces.get_opt(namespace).await.map_err(|source| Error::Namespace { namespace: namespace.to_string(), source })?;
         if let Some(owner) = live.as_ref().and_then(build::tenant_owner) {
             return Ok(Some(InvalidSpec::new(
                 "spec",
-                format!("namespace {namespace} belongs to {owner}, a tenant's namespace: no component installs into it (only a resource in that namespace may); nothing is installed"),
+                format!(
+                    "{object}: {field} names namespace {namespace}, and namespace {namespace} belongs to {owner}, a tenant's namespace: no component installs into it, binds or admits its accounts or routes to its Services (only a resource in that namespace may); nothing is installed"
+                ),
             )
             .retryable()));
         }

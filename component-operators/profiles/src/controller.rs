@@ -257,7 +257,7 @@ impl Context {
         let spec = &settings.spec;
         let name = profile.name_any();
         // Before anything else: a reserved name is refused whether or not its namespace exists.
-        if let Some(reserved) = tenant::reserved_refusal(&name) {
+        if let Some(reserved) = tenant::reserved_refusal(&name, spec) {
             return self.refuse(profile, "ReservedName", reserved.to_string()).await;
         }
         let mesh = self.mesh(spec);

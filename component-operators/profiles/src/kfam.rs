@@ -43,6 +43,7 @@ use sha2::{Digest, Sha256};
 
 use crate::controller::{Context, api_for};
 use crate::rate::RateLimit;
+use crate::registration::{self, ClaimError};
 use crate::tenant::{self, MANAGED_BY_LABEL, Mesh, ROLE_ANNOTATION, USER_ANNOTATION};
 
 pub const FIELD_MANAGER: &str = "kubeflow-profiles-kfam";
@@ -328,7 +329,8 @@ pub fn may_manage(caller: &Caller, profile: &Profile, settings: &ProfileControll
 /// - `registration: Disabled`: nobody else (403);
 /// - `registration: Users`: only a person a trusted proxy names (its user-id header), not a
 ///   caller with its own token (403); no `spec.plugins` (cloud identities) and no quota override
-///   labels, which only admins grant (403 naming the field); owned by the caller as a `User`
+///   labels and no `spec.resourceQuotaSpec`, which only admins grant (403 naming the field: a
+///   registered Profile's quota is the cluster's, `registeredQuota`); owned by the caller as a `User`
 ///   (403); and one Profile per user: a user who owns one (a `User` owner of that name, not being
 ///   deleted) is refused (403 naming it), as upstream's dashboard registration makes one.
 pub fn may_register(caller: &Caller, settings: &ProfileControllerSpec, existing: &[Profile], request: &Profile) -> Result<(), Refusal> {
@@ -358,6 +360,9 @@ pub fn may_register(caller: &Caller, settings: &ProfileControllerSpec, existing:
         && let Some(label) = request.labels().keys().find(|k| k.starts_with(prefix))
     {
         return forbidden(format!("metadata.labels[{label:?}]: only cluster admins may override a profile's quota ({prefix}<resource> labels); register without it"));
+    }
+    if request.spec.resource_quota_spec.as_ref().is_some_and(|q| q != &Default::default()) {
+        return forbidden("spec.resourceQuotaSpec: only cluster admins set a profile's quota; a registered Profile gets the cluster's (ProfileController spec.registeredQuota): register without it".into());
     }
     let owner = &request.spec.owner;
     if owner.kind != "User" || owner.name != caller.user {
@@ -441,6 +446,21 @@ pub fn binding_objects(user: &Subject, role: &RoleRef, cluster_role: &str, names
 
 /// The controller's context, once the Profile CRD is established.
 pub type Shared = Arc<OnceLock<Arc<Context>>>;
+
+/// What the API's handlers share: the controller's context once it runs, and the namespace of
+/// the registration claims ([`registration`]; the operators' own, where each replica may write
+/// Leases), if there is one.
+#[derive(Clone)]
+struct Served {
+    shared: Shared,
+    claims: Option<Arc<str>>,
+}
+
+impl axum::extract::FromRef<Served> for Shared {
+    fn from_ref(served: &Served) -> Self {
+        served.shared.clone()
+    }
+}
 
 fn reply(result: Result<String, Refusal>) -> Response {
     match result {
@@ -614,20 +634,29 @@ async fn read_bindings(State(shared): State<Shared>, headers: HeaderMap, RawQuer
     )
 }
 
-/// Serialises profile registrations (see [`create_profile`]).
+/// Serialises profile registrations within this process when there is no namespace for claims
+/// (see [`create_profile`]).
 static REGISTRATION: std::sync::LazyLock<futures::lock::Mutex<()>> = std::sync::LazyLock::new(|| futures::lock::Mutex::new(()));
 
-async fn create_profile(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+/// `POST /kfam/v1/profiles`. A registrant's Profile gets the cluster's quota
+/// (`registeredQuota`), and is created only under the user's claim ([`registration`]), so two
+/// requests of one user — on one replica or on two — make one Profile.
+async fn create_profile(State(served): State<Served>, headers: HeaderMap, body: Bytes) -> Response {
     reply(
         async {
-            let (ctx, settings, caller) = identified(&shared, &headers).await?;
-            let profile: Profile = parse(&body)?;
-            // One registration at a time, so two requests of one user cannot both find no Profile
-            // of theirs (within this replica; the leader's controller sees both either way).
-            let _one_at_a_time = REGISTRATION.lock().await;
+            let (ctx, settings, caller) = identified(&served.shared, &headers).await?;
+            let mut profile: Profile = parse(&body)?;
+            let _one_at_a_time = match served.claims {
+                None => Some(REGISTRATION.lock().await),
+                Some(_) => None,
+            };
             let existing: Vec<Profile> =
                 Api::<DeserializeGuard<Profile>>::all(ctx.client.clone()).list(&ListParams::default()).await.map_err(internal)?.items.into_iter().filter_map(|g| g.0.ok()).collect();
             may_register(&caller, &settings.spec, &existing, &profile)?;
+            let registrant = !is_cluster_admin(&caller, &settings.spec);
+            if registrant {
+                profile.spec.resource_quota_spec = settings.spec.registered_quota.clone();
+            }
             // The controller refuses these too; saying so here spares a Profile that never works.
             tenant::validate(&profile, &settings.spec).map_err(|invalid| bad_request(invalid.to_string()))?;
             let name = profile.name_any();
@@ -635,12 +664,33 @@ async fn create_profile(State(shared): State<Shared>, headers: HeaderMap, body: 
                 return Err(Refusal(StatusCode::CONFLICT, format!("metadata.name: namespace {name} already exists and a Profile never adopts a namespace; choose another name")));
             }
             let profiles: Api<Profile> = Api::all(ctx.client.clone());
+            let claim = match served.claims.as_deref().filter(|_| registrant) {
+                None => None,
+                Some(namespace) => {
+                    let is_theirs = |named: String| {
+                        let (profiles, user) = (profiles.clone(), caller.user.clone());
+                        async move {
+                            let live = profiles.get_opt(&named).await?;
+                            Ok(live.is_some_and(|p| p.meta().deletion_timestamp.is_none() && p.spec.owner.kind == "User" && p.spec.owner.name == user))
+                        }
+                    };
+                    Some(registration::take(&ctx.client, namespace, &caller.user, &name, is_theirs).await.map_err(|e| match e {
+                        ClaimError::Registered { .. } => Refusal(StatusCode::FORBIDDEN, e.to_string()),
+                        ClaimError::InProgress { .. } => Refusal(StatusCode::CONFLICT, e.to_string()),
+                        ClaimError::Api { .. } => internal(e),
+                    })?)
+                }
+            };
             let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-            profiles.create(&params, &profile).await.map_err(|e| match e {
+            let created = profiles.create(&params, &profile).await.map_err(|e| match e {
                 kube::Error::Api(s) if s.code == 409 => Refusal(StatusCode::CONFLICT, s.message),
                 kube::Error::Api(s) if s.code == 422 || s.code == 400 => bad_request(s.message),
                 e => internal(e),
-            })?;
+            });
+            if let (Err(_), Some(claim)) = (&created, claim) {
+                claim.release().await;
+            }
+            created?;
             Ok(String::new())
         }
         .await,
@@ -687,7 +737,9 @@ async fn about(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     reply(identified(&shared, &headers).await.map(|_| "KFAM-compatible access management of the Kubeflow profiles operator".to_string()))
 }
 
-pub fn router(shared: Shared) -> Router {
+/// The API; registration claims go in namespace `claims` (without one, registrations are
+/// serialised within this process only: one replica).
+pub fn router(shared: Shared, claims: Option<&str>) -> Router {
     Router::new()
         .route("/kfam/", get(about))
         .route("/kfam/v1/bindings", get(read_bindings).post(create_binding).delete(delete_binding))
@@ -695,16 +747,17 @@ pub fn router(shared: Shared) -> Router {
         .route("/kfam/v1/profiles/{profile}", delete(delete_profile))
         .route("/kfam/v1/role/clusteradmin", get(cluster_admin))
         .layer(axum::middleware::from_fn(limit_peers))
-        .with_state(shared)
+        .with_state(Served { shared, claims: claims.map(Arc::from) })
 }
 
 /// Binds `addr` (failing the start when it cannot) and serves the KFAM API in the background.
-pub async fn start(addr: std::net::SocketAddr, shared: Shared) -> std::io::Result<()> {
+pub async fn start(addr: std::net::SocketAddr, shared: Shared, claims: Option<&str>) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "KFAM API listening");
+    tracing::info!(%addr, claims, "KFAM API listening");
+    let app = router(shared, claims);
     tokio::spawn(async move {
         // The peer's address is what a request is limited by before its token is reviewed.
-        if let Err(e) = axum::serve(listener, router(shared).into_make_service_with_connect_info::<std::net::SocketAddr>()).await {
+        if let Err(e) = axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await {
             tracing::error!(error = %e, "KFAM API stopped");
         }
     });
@@ -1048,5 +1101,11 @@ mod tests {
         assert_eq!(may_register(&person("erin@example.com"), &s, &[], &request), Ok(()), "not an override without a prefix set");
         s.quota_override_label_prefix = Some("quotas.kubeflow.org/".into());
         assert!(refused(may_register(&person("erin@example.com"), &s, &[], &request)).starts_with("metadata.labels[\"quotas.kubeflow.org/requests.cpu\"]: only cluster admins"));
+        // A quota of one's own: only an empty one passes (the cluster's is set on registration).
+        request.metadata.labels = None;
+        request.spec.resource_quota_spec = Some(serde_json::from_value(json!({"hard": {"requests.nvidia.com/gpu": "64"}})).unwrap());
+        assert!(refused(may_register(&person("erin@example.com"), &s, &[], &request)).starts_with("spec.resourceQuotaSpec: only cluster admins set a profile's quota"));
+        request.spec.resource_quota_spec = Some(Default::default());
+        assert_eq!(may_register(&person("erin@example.com"), &s, &[], &request), Ok(()));
     }
 }

@@ -19,6 +19,7 @@ pub mod controller;
 pub mod kfam;
 pub mod made;
 pub mod rate;
+pub mod registration;
 pub mod settings;
 pub mod tenant;
 

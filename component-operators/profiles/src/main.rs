@@ -49,7 +49,10 @@ fn main() -> std::process::ExitCode {
         settings::install(source.clone());
         let shared = kfam::Shared::default();
         if let Some(addr) = profiles.kfam_addr {
-            kfam::start(addr, shared.clone()).await.map_err(|e| format!("cannot serve the KFAM API on {addr}: {e}"))?;
+            // Registration claims go where every replica may write Leases: the election's
+            // namespace, else the pod's.
+            let claims = operator.leader_election.lease_namespace.as_deref().or(pod_namespace.as_deref());
+            kfam::start(addr, shared.clone(), claims).await.map_err(|e| format!("cannot serve the KFAM API on {addr}: {e}"))?;
         }
         tokio::spawn(controller::run(client, source, Arc::new(cloud::Unconfigured), shared));
         component_framework::run::<ProfilesComponent>(operator).await.map_err(|e| e.to_string())

@@ -50,9 +50,11 @@ pub use component_framework::api::validation::RESERVED_PROFILE_NAMES as RESERVED
 pub use component_framework::api::validation::reserved_profile_name as reserved_name;
 
 /// Why `name` may not be a Profile's name (it is reserved), as a refusal of `metadata.name`.
-pub fn reserved_refusal(name: &str) -> Option<InvalidProfile> {
-    reserved_name(name).map(|pattern| {
-        invalid("metadata.name", format!("{name:?} is reserved (matches {pattern:?}): a Profile may not own a system or platform namespace; reserved: {}", RESERVED_NAMES.join(", ")))
+pub fn reserved_refusal(name: &str, settings: &ProfileControllerSpec) -> Option<InvalidProfile> {
+    let extra = settings.reserved_names.iter().find(|pattern| component_framework::api::validation::name_matches(name, pattern));
+    reserved_name(name).or(extra.map(String::as_str)).map(|pattern| {
+        let reserved: Vec<&str> = RESERVED_NAMES.iter().copied().chain(settings.reserved_names.iter().map(String::as_str)).collect();
+        invalid("metadata.name", format!("{name:?} is reserved (matches {pattern:?}): a Profile may not own a system or platform namespace; reserved: {}", reserved.join(", ")))
     })
 }
 
@@ -162,6 +164,17 @@ pub fn validate_settings(spec: &ProfileControllerSpec) -> Result<(), InvalidSpec
             }
         }
     }
+    for (resource, quantity) in spec.registered_quota.iter().flat_map(|q| q.hard.iter().flatten()) {
+        if !is_quantity(&quantity.0) {
+            return Err(InvalidSpec::new(format!("spec.registeredQuota.hard[{resource:?}]"), format!("{:?} is not a quantity (e.g. 4, 500m, 16Gi)", quantity.0)));
+        }
+    }
+    for (i, pattern) in spec.reserved_names.iter().enumerate() {
+        let name = pattern.strip_suffix('*').unwrap_or(pattern);
+        if name.is_empty() || name.len() > 63 || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') || name.starts_with('-') {
+            return Err(InvalidSpec::new(format!("spec.reservedNames[{i}]"), "must be a namespace name, or the start of one followed by * (e.g. monitoring, vault-*)"));
+        }
+    }
     Ok(())
 }
 
@@ -172,7 +185,7 @@ pub fn validate(profile: &Profile, settings: &ProfileControllerSpec) -> Result<(
     if !is_dns_label(&name) {
         return Err(invalid("metadata.name", format!("{name:?} cannot name a namespace: use at most 63 of [a-z0-9-], starting and ending with a letter or digit")));
     }
-    if let Some(refusal) = reserved_refusal(&name) {
+    if let Some(refusal) = reserved_refusal(&name, settings) {
         return Err(refusal);
     }
     validate_owner(&profile.spec.owner)?;
@@ -685,6 +698,29 @@ mod tests {
             assert_eq!(reserved_name(name), None, "{name}");
         }
         assert_eq!(reserved_name("kube-system"), Some("kube-*"));
+    }
+
+    /// The common platform namespaces are reserved by default; an admin reserves more in the
+    /// settings, exact or by prefix, and only those.
+    #[test]
+    fn the_cluster_reserves_more_names_in_its_settings() {
+        let named = |name: &str| {
+            let mut p = alice();
+            p.metadata.name = Some(name.into());
+            p
+        };
+        for name in ["monitoring", "ingress-nginx", "local-path-storage", "gatekeeper-system", "metallb-system"] {
+            assert!(validate(&named(name), &settings()).unwrap_err().to_string().starts_with(&format!("metadata.name: {name:?} is reserved")), "{name}");
+        }
+        let mut s = settings();
+        s.reserved_names = vec!["observability".into(), "vault-*".into()];
+        for name in ["observability", "vault-system"] {
+            let refusal = validate(&named(name), &s).unwrap_err().to_string();
+            assert!(refusal.starts_with(&format!("metadata.name: {name:?} is reserved")) && refusal.ends_with("metallb-system, observability, vault-*"), "{refusal}");
+        }
+        for name in ["observability-team", "vault"] {
+            assert_eq!(validate(&named(name), &s), Ok(()), "{name}");
+        }
     }
 
     #[test]
