@@ -501,6 +501,13 @@ async fn profiles_make_tenants_and_kfam_shares_them() {
     let mut second_replica = replica(&format!("--kfam-addr=127.0.0.1:{second_port}"));
     second_replica.wait_ready().await;
     let second_url = format!("http://127.0.0.1:{second_port}/kfam/v1/profiles");
+    // Ready is the operator's; KFAM serves once its controller runs (503 until then).
+    let second_admin = format!("http://127.0.0.1:{second_port}/kfam/v1/role/clusteradmin");
+    eventually("the second replica's KFAM serving", || async {
+        let answer = kfam("GET", &second_admin, via_dashboard("judy@example.com"), None).await;
+        if answer.0 == 200 { Ok(()) } else { Err(answer) }
+    })
+    .await;
     // Four users, one after the other: the two replicas' first answers race each time.
     for _ in 0..4 {
         let judy = format!("{}@example.com", unique_name("judy"));

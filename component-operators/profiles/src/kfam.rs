@@ -687,8 +687,10 @@ async fn create_profile(State(served): State<Served>, headers: HeaderMap, body: 
                 kube::Error::Api(s) if s.code == 422 || s.code == 400 => bad_request(s.message),
                 e => internal(e),
             });
-            if let (Err(_), Some(claim)) = (&created, claim) {
-                claim.release().await;
+            match (&created, claim) {
+                (Ok(_), Some(claim)) => claim.confirm().await,
+                (Err(_), Some(claim)) => claim.release().await,
+                (_, None) => {}
             }
             created?;
             Ok(String::new())

@@ -4,13 +4,14 @@
 //! what the API server lets only one request win; a list of Profiles is not (two replicas can
 //! both find none). The Lease names the Profile (`spec.holderIdentity`): while that Profile
 //! exists and is the user's, the user has registered; while it does not exist yet, the claim is
-//! a registration in progress for [`CLAIM_SECONDS`]; after that (the create failed, or the
-//! Profile was deleted) the claim is stale and the next registration takes it over.
+//! a registration in progress for [`CLAIM_SECONDS`], after which (the create failed) it is
+//! stale; once the Profile was made (`spec.renewTime`) and is deleted, it is stale at once. The
+//! next registration takes a stale claim over.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
+use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
 use sha2::{Digest, Sha256};
 
@@ -48,8 +49,10 @@ pub fn decide(claim: Option<&Lease>, named_profile_is_theirs: bool, now: Timesta
     if named_profile_is_theirs {
         return Decision::Registered(profile);
     }
+    // A claim whose Profile was made (`renewTime` set then) and is gone since: the user deleted it.
+    let made = spec.renew_time.is_some();
     let duration = i64::from(spec.lease_duration_seconds.unwrap_or(CLAIM_SECONDS).clamp(0, CLAIM_SECONDS));
-    let fresh = spec.acquire_time.is_some_and(|MicroTime(at)| now.duration_since(at) < SignedDuration::from_secs(duration));
+    let fresh = !made && spec.acquire_time.is_some_and(|MicroTime(at)| now.duration_since(at) < SignedDuration::from_secs(duration));
     if fresh { Decision::InProgress(profile) } else { Decision::Replace(claim.resource_version().unwrap_or_default()) }
 }
 
@@ -81,18 +84,36 @@ pub enum ClaimError {
 /// A claim this request holds: released if the Profile is not made after all.
 pub struct Claimed {
     api: Api<Lease>,
-    name: String,
-    uid: Option<String>,
-    resource_version: Option<String>,
+    lease: Lease,
 }
 
 impl Claimed {
+    /// Records that the Profile was made (`renewTime`), so once it is deleted the user may
+    /// register again at once. Best effort: a claim left unconfirmed goes stale after
+    /// [`CLAIM_SECONDS`] all the same.
+    pub async fn confirm(self) {
+        let Self { api, mut lease } = self;
+        let name = lease.name_any();
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.renew_time = Some(MicroTime(Timestamp::now()));
+        }
+        let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        if let Err(e) = api.replace(&name, &params, &lease).await {
+            tracing::warn!(claim = %name, error = %e, "cannot record a registration as made; its claim goes stale in {CLAIM_SECONDS} s");
+        }
+    }
+
     /// Gives the claim up (the Profile was not created), so the user need not wait for it to go
-    /// stale; only this claim, never one another request took since.
+    /// stale: the claim is written back without its time and Profile (stale at once; a replace,
+    /// which the operator may do where it holds its Lease), and only if no other request took it
+    /// since (its resourceVersion).
     pub async fn release(self) {
-        let params = DeleteParams { preconditions: Some(Preconditions { uid: self.uid, resource_version: self.resource_version }), ..Default::default() };
-        if let Err(e) = self.api.delete(&self.name, &params).await {
-            tracing::warn!(claim = %self.name, error = %e, "cannot release a registration claim; it goes stale in {CLAIM_SECONDS} s");
+        let Self { api, mut lease } = self;
+        let name = lease.name_any();
+        lease.spec = Some(LeaseSpec { lease_duration_seconds: Some(CLAIM_SECONDS), ..Default::default() });
+        let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        if let Err(e) = api.replace(&name, &params, &lease).await {
+            tracing::warn!(claim = %name, error = %e, "cannot release a registration claim; it goes stale in {CLAIM_SECONDS} s");
         }
     }
 }
@@ -122,7 +143,7 @@ where
         Decision::Replace(version) => api.replace(&name, &params, &claim(namespace, user, profile, now, Some(version))).await,
     };
     match written {
-        Ok(lease) => Ok(Claimed { api, name, uid: lease.uid(), resource_version: lease.resource_version() }),
+        Ok(lease) => Ok(Claimed { api, lease }),
         // Another request created or replaced it first: a registration of this user is under way.
         Err(kube::Error::Api(status)) if status.code == 409 => Err(ClaimError::InProgress { user: user.into(), profile: "another".into() }),
         Err(e) => Err(api_error(e)),
@@ -164,6 +185,11 @@ mod tests {
         let mut long = live("ann", 0);
         long.spec.as_mut().unwrap().lease_duration_seconds = Some(i32::MAX);
         assert_eq!(decide(Some(&long), false, at(i64::from(CLAIM_SECONDS))), Decision::Replace("7".into()));
+        // Made, then deleted: stale at once.
+        let mut made = live("ann", 0);
+        made.spec.as_mut().unwrap().renew_time = Some(MicroTime(at(1)));
+        assert_eq!(decide(Some(&made), false, at(2)), Decision::Replace("7".into()));
+        assert_eq!(decide(Some(&made), true, at(2)), Decision::Registered("ann".into()));
         let mut timeless = live("ann", 0);
         timeless.spec.as_mut().unwrap().acquire_time = None;
         assert_eq!(decide(Some(&timeless), false, at(0)), Decision::Replace("7".into()));
