@@ -368,10 +368,16 @@ pub fn may_register(caller: &Caller, settings: &ProfileControllerSpec, existing:
     if owner.kind != "User" || owner.name != caller.user {
         return forbidden(format!("spec.owner: {} may only register a Profile owned by themselves ({{kind: User, name: {}}}); got {{kind: {}, name: {}}}", caller.user, caller.user, owner.kind, owner.name));
     }
-    if let Some(owned) = existing.iter().find(|p| p.meta().deletion_timestamp.is_none() && p.spec.owner.kind == "User" && p.spec.owner.name == caller.user) {
+    if let Some(owned) = existing.iter().find(|p| registered_by(p, &caller.user)) {
         return forbidden(format!("{} already owns Profile {}: registration makes one Profile per user; ask a cluster admin for another", caller.user, owned.name_any()));
     }
     Ok(())
+}
+
+/// Whether `profile` counts as `user`'s one registered Profile: owned by that `User`, not being
+/// deleted.
+fn registered_by(profile: &Profile, user: &str) -> bool {
+    profile.meta().deletion_timestamp.is_none() && profile.spec.owner.kind == "User" && profile.spec.owner.name == user
 }
 
 /// Whether a binding names the caller: a User binding of the caller, or a Group binding of one of
@@ -671,7 +677,7 @@ async fn create_profile(State(served): State<Served>, headers: HeaderMap, body: 
                         let (profiles, user) = (profiles.clone(), caller.user.clone());
                         async move {
                             let live = profiles.get_opt(&named).await?;
-                            Ok(live.is_some_and(|p| p.meta().deletion_timestamp.is_none() && p.spec.owner.kind == "User" && p.spec.owner.name == user))
+                            Ok(live.is_some_and(|p| registered_by(&p, &user)))
                         }
                     };
                     Some(registration::take(&ctx.client, namespace, &caller.user, &name, is_theirs).await.map_err(|e| match e {

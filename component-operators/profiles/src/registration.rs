@@ -92,30 +92,30 @@ impl Claimed {
     /// register again at once. Best effort: a claim left unconfirmed goes stale after
     /// [`CLAIM_SECONDS`] all the same.
     pub async fn confirm(self) {
-        let Self { api, mut lease } = self;
-        let name = lease.name_any();
-        if let Some(spec) = lease.spec.as_mut() {
-            spec.renew_time = Some(MicroTime(Timestamp::now()));
-        }
-        let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        if let Err(e) = api.replace(&name, &params, &lease).await {
-            tracing::warn!(claim = %name, error = %e, "cannot record a registration as made; its claim goes stale in {CLAIM_SECONDS} s");
-        }
+        self.write_back("record a registration as made", |spec| spec.renew_time = Some(MicroTime(Timestamp::now()))).await;
     }
 
     /// Gives the claim up (the Profile was not created), so the user need not wait for it to go
-    /// stale: the claim is written back without its time and Profile (stale at once; a replace,
-    /// which the operator may do where it holds its Lease), and only if no other request took it
-    /// since (its resourceVersion).
+    /// stale: the claim is written back without its time and Profile (stale at once).
     pub async fn release(self) {
+        self.write_back("release a registration claim", |spec| *spec = LeaseSpec { lease_duration_seconds: Some(CLAIM_SECONDS), ..Default::default() }).await;
+    }
+
+    /// Writes the claim back edited: a replace (which the operator may do where it holds its
+    /// Lease, no delete right needed), and only if no other request took it since (its
+    /// resourceVersion).
+    async fn write_back(self, what: &str, edit: impl FnOnce(&mut LeaseSpec)) {
         let Self { api, mut lease } = self;
         let name = lease.name_any();
-        lease.spec = Some(LeaseSpec { lease_duration_seconds: Some(CLAIM_SECONDS), ..Default::default() });
-        let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
-        if let Err(e) = api.replace(&name, &params, &lease).await {
-            tracing::warn!(claim = %name, error = %e, "cannot release a registration claim; it goes stale in {CLAIM_SECONDS} s");
+        edit(lease.spec.get_or_insert_with(Default::default));
+        if let Err(e) = api.replace(&name, &write_params(), &lease).await {
+            tracing::warn!(claim = %name, error = %e, "cannot {what}; the claim goes stale in {CLAIM_SECONDS} s");
         }
     }
+}
+
+fn write_params() -> PostParams {
+    PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
 }
 
 /// Claims `user`'s registration for `profile` in `namespace`. `is_theirs(name)` says whether
@@ -135,7 +135,7 @@ where
         None => false,
     };
     let now = Timestamp::now();
-    let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+    let params = write_params();
     let written = match decide(live.as_ref(), theirs, now) {
         Decision::Registered(profile) => return Err(ClaimError::Registered { user: user.into(), profile }),
         Decision::InProgress(profile) => return Err(ClaimError::InProgress { user: user.into(), profile }),
