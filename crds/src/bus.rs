@@ -271,10 +271,10 @@ impl Identity {
             Identity::FleetAgent => Permissions {
                 // A spoke cluster's bus owner in the meta-operator's place: it makes the buckets
                 // and writes every component's desired state as the hub says. Towards the hub:
-                // its domain's API and flow control, which the hub's leaf permissions narrow to
-                // the cluster's own buckets (`crate::fleet::leaf_permissions`), where a
-                // compromised spoke cannot widen them.
-                publish: ["$JS.API.>".to_string(), "$JS.FC.>".into(), format!("$JS.{}.API.>", crate::fleet::HUB_DOMAIN)]
+                // its domain's API, the hub's gate and flow control, which the hub's leaf
+                // permissions narrow to the cluster's own buckets
+                // (`crate::fleet::leaf_permissions`), where a compromised spoke cannot widen them.
+                publish: ["$JS.API.>".to_string(), "$JS.FC.>".into(), format!("$JS.{}.API.>", crate::fleet::HUB_DOMAIN), format!("{}.>", crate::fleet::LEAF_API)]
                     .into_iter()
                     .chain(ComponentKind::ALL.into_iter().map(|c| format!("$KV.{}.>", desired_bucket(c))))
                     .collect(),

@@ -24,11 +24,30 @@ pub struct Spoke {
 pub struct Fleet {
     pub hub: NatsServer,
     pub spokes: Vec<Spoke>,
+    // The hub's gate for each cluster, when no meta-operator serves it (aborted on drop).
+    gates: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.gates.iter().for_each(|gate| gate.abort());
+    }
 }
 
 impl Fleet {
-    /// A hub registering `names`, a server per spoke joined to it, and each spoke's agent.
+    /// A hub registering `names`, a server per spoke joined to it, each spoke's agent, and the
+    /// hub's gate for each cluster ([`operator_runtime::nats::serve_leaf_api`], as the hub's
+    /// meta-operator serves it), served from this process.
     pub async fn start(names: &[&str]) -> Fleet {
+        let mut fleet = Fleet::start_for_meta_operator(names).await;
+        let client = fleet.hub.client(Identity::MetaOperator).await;
+        fleet.gates = fleet.spokes.iter().map(|spoke| tokio::spawn(operator_runtime::nats::serve_leaf_api(client.clone(), spoke.name.clone()))).collect();
+        fleet
+    }
+
+    /// As [`Fleet::start`], without the gate: a test that runs the hub's meta-operator has it
+    /// serve the gate of each cluster registered with it.
+    pub async fn start_for_meta_operator(names: &[&str]) -> Fleet {
         let clusters: Vec<(ClusterName, String)> = names.iter().map(|n| (n.parse().unwrap(), new_seed())).collect();
         let leaf_port = free_port();
         let registered: Vec<(ClusterName, String)> = clusters.iter().map(|(c, seed)| (c.clone(), public_key(seed).unwrap())).collect();
@@ -65,7 +84,7 @@ impl Fleet {
             if names == wanted { Ok(()) } else { Err(format!("connected: {names:?}")) }
         })
         .await;
-        Fleet { hub, spokes }
+        Fleet { hub, spokes, gates: Vec::new() }
     }
 
     /// A hub bucket, opened as the meta-operator.

@@ -128,14 +128,19 @@ async fn a_spokes_credentials_are_refused_on_another_spokes_subjects() {
     // server's configuration): its own bucket is readable, once the leaf is up.
     let (client, _) = operator_runtime::nats::connect_with_inbox(&a.server.url(), Identity::FleetAgent, &fleet::agent_inbox_prefix(&a.name), &a.server.bus.credentials(Identity::FleetAgent)).await.unwrap();
     let hub = jetstream::with_domain(client.clone(), fleet::HUB_DOMAIN);
-    let own = eventually("spoke-a reads its own desired bucket on the hub", || async { hub.get_key_value(fleet::desired_bucket(&a.name)).await.map_err(|e| e.to_string()) }).await;
+    let gate = jetstream::with_prefix(client.clone(), &fleet::leaf_api_prefix(&a.name));
+    let own = eventually("spoke-a reads its own desired bucket through the hub's gate", || async { gate.get_key_value(fleet::desired_bucket(&a.name)).await.map_err(|e| e.to_string()) }).await;
     // Through a watch, as the agent reads it (reading by key is not granted).
     let mut watch = own.watch_with_history("katib.kubeflow.kf").await.unwrap();
     let first = tokio::time::timeout(Duration::from_secs(30), watch.next()).await.expect("spoke-a's own entry").unwrap().unwrap();
     assert_eq!(serde_json::from_slice::<DesiredComponent>(&first.value).unwrap(), desired(ComponentKind::Katib, "kf", "v0.11.0"));
 
-    let refused = hub.get_key_value(fleet::desired_bucket(&b.name)).await;
-    assert!(refused.is_err(), "spoke-a opened spoke-b's desired bucket");
+    for (path, js) in [("the gate", &gate), ("the hub's domain", &hub)] {
+        let refused = js.get_key_value(fleet::desired_bucket(&b.name)).await;
+        assert!(refused.is_err(), "spoke-a opened spoke-b's desired bucket through {path}");
+    }
+    let b_gate = client.request(format!("{}.STREAM.INFO.KV_{}", fleet::leaf_api_prefix(&b.name), fleet::desired_bucket(&b.name)), "".into()).await;
+    assert!(b_gate.is_err(), "spoke-a used spoke-b's gate: {:?}", b_gate.map(|m| m.payload));
     let raw = client.request(fleet::hub_api(&format!("CONSUMER.CREATE.KV_{}", fleet::desired_bucket(&b.name))), "{}".into()).await;
     assert!(raw.is_err(), "spoke-a made a consumer on spoke-b's desired stream: {:?}", raw.map(|m| m.payload));
     let forged = StatusReport { spec_hash: "forged".into(), ready: true, ..Default::default() };
@@ -155,6 +160,63 @@ async fn a_spokes_credentials_are_refused_on_another_spokes_subjects() {
     let seed = a.seed.clone();
     let as_client = async_nats::ConnectOptions::with_nkey(seed).add_root_certificates(fleet.hub.bus.ca_file()).require_tls(true).connect(format!("tls://127.0.0.1:{}", fleet.hub.port)).await;
     assert!(as_client.is_err(), "spoke-a's leaf key was accepted on the hub's client port");
+}
+
+/// A spoke's leaf makes on the hub only the consumers its agent needs, and only a few: it cannot
+/// address the hub's consumer API itself, and the gate refuses (naming the field) a consumer that
+/// delivers anywhere but the cluster's own inbox, or that would persist; the stream holds at most
+/// `MAX_LEAF_CONSUMERS`. The hub is left with no consumer delivering elsewhere.
+#[tokio::test]
+async fn a_spokes_leaf_makes_only_the_consumers_its_agent_needs_and_only_a_few() {
+    let fleet = Fleet::start(&["spoke-a", "spoke-b"]).await;
+    let a = &fleet.spokes[0];
+    let hub_a = fleet.hub_bucket(fleet::desired_bucket(&a.name)).await;
+    put(&hub_a, "katib.kubeflow.kf", &desired(ComponentKind::Katib, "kf", "v0.11.0")).await;
+    // The agent's own watch goes through the gate: the spec reaches the spoke.
+    let (a_katib, _) = spoke_buckets(a, ComponentKind::Katib).await;
+    await_entry(&a_katib, "katib.kubeflow.kf", "the spec on spoke-a through the gate", is(desired(ComponentKind::Katib, "kf", "v0.11.0"))).await;
+
+    let (client, _) = operator_runtime::nats::connect_with_inbox(&a.server.url(), Identity::FleetAgent, &fleet::agent_inbox_prefix(&a.name), &a.server.bus.credentials(Identity::FleetAgent)).await.unwrap();
+    let stream = format!("KV_{}", fleet::desired_bucket(&a.name));
+    let create = |config: serde_json::Value| serde_json::to_vec(&serde_json::json!({"stream_name": stream, "config": config, "action": "create"})).unwrap();
+    let through_gate = |config: serde_json::Value| {
+        let (client, subject, payload) = (client.clone(), format!("{}.CONSUMER.CREATE.{stream}", fleet::leaf_api_prefix(&a.name)), create(config));
+        async move {
+            let answer = client.request(subject, payload.into()).await.expect("the gate answers");
+            serde_json::from_slice::<serde_json::Value>(&answer.payload).unwrap()
+        }
+    };
+    // Straight to the hub's API: not even answered (the leaf user may not publish there).
+    let direct = client.request(fleet::hub_api(&format!("CONSUMER.CREATE.{stream}")), create(serde_json::json!({"deliver_subject": "_INBOX.fleet-agent.spoke-b.x"})).into()).await;
+    assert!(direct.is_err(), "spoke-a reached the hub's consumer API: {:?}", direct.map(|m| m.payload));
+    for elsewhere in ["_INBOX.fleet-agent.spoke-b.stolen", "$JS.API.STREAM.PURGE.KV_kubeflow-fleet-desired-spoke-b"] {
+        let answer = through_gate(serde_json::json!({"deliver_subject": elsewhere, "ack_policy": "none"})).await;
+        let reason = answer["error"]["description"].as_str().unwrap_or_default().to_string();
+        assert!(reason.contains("field config.deliver_subject") && reason.contains("allowed: none (a pull consumer) or a subject under _INBOX.fleet-agent.spoke-a."), "{elsewhere}: {answer}");
+    }
+    let durable = through_gate(serde_json::json!({"durable_name": "kept"})).await;
+    assert!(durable["error"]["description"].as_str().unwrap_or_default().contains("field config.durable_name"), "{durable}");
+
+    // Pull consumers, until the stream holds as many as it may: the next is refused by the server.
+    let hub_js = jetstream::new(fleet.hub.client(Identity::MetaOperator).await);
+    let mut made = 0;
+    let refusal = loop {
+        let answer = through_gate(serde_json::json!({"ack_policy": "explicit", "inactive_threshold": 60_000_000_000u64})).await;
+        if answer.get("error").is_some() {
+            break answer;
+        }
+        made += 1;
+        assert!(made <= fleet::MAX_LEAF_CONSUMERS, "more than {} consumers made on the stream", fleet::MAX_LEAF_CONSUMERS);
+    };
+    assert!(refusal["error"]["description"].as_str().unwrap_or_default().contains("maximum consumers limit reached"), "{refusal}");
+    let mut on_hub = hub_js.get_stream(&stream).await.unwrap();
+    assert_eq!(on_hub.info().await.unwrap().state.consumer_count as i64, fleet::MAX_LEAF_CONSUMERS);
+    // Every consumer on the stream is pulled or delivers to spoke-a's inbox.
+    let mut consumers = on_hub.consumers();
+    while let Some(info) = consumers.next().await {
+        let deliver = info.unwrap().config.deliver_subject.unwrap_or_default();
+        assert!(deliver.is_empty() || deliver.starts_with("_INBOX.fleet-agent.spoke-a."), "a consumer delivers to {deliver}");
+    }
 }
 
 /// With the hub's server stopped, a spoke's operators still read their desired state and write

@@ -48,7 +48,7 @@ async fn a_kfdef_placed_on_two_clusters_converges_on_both_and_the_hub_sums_them_
     let deploy_all = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
     kubectl(&["apply", "--server-side", "--force-conflicts", "-k", deploy_all.to_str().unwrap()]);
     let meta_kubeconfig = operator_kubeconfig(&hub, "meta-operator").await;
-    let mut fleet = Fleet::start(&SPOKE_NAMES[..2]).await;
+    let mut fleet = Fleet::start_for_meta_operator(&SPOKE_NAMES[..2]).await;
     let ns = TestNamespace::create(&hub, "e2e-fleet").await;
     let mut spokes = Vec::new();
     for (index, member) in fleet.spokes.iter().enumerate() {

@@ -110,7 +110,7 @@ async fn a_fleet_upgrade_moves_the_canary_first_and_a_failing_canary_stops_it_be
     let deploy_all = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/all");
     kubectl(&["apply", "--server-side", "--force-conflicts", "-k", deploy_all.to_str().unwrap()]);
     let meta_kubeconfig = operator_kubeconfig(&hub, "meta-operator").await;
-    let fleet = Fleet::start(&SPOKE_NAMES[..2]).await;
+    let fleet = Fleet::start_for_meta_operator(&SPOKE_NAMES[..2]).await;
     let ns = TestNamespace::create(&hub, "e2e-waves").await;
     let mut spokes = Vec::new();
     for (index, member) in fleet.spokes.iter().enumerate() {

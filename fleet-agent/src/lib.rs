@@ -13,7 +13,8 @@
 //!   What the hub could not take (the link is down) is written once it can.
 //!
 //! The agent needs no Kubernetes credentials: it only moves bytes between two buckets, and the
-//! hub's leaf permissions let it read and write nothing but its own cluster's.
+//! hub's leaf permissions let it read and write nothing but its own cluster's (its desired bucket
+//! through the hub's gate, [`fleet::check_leaf_api`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -96,7 +97,8 @@ fn nats_retry() -> backoff::ExponentialBackoff {
     retry::exponential(Duration::from_millis(500), Duration::from_secs(10))
 }
 
-/// Hub desired state → the cluster's desired buckets, for as long as the process runs. The
+/// Hub desired state → the cluster's desired buckets, for as long as the process runs; `hub` is
+/// the hub's API as the cluster's gate passes it on ([`fleet::leaf_api_prefix`]). The
 /// watch is made again (and so the hub listed again) whenever it ends or fails: each entry is
 /// the latest value of its key, so a replay changes nothing. The cluster's buckets are made with
 /// `replicas` copies when missing.

@@ -45,10 +45,12 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let local = async_nats::jetstream::new(client.clone());
+    // The desired bucket is read through the hub's gate, the status bucket written in its domain.
+    let hub_gate = async_nats::jetstream::with_prefix(client.clone(), &fleet::leaf_api_prefix(&cli.cluster));
     let hub = async_nats::jetstream::with_domain(client, fleet::HUB_DOMAIN);
     metrics.set_ready();
     tracing::info!(cluster = %cli.cluster, "fleet agent started");
-    let desired = fleet_agent::relay_desired(cli.cluster.clone(), hub.clone(), local.clone(), cli.nats_replicas);
+    let desired = fleet_agent::relay_desired(cli.cluster.clone(), hub_gate, local.clone(), cli.nats_replicas);
     let status = fleet_agent::relay_status(cli.cluster, hub, local, cli.nats_replicas);
     tokio::select! {
         _ = desired => {}

@@ -1,5 +1,6 @@
-//! The hub's FleetCluster controller. For each registered cluster it keeps a watch of the
-//! cluster's status bucket on the hub: what the cluster reports goes into
+//! The hub's FleetCluster controller. For each registered cluster it serves the cluster's gate to
+//! the hub's JetStream API ([`nats::serve_leaf_api`]) and keeps a watch of the cluster's status
+//! bucket on the hub: what the cluster reports goes into
 //! [`BusState::fleet`](crate::controller::BusState) and triggers the KfDefs it concerns. It writes
 //! the registration's status (connected, last heard from, operators), and forgets a cluster whose
 //! registration is gone.
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use backoff::backoff::Backoff;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -82,8 +83,9 @@ pub async fn reconcile(registration: Arc<FleetCluster>, ctx: Arc<FleetContext>) 
         let mut watchers = ctx.watchers.lock().await;
         let running = watchers.get(&cluster).is_some_and(|task| !task.is_finished());
         if let (false, Some(js)) = (running, js) {
-            info!("watching the cluster's reports");
-            let task = tokio::spawn(watch_cluster(js, cluster.clone(), ctx.replicas, state.clone(), ctx.triggers.clone()));
+            info!("watching the cluster's reports and serving its gate");
+            let gate = nats::serve_leaf_api(js.client(), cluster.clone());
+            let task = tokio::spawn(futures::future::join(watch_cluster(js, cluster.clone(), ctx.replicas, state.clone(), ctx.triggers.clone()), gate).map(drop));
             watchers.insert(cluster, task);
         }
     }

@@ -323,12 +323,14 @@ mod tests {
         assert!(hub.contains("jetstream {\n  store_dir: \"/data\"\n  domain: \"hub\"\n}"), "{hub}");
         assert!(hub.contains("leafnodes {\n  host: \"0.0.0.0\"\n  port: 7422\n  tls {cert_file: \"/tls/tls.crt\""), "{hub}");
         // The cluster's key: a leaf connection only, with the cluster's own permissions.
-        assert!(hub.contains("# cluster spoke-a\n    {nkey: \"UAKEY\", allowed_connection_types: [\"LEAFNODE\"], permissions: {publish: {allow: [\"$JS.hub.API.STREAM.INFO.KV_kubeflow-fleet-desired-spoke-a\""), "{hub}");
+        assert!(hub.contains("# cluster spoke-a\n    {nkey: \"UAKEY\", allowed_connection_types: [\"LEAFNODE\"], permissions: {publish: {allow: [\"fleet.api.spoke-a.>\""), "{hub}");
         assert!(hub.contains("subscribe: {allow: [\"_INBOX.fleet-agent.spoke-a.>\"]}"), "{hub}");
         // The operators' keys: clients only; the meta-operator writes the cluster's desired state.
         assert!(hub.contains("{nkey: $KFOP_NKEY_KATIB_OPERATOR, allowed_connection_types: [\"STANDARD\"]"), "{hub}");
         let meta = hub.lines().find(|l| l.contains("$KFOP_NKEY_META_OPERATOR")).unwrap();
         assert!(meta.contains("\"$KV.kubeflow-fleet-desired-spoke-a.>\""), "{meta}");
+        // It serves each cluster's gate and answers its refusals to that cluster's agent.
+        assert!(meta.contains("\"fleet.api.*.>\"") && meta.contains("\"_INBOX.fleet-agent.spoke-a.>\""), "{meta}");
 
         let spoke = server_config(&ServerConfig {
             jetstream_domain: Some("spoke-a".into()),

@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
 use async_nats::{HeaderMap, HeaderValue};
+use backoff::backoff::Backoff;
+use futures::StreamExt;
 use kubeflow_crds::ComponentKind;
 use kubeflow_crds::bus::{self, HEARTBEAT_STALE, Identity, OPERATORS_BUCKET, STATUS_BUCKET};
+use kubeflow_crds::fleet;
 use serde::Serialize;
 
 pub fn now_unix() -> u64 {
@@ -116,10 +119,70 @@ pub async fn ensure_buckets(js: &jetstream::Context, replicas: usize) -> Result<
 }
 
 /// The hub's buckets of a spoke `cluster` ([`kubeflow_crds::fleet`]): its desired state and its
-/// reports, created when missing with `replicas` copies each.
-pub async fn ensure_fleet_buckets(js: &jetstream::Context, cluster: &kubeflow_crds::fleet::ClusterName, replicas: usize) -> Result<(kv::Store, kv::Store), BusError> {
-    use kubeflow_crds::fleet;
-    Ok((ensure_bucket(js, &fleet::desired_bucket(cluster), 5, Duration::ZERO, replicas).await?, ensure_bucket(js, &fleet::status_bucket(cluster), 1, Duration::ZERO, replicas).await?))
+/// reports, created when missing with `replicas` copies each. The desired bucket's stream holds at
+/// most [`fleet::MAX_LEAF_CONSUMERS`] consumers, none outliving its reader by more than
+/// [`fleet::MAX_LEAF_INACTIVE_THRESHOLD`] (a bucket made before these limits gets them).
+pub async fn ensure_fleet_buckets(js: &jetstream::Context, cluster: &fleet::ClusterName, replicas: usize) -> Result<(kv::Store, kv::Store), BusError> {
+    let desired = ensure_bucket(js, &fleet::desired_bucket(cluster), 5, Duration::ZERO, replicas).await?;
+    let stream = format!("KV_{}", fleet::desired_bucket(cluster));
+    let limited = async {
+        let mut config = js.get_stream(&stream).await?.info().await?.config.clone();
+        let limits = jetstream::stream::ConsumerLimits { inactive_threshold: fleet::MAX_LEAF_INACTIVE_THRESHOLD, max_ack_pending: 0 };
+        if config.max_consumers != fleet::MAX_LEAF_CONSUMERS as i32 || config.consumer_limits.as_ref() != Some(&limits) {
+            config.max_consumers = fleet::MAX_LEAF_CONSUMERS as i32;
+            config.consumer_limits = Some(limits);
+            js.update_stream(config).await?;
+        }
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+    };
+    limited.await.map_err(|e| BusError::Limits(stream, e.to_string()))?;
+    Ok((desired, ensure_bucket(js, &fleet::status_bucket(cluster), 1, Duration::ZERO, replicas).await?))
+}
+
+/// The hub's gate to its JetStream API for `cluster`'s leaf connection, for as long as the task
+/// runs: each request under the cluster's [`fleet::leaf_api_prefix`] that
+/// [`fleet::check_leaf_api`] lets through is sent on to the API, answered at the requester's
+/// reply subject; a refused one is answered with the reason. Every replica serves it (a queue
+/// group: each request is handled once).
+pub async fn serve_leaf_api(client: async_nats::Client, cluster: fleet::ClusterName) {
+    let subject = format!("{}.>", fleet::leaf_api_prefix(&cluster));
+    let mut delays = crate::retry::exponential(Duration::from_millis(200), Duration::from_secs(5));
+    loop {
+        let mut requests = match client.queue_subscribe(subject.clone(), "leaf-api".into()).await {
+            Ok(requests) => requests,
+            Err(error) => {
+                tracing::warn!(%cluster, %error, "cannot serve the cluster's gate yet; retrying");
+                tokio::time::sleep(delays.next_backoff().unwrap_or(crate::retry::MAX)).await;
+                continue;
+            }
+        };
+        delays.reset();
+        while let Some(request) = requests.next().await {
+            let reply = request.reply.as_ref().map(|r| r.as_str());
+            let sent = match fleet::check_leaf_api(&cluster, &request.subject, reply, &request.payload) {
+                Ok(call) => {
+                    let reply = request.reply.clone().expect("checked: a request let through has a reply subject");
+                    match request.headers {
+                        Some(headers) => client.publish_with_reply_and_headers(call.subject, reply, headers, call.payload.into()).await,
+                        None => client.publish_with_reply(call.subject, reply, call.payload.into()).await,
+                    }
+                }
+                Err(fleet::LeafApiRefusal::Refused(reason)) => {
+                    tracing::warn!(%cluster, %reason, "refused a request of the cluster's leaf");
+                    let reply = request.reply.clone().expect("checked: a refusal is answered at the request's reply subject");
+                    client.publish(reply, fleet::leaf_api_refusal_answer(&reason).into()).await
+                }
+                Err(fleet::LeafApiRefusal::Unanswerable(reason)) => {
+                    tracing::warn!(%cluster, %reason, "dropped a request of the cluster's leaf");
+                    Ok(())
+                }
+            };
+            if let Err(error) = sent {
+                tracing::warn!(%cluster, %error, "cannot answer a request of the cluster's leaf");
+            }
+        }
+        tracing::warn!(%cluster, "the gate's subscription ended; subscribing again");
+    }
 }
 
 /// A component operator's buckets (its desired bucket, status, operators), which the
@@ -161,6 +224,8 @@ pub enum BusError {
     Bucket(String),
     #[error("cannot publish to NATS: {0}")]
     Publish(String),
+    #[error("cannot set the consumer limits of stream {0}: {1}")]
+    Limits(String, String),
 }
 
 /// Puts `value` under `key` in `bucket` with a JetStream message id (deduplication) and the current

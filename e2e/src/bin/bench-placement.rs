@@ -110,7 +110,7 @@ async fn main() {
     println!("| spokes | converge on every spoke | version change on every spoke | wave upgrade | same run, one cluster: converge / change / KfUpgrade |");
     println!("| --- | --- | --- | --- | --- |");
     for n in sizes {
-        let fleet = Fleet::start(&SPOKE_NAMES[..n]).await;
+        let fleet = Fleet::start_for_meta_operator(&SPOKE_NAMES[..n]).await;
         let ns = TestNamespace::create(&hub, "bench-placement").await;
         let mut operators = Vec::new();
         for (index, member) in fleet.spokes.iter().enumerate() {
