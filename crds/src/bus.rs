@@ -114,6 +114,9 @@ pub struct StatusReport {
     /// The plan of the [`DesiredComponent::preview`] last asked for, once computed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<ChangePlan>,
+    /// What a Purge uninstall of the resource waits for ([`crate::component::ComponentStatus::purging`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub purging: Vec<String>,
 }
 
 /// One release a component operator ships, as it announces it.

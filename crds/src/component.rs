@@ -218,6 +218,21 @@ pub enum CrdRemovalPolicy {
     Delete,
 }
 
+/// What an uninstall leaves behind (`spec.deletionPolicy`, on the KfDef and every component
+/// resource it makes).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Keep the namespaces the install made and the CRDs it installed (and so every custom
+    /// resource of theirs).
+    #[default]
+    Retain,
+    /// Delete them too: a namespace the install made once it holds no object of any install and
+    /// no PersistentVolumeClaim, a CRD it installed once no custom resource of it is left (the
+    /// resource lists in `status.purging` what it waits for). Nothing of a user's is deleted to
+    /// get there.
+    Purge,
+}
+
 /// Spec fields every component resource has.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -264,6 +279,9 @@ pub struct ComponentSpecCore {
     pub remote_base_mirrors: Vec<String>,
     #[serde(default)]
     pub crd_removal_policy: CrdRemovalPolicy,
+    /// What deleting this resource leaves behind; the meta-operator sets it from the KfDef's.
+    #[serde(default, skip_serializing_if = "crate::is_default")]
+    pub deletion_policy: DeletionPolicy,
     /// Whether objects the component renders that already exist, made by someone else (no
     /// `components.kubeflow.org/part-of` label and owner annotation of this resource), are taken
     /// over: applied, labelled as this resource's, and so later pruned or deleted with it. Off by
@@ -441,6 +459,10 @@ pub struct ComponentStatus {
     /// without writing anything (a KfUpgrade asks for it before it moves the component).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<ChangePlan>,
+    /// Being deleted with `deletionPolicy: Purge`: what is left to delete and why it waits
+    /// (`CustomResourceDefinition x.example.com: 2 custom resources left, e.g. team/a`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub purging: Vec<String>,
 }
 
 /// Annotation on a component resource holding a spec (JSON) to plan, not apply: its plan is

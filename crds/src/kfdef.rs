@@ -60,6 +60,11 @@ pub struct KfDefSpec {
     /// resources' `spec.adoptExisting`). For moving an existing kfctl install under the operators.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adopt_existing: bool,
+    /// What deleting the KfDef leaves behind: `Retain` (the default) keeps the namespaces the
+    /// install made and the CRDs it installed; `Purge` deletes them too, once nothing of a
+    /// user's is in them, listing in `status.purging` what it waits for. Not in kfctl's format.
+    #[serde(default, skip_serializing_if = "crate::is_default")]
+    pub deletion_policy: crate::component::DeletionPolicy,
     /// Mirrors of the remote bases the packages name (a git reference such as
     /// `github.com/argoproj/argo-workflows/manifests/base?ref=v3.7.3`, or a release asset),
     /// `PREFIX=URI`: one whose URL starts with PREFIX is fetched from URI and the rest, e.g.
@@ -335,6 +340,10 @@ pub struct KfDefStatus {
     /// kfctl's cache of downloaded repositories, kept for compatibility.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub repos_cache: BTreeMap<String, RepoCache>,
+    /// Being deleted with `spec.deletionPolicy: Purge`: what each component still waits for
+    /// (`katib: CustomResourceDefinition experiments.kubeflow.org: 1 custom resource left, e.g. team/e1`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub purging: Vec<String>,
 }
 
 /// State of one component as its operator reported it.

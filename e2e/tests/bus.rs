@@ -594,6 +594,8 @@ async fn a_spoke_installed_from_its_package_joins_the_hub_and_relays_its_desired
 
     // The hub writes the cluster's desired state, as its meta-operator (with its provisioned identity).
     let hub_meta = connect_with(Identity::MetaOperator, &hub_ca, secret_data(&hub_secrets, &provision::identity_secret(Identity::MetaOperator), "nkey.seed").await, hub_ports.client).await.unwrap();
+    // It also serves the cluster's gate, through which the agent reads its desired bucket.
+    let gate = tokio::spawn(nats::serve_leaf_api(hub_meta.clone(), cluster.clone()));
     let hub_js = jetstream::new(hub_meta);
     let (hub_desired, hub_status) = nats::ensure_fleet_buckets(&hub_js, &cluster, 1).await.unwrap();
     let key_of = bus::key(ComponentKind::Dex, "kubeflow", "kubeflow");
@@ -625,6 +627,7 @@ async fn a_spoke_installed_from_its_package_joins_the_hub_and_relays_its_desired
         if beat.cluster == cluster { Ok(()) } else { Err(format!("{beat:?}")) }
     })
     .await;
+    gate.abort();
     drop(agent);
     drop(provisioner);
 }

@@ -23,6 +23,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client};
+use kubeflow_crds::component::DeletionPolicy;
 use kubeflow_crds::{ComponentKind, KfDef};
 use kubeflow_crds::kfupgrade::{KfUpgrade, KfUpgradeStatus, UpgradePhase};
 use kubeflow_crds::kfdef::{KfDefPhase, KustomizeRelease};
@@ -79,6 +80,8 @@ struct Installed {
     roles_before: BTreeSet<String>,
     /// The labels of the KfDef's namespace before the install, which labels it as upstream does.
     labels_before: BTreeMap<String, String>,
+    /// The namespaces there just before the KfDef was made (`make demo`'s leave some).
+    namespaces_before: BTreeSet<String>,
     _stack: OperatorStack,
     server: fixtures::Server,
 }
@@ -121,6 +124,7 @@ async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], 
     if after_demo {
         install_and_delete_demo(&client, &namespace, &stack).await;
     }
+    let namespaces_before = namespaces.list_metadata(&ListParams::default()).await.unwrap().items.into_iter().filter_map(|n| n.metadata.name).collect();
     api.create(&PostParams::default(), &kfdef).await.unwrap();
 
     let available = |k: Option<&KfDef>| {
@@ -145,7 +149,7 @@ async fn install(kfdef_file: &str, archive: &str, cleared: &[(String, String)], 
         let drift: Vec<&str> = text.lines().filter(|l| l.contains("reverting drift")).take(5).collect();
         assert!(drift.is_empty(), "drift reverted where nobody changed anything: {}\n{drift:#?}", process.log.display());
     }
-    Installed { client, api, done, unpacked, root, namespace, roles_before, labels_before, _stack: stack, server }
+    Installed { client, api, done, unpacked, root, namespace, roles_before, labels_before, namespaces_before, _stack: stack, server }
 }
 
 /// `make demo`'s KfDef (`examples/kfdef-kfctl-istio-dex.yaml`, its packages from the stand-in
@@ -214,13 +218,42 @@ async fn delete_crd(client: &Client, name: &str) {
 /// them (v1.2.0's Katib CRDs for the generic one): the tests after this one install those kinds
 /// with other components, as on a cluster new to Kubeflow.
 async fn uninstall(installed: Installed, cleared: &[(String, String)]) {
+    uninstall_with(installed, cleared, DeletionPolicy::Retain).await
+}
+
+/// [`uninstall`] with the KfDef's `spec.deletionPolicy` set to `policy` just before its delete.
+/// With `Purge`, a user's custom resource of one of the install's CRDs (a PodDefault in the
+/// KfDef's namespace) holds the uninstall, listed in the KfDef's `status.purging`, until the user
+/// deletes it; then every namespace the install made and every CRD it installed (`cleared`) is
+/// gone, and the KfDef's namespace, which was there before, stays.
+async fn uninstall_with(installed: Installed, cleared: &[(String, String)], policy: DeletionPolicy) {
     let uid = installed.done.metadata.uid.clone().unwrap();
     // The ClusterRoles the install made: deleted with it, and not made again by Kubernetes'
     // aggregation controller (`kubeflow-view` was, as a bare role the next install refused).
     let roles: Api<ClusterRole> = Api::all(installed.client.clone());
     let made: Vec<String> = roles_made(&installed.client).await.difference(&installed.roles_before).cloned().collect();
     assert!(!made.is_empty());
+    let purge = policy == DeletionPolicy::Purge;
+    let pod_defaults = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kubeflow.org", "v1alpha1", "PodDefault"), "poddefaults");
+    let users_pod_defaults: Api<DynamicObject> = Api::namespaced_with(installed.client.clone(), &installed.namespace, &pod_defaults);
+    if purge {
+        assert!(cleared.contains(&("CustomResourceDefinition".into(), "poddefaults.kubeflow.org".into())), "the release installs PodDefaults: {cleared:?}");
+        let users: DynamicObject = serde_json::from_value(json!({"apiVersion": "kubeflow.org/v1alpha1", "kind": "PodDefault", "metadata": {"name": "user-data"}, "spec": {"selector": {"matchLabels": {"user-data": "true"}}, "desc": "a user's"}})).unwrap();
+        users_pod_defaults.create(&PostParams::default(), &users).await.unwrap();
+        installed.api.patch("kubeflow", &PatchParams::default(), &Patch::Merge(json!({"spec": {"deletionPolicy": "Purge"}}))).await.unwrap();
+    }
     installed.api.delete("kubeflow", &DeleteParams::default()).await.unwrap();
+    if purge {
+        let waits = format!("CustomResourceDefinition poddefaults.kubeflow.org: custom resources left, e.g. {}/user-data", installed.namespace);
+        let listed = |k: Option<&KfDef>| k.and_then(|k| k.status.as_ref()).is_some_and(|s| s.purging.iter().any(|p| p.ends_with(&waits)));
+        if tokio::time::timeout(INSTALL_WAIT, await_condition(installed.api.clone(), "kubeflow", listed)).await.is_err() {
+            let status = installed.api.get_opt("kubeflow").await.unwrap().and_then(|k| k.status);
+            panic!("the KfDef's status does not list {waits:?} after {INSTALL_WAIT:?}: {}", serde_json::to_string_pretty(&status).unwrap());
+        }
+        // Held while the user's PodDefault is there, and the CRD with it.
+        assert!(Api::<CustomResourceDefinition>::all(installed.client.clone()).get("poddefaults.kubeflow.org").await.unwrap().metadata.deletion_timestamp.is_none());
+        users_pod_defaults.delete("user-data", &DeleteParams::default()).await.unwrap();
+    }
     let deleted = await_condition(installed.api.clone(), "kubeflow", kube::runtime::conditions::is_deleted(&uid));
     tokio::time::timeout(INSTALL_WAIT, deleted).await.expect("the KfDef is deleted").unwrap();
     for component in kubeflow_component_registry::all() {
@@ -238,6 +271,29 @@ async fn uninstall(installed: Installed, cleared: &[(String, String)]) {
         }
     }
     assert!(left.is_empty(), "ClusterRoles the install made are still there after it was deleted: {left:#?}");
+    if purge {
+        // Nothing of the install is left: the namespaces it made and the CRDs it installed are
+        // gone, and the namespaces there before it (the KfDef's own, those `make demo`'s install
+        // left) stay.
+        let definitions: Api<CustomResourceDefinition> = Api::all(installed.client.clone());
+        let namespaces: Api<Namespace> = Api::all(installed.client.clone());
+        let mut made = 0;
+        for (kind, name) in cleared {
+            match kind.as_str() {
+                "CustomResourceDefinition" => gone(&definitions, name).await,
+                "Namespace" if !installed.namespaces_before.contains(name) => {
+                    made += 1;
+                    gone(&namespaces, name).await
+                }
+                _ => {}
+            }
+        }
+        assert!(made > 0, "the install made no namespace: {cleared:?}, before: {:?}", installed.namespaces_before);
+        for name in &installed.namespaces_before {
+            let live = namespaces.get_opt(name).await.unwrap();
+            assert!(live.is_some_and(|n| n.metadata.deletion_timestamp.is_none()), "Namespace {name} was there before the install and is deleted");
+        }
+    }
     for (_, name) in cleared.iter().filter(|(kind, _)| kind == "CustomResourceDefinition") {
         delete_crd(&installed.client, name).await;
     }
@@ -310,7 +366,8 @@ async fn kubeflow_1_10_2_installs_from_its_kfdef_with_every_object_where_upstrea
     Api::<ConfigMap>::namespaced(client.clone(), "kubeflow").get("dashboard-extras").await.expect("the remote base's ConfigMap is installed");
     upgrades.delete("to-1-10-3", &DeleteParams::default()).await.unwrap();
 
-    uninstall(installed, &cleared).await;
+    // Uninstalled with `deletionPolicy: Purge`: the cluster is left as it was.
+    uninstall_with(installed, &cleared, DeletionPolicy::Purge).await;
 }
 
 /// Every object upstream's `kustomize build <path>` of `root` renders for an application of the

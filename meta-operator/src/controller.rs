@@ -17,7 +17,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_crds::bus::{self, DesiredComponent, Heartbeat, KfDefRef, StatusReport};
-use kubeflow_crds::component::{ComponentKind, Platform};
+use kubeflow_crds::component::{ComponentKind, DeletionPolicy, Platform};
 use kubeflow_crds::fleet::{self, ClusterName};
 use kubeflow_crds::fleet_cluster::{FleetCluster, Placement};
 use kubeflow_crds::kfdef::{KfDef, KfDefPhase};
@@ -75,6 +75,8 @@ pub enum Error {
     Upgrade(#[from] upgrade_controller::UpgradeError),
     #[error("cannot withdraw desired state from a fleet cluster: {0}")]
     Fleet(String),
+    #[error("purging KfDef {kfdef}: waiting for {}", waiting.join("; "))]
+    Purging { kfdef: String, waiting: Vec<String> },
 }
 
 impl Error {
@@ -87,6 +89,7 @@ impl Error {
             Error::Finalizer { .. } => "finalizer",
             Error::Upgrade(_) => "upgrade",
             Error::Fleet(_) => "fleet",
+            Error::Purging { .. } => "purge",
         }
     }
 }
@@ -500,6 +503,21 @@ async fn withdraw_from_clusters(kfdef: &KfDef, names: &[String], bus: &Bus, ctx:
 /// the KfDef, so the garbage collector deletes them and their operators uninstall.
 async fn cleanup(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
     let bus = ctx.state.bus.read().await.clone().ok_or(BusError::NotConnected)?;
+    let purge = kfdef.spec.deletion_policy == DeletionPolicy::Purge && kfdef.spec.placement.is_none();
+    let key = object_key(kfdef);
+    if purge {
+        // Each component holds the Purge policy before its desired state is withdrawn: a KfDef set
+        // to Purge and deleted at once is published first, and waited for.
+        let catalog = ctx.state.catalog.read().await.clone();
+        if let Ok(plan) = plan::plan(kfdef, ctx.platform, &catalog) {
+            let reports = ctx.state.reports.read().await.get(&key).cloned().unwrap_or_default();
+            let behind: Vec<String> = plan.components.iter().filter(|(c, p)| reports.get(c).is_some_and(|r| r.spec_hash != p.spec_hash)).map(|(c, _)| format!("{}: taking spec.deletionPolicy Purge", c.name())).collect();
+            if !behind.is_empty() {
+                publish(kfdef, &Desired::Local(&bus), &plan, None, &catalog).await?;
+                return purging(kfdef, behind, ctx).await;
+            }
+        }
+    }
     for component in ComponentKind::ALL {
         let key = bus::key(component, &kfdef.namespace().unwrap_or_default(), &kfdef.name_any());
         if bus.desired(component).get(&key).await.map_err(|source| BusError::Read { key: key.clone(), source })?.is_some() {
@@ -509,8 +527,34 @@ async fn cleanup(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
     // From every fleet cluster: what this KfDef wrote there.
     let clusters: Vec<String> = ctx.state.fleet_desired.read().await.keys().map(|c| c.to_string()).collect();
     withdraw_from_clusters(kfdef, &clusters, &bus, ctx).await.map_err(Error::Fleet)?;
+    if purge {
+        // A component's report goes once its resource is gone, its purge done.
+        let reports = ctx.state.reports.read().await.get(&key).cloned().unwrap_or_default();
+        let waiting: Vec<String> = reports
+            .iter()
+            .flat_map(|(component, report)| match report.purging.is_empty() {
+                true => vec![format!("{}: uninstalling", component.name())],
+                false => report.purging.iter().map(|what| format!("{}: {what}", component.name())).collect(),
+            })
+            .collect();
+        if !waiting.is_empty() {
+            return purging(kfdef, waiting, ctx).await;
+        }
+        info!("KfDef deleted; its components uninstalled and purged");
+        return Ok(Action::await_change());
+    }
     info!("KfDef deleted; desired state of its components withdrawn");
     Ok(Action::await_change())
+}
+
+/// A Purge uninstall waits for `waiting`: listed in `status.purging`, and retried (the finalizer
+/// stays until nothing is left).
+async fn purging(kfdef: &KfDef, waiting: Vec<String>, ctx: &Context) -> Result<Action, Error> {
+    let mut next = kfdef.status.clone().unwrap_or_default();
+    next.purging = waiting.clone();
+    write_status(kfdef, next, ctx).await?;
+    let (namespace, name) = object_key(kfdef);
+    Err(Error::Purging { kfdef: format!("{namespace}/{name}"), waiting })
 }
 
 /// Connects to NATS and keeps `state` in step with the status and operators buckets, relisting

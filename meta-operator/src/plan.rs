@@ -394,9 +394,7 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
             let version = pins.get(&component).cloned().unwrap_or_else(|| release_version.clone());
             let mut spec = json!({"version": version, "targetNamespace": namespace, "platform": platform, "sources": sources, "serviceAccountName": account});
             package_rules(&mut spec, kfdef);
-            if kfdef.spec.adopt_existing {
-                spec["adoptExisting"] = json!(true);
-            }
+            uninstall_rules(&mut spec, kfdef);
             let spec_hash = operator_runtime::content_hash(&spec);
             components.insert(component, ComponentPlan { spec, spec_hash, release_version: Some(release_version), version, pinned: pins.contains_key(&component) });
             continue;
@@ -430,13 +428,23 @@ pub fn plan(kfdef: &KfDef, platform: Platform, catalog: &Catalog) -> Result<Plan
         if names_packages {
             package_rules(&mut spec, kfdef);
         }
-        if kfdef.spec.adopt_existing {
-            spec["adoptExisting"] = json!(true);
-        }
+        uninstall_rules(&mut spec, kfdef);
         let spec_hash = operator_runtime::content_hash(&spec);
         components.insert(component, ComponentPlan { spec, spec_hash, version, pinned: pins.contains_key(&component), release_version: release_version.ok() });
     }
     Ok(Plan { components, unresolved, applications })
+}
+
+/// What every component of the KfDef takes over and leaves behind, as the KfDef says: objects
+/// made by others adopted (`spec.adoptExisting`), and `spec.deletionPolicy` (absent when `Retain`,
+/// so a spec written before the field hashes as it did).
+fn uninstall_rules(spec: &mut Value, kfdef: &KfDef) {
+    if kfdef.spec.adopt_existing {
+        spec["adoptExisting"] = json!(true);
+    }
+    if kfdef.spec.deletion_policy != kubeflow_crds::component::DeletionPolicy::Retain {
+        spec["deletionPolicy"] = json!(kfdef.spec.deletion_policy);
+    }
 }
 
 #[cfg(test)]
@@ -466,6 +474,19 @@ mod tests {
         assert_eq!(plan.components[&ComponentKind::GENERIC].spec["adoptExisting"], true);
         assert_eq!(plan.components[&ComponentKind::Katib].spec["adoptExisting"], true);
         assert_eq!(plan.components[&ComponentKind::Katib].spec["serviceAccountName"], "team-installer", "built-in releases install as the account too");
+    }
+
+    #[test]
+    fn every_component_takes_the_kfdefs_deletion_policy_and_retain_leaves_specs_as_they_were() {
+        let mut kfdef = example();
+        let retained = plan(&kfdef, Platform::Kubernetes, &catalog()).unwrap();
+        assert!(retained.components.values().all(|c| c.spec.get("deletionPolicy").is_none()));
+        kfdef.spec.deletion_policy = kubeflow_crds::component::DeletionPolicy::Purge;
+        let purged = plan(&kfdef, Platform::Kubernetes, &catalog()).unwrap();
+        for (component, planned) in &purged.components {
+            assert_eq!(planned.spec["deletionPolicy"], "Purge", "{component}");
+            assert_ne!(planned.spec_hash, retained.components[component].spec_hash, "{component}: the policy is part of the published spec");
+        }
     }
 
     /// A Component goes to the generic component with its `componentOf`; the KfDef's remote base

@@ -20,6 +20,9 @@ pub const VERSION_LABEL: &str = "components.kubeflow.org/version";
 /// Annotation naming the component resource (`namespace/name`) an object belongs to (all but CRDs,
 /// which every install of the component shares).
 pub const OWNER_ANNOTATION: &str = "components.kubeflow.org/owner";
+/// Annotation a Namespace gets when a component resource creates it (it did not exist): that
+/// resource, as [`user_value`]. Only that resource's `deletionPolicy: Purge` uninstall deletes it.
+pub const CREATED_BY_ANNOTATION: &str = "components.kubeflow.org/created-by";
 /// Annotation naming the KfDef application an object was rendered for (components that render
 /// several applications, see [`crate::component::Rendered`]).
 pub const APPLICATION_ANNOTATION: &str = "components.kubeflow.org/application";

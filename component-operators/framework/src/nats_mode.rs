@@ -61,6 +61,7 @@ pub fn report<K: ComponentResource>(resource: &K, status: &ComponentStatus) -> O
             observed_generation: status.observed_generation,
             applications: status.applications.clone(),
             plan: status.plan.clone(),
+            purging: status.purging.clone(),
         },
     ))
 }

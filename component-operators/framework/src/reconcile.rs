@@ -15,7 +15,7 @@ use kube::core::DeserializeGuard;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
-use kubeflow_crds::component::{ApplicationBuild, ChangePlan, ComponentResource, ComponentStatus, CrdRemovalPolicy, InventoryEntry, ManagementState, PREVIEW_HASH_ANNOTATION, PREVIEW_SPEC_ANNOTATION, PlanList};
+use kubeflow_crds::component::{ApplicationBuild, ChangePlan, ComponentResource, ComponentStatus, CrdRemovalPolicy, DeletionPolicy, InventoryEntry, ManagementState, PREVIEW_HASH_ANNOTATION, PREVIEW_SPEC_ANNOTATION, PlanList};
 use operator_runtime::finalizer::{Step, with_finalizer};
 use operator_runtime::retry::Backoffs;
 use serde_json::{Value, json};
@@ -59,6 +59,9 @@ pub enum Error {
     Plan { resource: String, source: crate::plan::PlanError },
     #[error("reading Namespace {namespace} to tell whose it is: {source}")]
     Namespace { namespace: String, source: kube::Error },
+    /// A `deletionPolicy: Purge` uninstall waits for these (listed in `status.purging`).
+    #[error("purging {resource}: waiting for {}", waiting.join("; "))]
+    Purging { resource: String, waiting: Vec<String> },
 }
 
 impl Error {
@@ -74,6 +77,7 @@ impl Error {
             Error::NotEstablished { .. } => "establish",
             Error::Plan { .. } => "plan",
             Error::Namespace { .. } => "dereference",
+            Error::Purging { .. } => "purge",
         }
     }
 }
@@ -912,7 +916,10 @@ async fn apply_objects<C: Component>(resource: &C::Resource, ctx: &Context<C>, i
             // Shared objects (namespaces) are otherwise only ever created, so the operator needs
             // no right to delete them.
             None if info.is_shared() => {
-                let object: DynamicObject = serde_json::from_value(desired.clone()).expect("desired objects are objects");
+                // Made by this resource: a Purge uninstall may delete it (see `purge`).
+                let mut created = desired.clone();
+                created["metadata"]["annotations"][build::CREATED_BY_ANNOTATION] = json!(build::user_value(component, &owner));
+                let object: DynamicObject = serde_json::from_value(created).expect("desired objects are objects");
                 let post = PostParams { field_manager: Some(ctx.field_manager.clone()), ..Default::default() };
                 match api.create(&post, &object).await {
                     Ok(created) => serde_json::to_value(created).expect("objects serialise"),
@@ -1170,6 +1177,109 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
     Ok(())
 }
 
+/// `deletionPolicy: Purge`, after the resource's other objects are deleted: deletes, as the
+/// installer, the namespaces among `entries` this resource created (annotated
+/// [`build::CREATED_BY_ANNOTATION`] with it at creation) once they hold no
+/// PersistentVolumeClaim and no object labelled for any install, and the CRDs among `entries` of
+/// its component that no other existing install uses, once no custom resource of theirs is left.
+/// Returns what it still waits for; empty: purged.
+async fn purge<C: Component>(resource: &C::Resource, ctx: &Context<C>, installer: &Installer, entries: &[InventoryEntry]) -> Result<Vec<String>, Error> {
+    let component = C::Resource::COMPONENT.name();
+    let owner = build::owner_id(resource);
+    let client = installer.client();
+    let mut waiting = Vec::new();
+    let prune_error = |object: String| move |source| Error::Prune { object, source };
+    // A listing the installer may not make is waited on, never guessed.
+    let any = |api: Api<DynamicObject>, params: kube::api::ListParams| async move {
+        match api.list_metadata(&params.limit(1)).await {
+            Ok(found) => Ok(Ok(found.items.first().map(|o| format!("{}/{}", o.metadata.namespace.clone().unwrap_or_default(), o.metadata.name.clone().unwrap_or_default())))),
+            Err(kube::Error::Api(status)) if status.code == 403 || status.code == 404 && status.reason == "Forbidden" => Ok(Err(status.message)),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Ok(None)),
+            Err(e) => Err(e),
+        }
+    };
+    let delete_once = |uid: Option<String>| DeleteParams { preconditions: Some(Preconditions { uid, resource_version: None }), ..DeleteParams::background() };
+    for entry in entries.iter().filter(|e| e.kind == "Namespace" && e.namespace.is_none()) {
+        let what = format!("Namespace {}", entry.name);
+        let namespaces: Api<DynamicObject> = kinds::lookup("v1", "Namespace").expect("a built-in kind").api(client, None);
+        let live = match namespaces.get_opt(&entry.name).await {
+            Ok(live) => live,
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                waiting.push(format!("{what}: the installer may not read it ({})", status.message));
+                continue;
+            }
+            Err(source) => return Err(prune_error(what)(source)),
+        };
+        let Some(live) = live else { continue };
+        if live.annotations().get(build::CREATED_BY_ANNOTATION) != Some(&build::user_value(component, &owner)) || live.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let mut held = None;
+        for info in kinds::KINDS.iter().filter(|info| !info.cluster_scoped) {
+            let api = info.api(client, Some(&entry.name));
+            let params = match info.kind == "PersistentVolumeClaim" {
+                true => kube::api::ListParams::default(),
+                false => kube::api::ListParams::default().labels(PART_OF_LABEL),
+            };
+            match any(api, params).await.map_err(prune_error(what.clone()))? {
+                Ok(None) => {}
+                Ok(Some(found)) => {
+                    held = Some(format!("{what}: holds {} {found}", info.kind));
+                    break;
+                }
+                Err(denied) => {
+                    held = Some(format!("{what}: the installer may not list its {} ({denied})", info.kind));
+                    break;
+                }
+            }
+        }
+        match held {
+            Some(why) => waiting.push(why),
+            None => match namespaces.delete(&entry.name, &delete_once(live.metadata.uid.clone())).await {
+                Ok(_) => info!(object = %what, "purged"),
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+                Err(kube::Error::Api(status)) if status.code == 403 => waiting.push(format!("{what}: the installer may not delete it ({})", status.message)),
+                Err(source) => return Err(prune_error(what)(source)),
+            },
+        }
+    }
+    let own_key = build::user_key(component, &owner);
+    for entry in entries.iter().filter(|e| e.kind == "CustomResourceDefinition") {
+        let what = format!("CustomResourceDefinition {}", entry.name);
+        let info = kinds::lookup("apiextensions.k8s.io/v1", "CustomResourceDefinition").expect("a built-in kind");
+        let definitions = info.api(client, None);
+        let live = match definitions.get_opt(&entry.name).await {
+            Ok(live) => live.map(|o| serde_json::to_value(o).expect("objects serialise")),
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                waiting.push(format!("{what}: the installer may not read it ({})", status.message));
+                continue;
+            }
+            Err(source) => return Err(prune_error(what)(source)),
+        };
+        let Some(live) = live else { continue };
+        // Another component's, or kept for another install of this one: not this uninstall's.
+        if !build::made_by(&live, info, component, &owner) || !live["metadata"]["deletionTimestamp"].is_null() || !ctx.existing_users(&live, Some(&own_key)).await.map_err(prune_error(what.clone()))?.is_empty() {
+            continue;
+        }
+        let spec = &live["spec"];
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let version = spec["versions"].as_array().into_iter().flatten().find(|v| v["storage"] == true).map(|v| text(&v["name"])).unwrap_or_default();
+        let (group, kind, plural) = (text(&spec["group"]), text(&spec["names"]["kind"]), text(&spec["names"]["plural"]));
+        let served = kube::api::ApiResource { api_version: format!("{group}/{version}"), group, version, kind, plural };
+        match any(Api::all_with(client.clone(), &served), kube::api::ListParams::default()).await.map_err(prune_error(what.clone()))? {
+            Ok(Some(found)) => waiting.push(format!("{what}: custom resources left, e.g. {}", found.trim_start_matches('/'))),
+            Err(denied) => waiting.push(format!("{what}: the installer may not list its custom resources ({denied})")),
+            Ok(None) => match definitions.delete(&entry.name, &delete_once(live["metadata"]["uid"].as_str().map(String::from))).await {
+                Ok(_) => info!(object = %what, "purged"),
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+                Err(kube::Error::Api(status)) if status.code == 403 => waiting.push(format!("{what}: the installer may not delete it ({})", status.message)),
+                Err(source) => return Err(prune_error(what)(source)),
+            },
+        }
+    }
+    Ok(waiting)
+}
+
 async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result<Action, Error> {
     ctx.desired.forget(&build::owner_id(resource));
     let core = resource.core();
@@ -1186,7 +1296,23 @@ async fn cleanup<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Resu
                         }
                     }
                 }
-                delete_entries(resource, ctx, &installer, &entries.into_iter().collect::<Vec<_>>(), core.crd_removal_policy, Prune::Everything).await?;
+                let entries: Vec<InventoryEntry> = entries.into_iter().collect();
+                delete_entries(resource, ctx, &installer, &entries, core.crd_removal_policy, Prune::Everything).await?;
+                if core.deletion_policy == DeletionPolicy::Purge {
+                    let waiting = purge(resource, ctx, &installer, &entries).await?;
+                    let mut status = resource.component_status().cloned().unwrap_or_default();
+                    if status.purging != waiting {
+                        status.purging = waiting.clone();
+                        let api: Api<C::Resource> = Api::namespaced(ctx.client.clone(), &resource.namespace().unwrap_or_default());
+                        let patch = json!({"apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()), "status": status});
+                        let status_error = |source| Error::Status { resource: build::owner_id(resource), source };
+                        api.patch_status(&resource.name_any(), &PatchParams::apply(&ctx.field_manager).force(), &Patch::Apply(&patch)).await.map_err(status_error)?;
+                    }
+                    if !waiting.is_empty() {
+                        ctx.report(resource, Some(&status));
+                        return Err(Error::Purging { resource: build::owner_id(resource), waiting });
+                    }
+                }
                 ctx.event(resource, EventType::Normal, "Uninstalled", format!("removed the objects of {} {}", C::Resource::COMPONENT.kind(), resource.name_any())).await;
             }
             // Nobody to delete as: nothing is deleted with the operator's own rights.
