@@ -212,6 +212,67 @@ async fn kfop_build_of_each_current_release_writes_upstreams_example() {
     }
 }
 
+/// The KfDef of release `tag` from `../shared/manifests`, its archive read from disk and its
+/// remote bases from `mirror`, written into `dir`: its path.
+fn release_kfdef(tag: &str, mirror: &fixtures::Server, dir: &std::path::Path) -> std::path::PathBuf {
+    let releases = fixtures::upstream_releases();
+    let mut kfdef: KfDef = serde_yaml_ng::from_str(&std::fs::read_to_string(releases.join(format!("kfdef-{tag}.yaml"))).unwrap()).unwrap();
+    kfdef.spec.repos[0].uri = releases.join(format!("manifests-{tag}.tar.gz")).display().to_string();
+    kfdef.spec.remote_base_mirrors = vec![format!("https://github.com/={}", mirror.url("gh/"))];
+    let file = dir.join(format!("kfdef-{tag}.yaml"));
+    std::fs::write(&file, serde_yaml_ng::to_string(&kfdef).unwrap()).unwrap();
+    file
+}
+
+/// `kfop plan --from kfdef-1.10.2.yaml -f kfdef-1.11.0.yaml`, no cluster read: what it adds,
+/// prunes, keeps and changes is what upstream's own `kustomize build example` of the two
+/// releases differ in, object for object (the expectation is computed from upstream's builds,
+/// not from ours); CRDs, namespaces and PersistentVolumeClaims only 1.10.2 has are kept, the
+/// rest pruned; a changed Deployment names its new image as upstream's 1.11.0 has it; the
+/// applications 1.11.0 drops and adds are listed so, and the release notes' steps follow.
+#[tokio::test]
+async fn kfop_plan_between_two_releases_lists_what_upstreams_builds_differ_in() {
+    let mirror = fixtures::upstream_remote_bases_mirror().await;
+    let dir = std::env::temp_dir().join(unique_name("kfop-plan"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (from, to) = (release_kfdef("1.10.2", &mirror, &dir), release_kfdef("1.11.0", &mirror, &dir));
+    let printed = kfop(&["plan", "--from", from.to_str().unwrap(), "-f", to.to_str().unwrap()]).await;
+    // `  verb      Kind namespace/name [application]…`, by (kind, namespace, name).
+    let mut listed: BTreeMap<&str, BTreeMap<(String, String, String), &str>> = BTreeMap::new();
+    for line in printed.lines().filter_map(|l| l.strip_prefix("  ")) {
+        let mut words = line.split_whitespace();
+        let (Some(verb), Some(kind), Some(name)) = (words.next(), words.next(), words.next()) else { continue };
+        let (namespace, name) = name.split_once('/').unwrap_or(("", name));
+        let id = (kind.to_string(), namespace.to_string(), name.to_string());
+        assert!(listed.entry(verb).or_default().insert(id.clone(), line).is_none(), "{id:?} listed twice: {line}");
+    }
+    let up10 = upstream_example("1.10.2", KustomizeRelease::V5, &dir.join("up10"), "kubeflow").await;
+    let up11 = upstream_example("1.11.0", KustomizeRelease::V5, &dir.join("up11"), "kubeflow").await;
+    let ids = |verb: &str| listed.get(verb).map(|l| l.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+    let added: Vec<_> = up11.keys().filter(|id| !up10.contains_key(*id)).cloned().collect();
+    let (kept, pruned): (Vec<_>, Vec<_>) =
+        up10.keys().filter(|id| !up11.contains_key(*id)).cloned().partition(|id| ["CustomResourceDefinition", "Namespace", "PersistentVolumeClaim"].contains(&id.0.as_str()));
+    let changed: Vec<_> = up11.iter().filter(|(id, object)| up10.get(*id).is_some_and(|old| old != *object)).map(|(id, _)| id.clone()).collect();
+    assert!(!added.is_empty() && !pruned.is_empty() && !kept.is_empty() && !changed.is_empty(), "the two releases differ in every way");
+    assert_eq!(ids("add"), added, "added: what only upstream's 1.11.0 renders\n{printed}");
+    assert_eq!(ids("prune"), pruned, "pruned: what only 1.10.2 renders, but CRDs, namespaces and claims");
+    assert_eq!(ids("keep"), kept, "kept: the CRDs, namespaces and claims only 1.10.2 renders");
+    assert_eq!(ids("change"), changed, "changed: what both render, otherwise");
+    // The API server's Deployment of 1.11.0's Pipelines names its new image.
+    let api_server = ("Deployment".to_string(), "kubeflow".to_string(), "ml-pipeline".to_string());
+    let image = up11[&api_server]["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap();
+    let was = up10[&api_server]["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap();
+    assert_ne!(image, was);
+    assert!(listed["change"][&api_server].contains(&format!("image spec.template.spec.containers[0].image: {was} → {image}")), "{}", listed["change"][&api_server]);
+    for (application, verdict) in [("training-operator", "removed"), ("trainer", "added"), ("security-pss-dynamic-baseline", "added"), ("centraldashboard", "changed")] {
+        assert!(printed.lines().any(|l| l.starts_with(&format!("application {application} (")) && l.contains(&format!("): {verdict};"))), "{application} {verdict}:\n{printed}");
+    }
+    assert!(printed.contains("manual    Kubeflow 1.11: Pipelines' default object store moves from MinIO to SeaweedFS"), "{printed}");
+    // docs/upgrades.md quotes it (`--nocapture`).
+    println!("{printed}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// (kind, namespace, name).
 fn identity(object: &Value) -> (String, String, String) {
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();

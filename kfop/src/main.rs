@@ -17,6 +17,11 @@
 //!   changed (the fields a server-side dry-run apply with the operator's field manager changes),
 //!   unchanged, pruned (made by the KfDef's resource, no longer rendered) or left as it is (not
 //!   made by this KfDef); for CRDs, the served and storage versions and the schemas that change.
+//! - `plan --from old.yaml -f new.yaml`: what moving a KfDef from one to the other does, from the
+//!   two renders alone, no cluster read ([`component_framework::render_diff`]): each application
+//!   added, removed, moved to another component, changed or unchanged; each object added,
+//!   changed (the fields, and images as `old → new`), pruned or kept (CRDs, namespaces and
+//!   PersistentVolumeClaims); each component's version; the release notes' manual steps.
 //! - `delete -f kfdef.yaml`: deletes those resources and runs their controllers until the
 //!   finalizers removed every object they made (CRDs and namespaces stay).
 //! - `init --release <tag>`: the KfDef of a kubeflow/manifests release, one application per entry
@@ -34,6 +39,7 @@ use clap::{Parser, Subcommand};
 use component_framework::api::component::{ComponentKind, InventoryEntry, Platform};
 use component_framework::api::KfDef;
 use component_framework::OperatorArgs;
+use component_framework::render_diff::Rendered;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -86,10 +92,17 @@ enum Command {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
-    /// Show what applying a KfDef would change in the cluster (server-side dry runs; writes nothing).
+    /// Show what applying a KfDef would change in the cluster (server-side dry runs; writes
+    /// nothing), or with --from, what moving from one KfDef to another changes (no cluster).
     Plan {
         #[command(flatten)]
         kfdef: KfDefArg,
+        /// The KfDef installed now (e.g. the previous release's): compare the two renders.
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// Render for OpenShift (with --from).
+        #[arg(long)]
+        openshift: bool,
     },
     /// Uninstall a KfDef `kfop apply` installed (CRDs and namespaces stay).
     Delete {
@@ -309,25 +322,49 @@ async fn init(release: &str, repo_uri: Option<String>, fetch_from: Option<String
     }
 }
 
-async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> Result<(), String> {
+/// One component's part of a KfDef's render.
+struct BuiltComponent {
+    component: ComponentKind,
+    operator: String,
+    version: String,
+    spec: Value,
+    desired: Desired,
+}
+
+/// Every component's objects for `kfdef`, as the operators build them, each Namespace as the
+/// KfDef renders it ([`namespaces_as_rendered`]); with the plan that assigned the applications.
+async fn render_kfdef(kfdef: &KfDef, platform: Platform) -> Result<(Plan, Vec<BuiltComponent>), String> {
     let registry = kubeflow_component_registry::all();
     let plan = plan_of(kfdef, platform, &registry)?;
-    std::fs::create_dir_all(output).map_err(|e| format!("{}: {e}", output.display()))?;
-    let mut failures = Vec::new();
     let mut built = Vec::new();
     for (component, planned) in &plan.components {
         let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
-        built.push((component, planned, registered, desired(registered, kfdef, &planned.spec).await?));
+        let desired = desired(registered, kfdef, &planned.spec).await?;
+        built.push(BuiltComponent { component: *component, operator: registered.operator.clone(), version: planned.version.clone(), spec: planned.spec.clone(), desired });
     }
-    let mut objects: Vec<Vec<Value>> = built.iter_mut().map(|(.., d)| std::mem::take(&mut d.objects)).collect();
+    let mut objects: Vec<Vec<Value>> = built.iter_mut().map(|b| std::mem::take(&mut b.desired.objects)).collect();
     namespaces_as_rendered(&mut objects);
-    for ((component, planned, registered, Desired { failed, conversions, .. }), objects) in built.into_iter().zip(objects) {
+    for (b, objects) in built.iter_mut().zip(objects) {
+        b.desired.objects = objects;
+    }
+    Ok((plan, built))
+}
+
+/// The applications `plan` gives `component`.
+fn applications_of<'a>(plan: &'a Plan, component: ComponentKind) -> Vec<&'a str> {
+    plan.applications.iter().filter(|a| a.component.as_deref() == Some(component.name())).map(|a| a.name.as_str()).collect()
+}
+
+async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> Result<(), String> {
+    let (plan, built) = render_kfdef(kfdef, platform).await?;
+    std::fs::create_dir_all(output).map_err(|e| format!("{}: {e}", output.display()))?;
+    let mut failures = Vec::new();
+    for BuiltComponent { component, operator, version, spec, desired: Desired { objects, failed, conversions, .. } } in built {
         let yaml = kubeflow_manifests::yaml_stream(objects.iter().cloned());
         let path = output.join(format!("{component}.yaml"));
         std::fs::write(&path, yaml).map_err(|e| format!("{}: {e}", path.display()))?;
-        let applications: Vec<&str> = plan.applications.iter().filter(|a| a.component.as_deref() == Some(component.name())).map(|a| a.name.as_str()).collect();
-        println!("{}: {} objects ({} {}: {})", path.display(), objects.len(), registered.operator, planned.version, applications.join(", "));
-        let releases: std::collections::BTreeSet<&str> = planned.spec["sources"].as_array().into_iter().flatten().filter_map(|s| s["repoKustomize"].as_str()).collect();
+        println!("{}: {} objects ({operator} {version}: {})", path.display(), objects.len(), applications_of(&plan, component).join(", "));
+        let releases: std::collections::BTreeSet<&str> = spec["sources"].as_array().into_iter().flatten().filter_map(|s| s["repoKustomize"].as_str()).collect();
         if !releases.is_empty() {
             let names: Vec<&str> = releases.into_iter().collect();
             println!("  kustomize {} (the repository's kustomize field, or the one Kubeflow {} names)", names.join(", "), kfdef.spec.version.as_deref().unwrap_or("?"));
@@ -344,6 +381,76 @@ async fn build(kfdef: &KfDef, output: &std::path::Path, platform: Platform) -> R
         true => Ok(()),
         false => Err(failures.join("\n")),
     }
+}
+
+/// Every object of a KfDef's render with its application, and the `(application, component)`
+/// pairs of its plan.
+fn attributed(plan: &Plan, built: &[BuiltComponent]) -> (Vec<Rendered>, Vec<(String, String)>) {
+    let objects = built
+        .iter()
+        .flat_map(|b| {
+            let applications = applications_of(plan, b.component);
+            // A component installing one application: its objects are that application's.
+            let default = if applications.len() == 1 { applications[0] } else { b.component.name() };
+            b.desired.objects.iter().map(move |o| Rendered::new(o.clone(), b.component.name(), default))
+        })
+        .collect();
+    let pairs = plan.applications.iter().map(|a| (a.name.clone(), a.component.clone().unwrap_or_default())).collect();
+    (objects, pairs)
+}
+
+/// `kfop plan --from old -f new`: what moving a KfDef from `before` to `after` does, from the
+/// two renders alone (no cluster): per application added, removed, moved, changed or unchanged,
+/// per object add, change (the fields, images named), prune or keep; each component's version,
+/// and the release notes' manual steps. Refused, nothing else said, when either does not render.
+async fn plan_between(before: &KfDef, after: &KfDef, platform: Platform) -> Result<(), String> {
+    use component_framework::render_diff;
+    let (old_plan, old_built) = render_kfdef(before, platform).await?;
+    let (new_plan, new_built) = render_kfdef(after, platform).await?;
+    let failed: Vec<String> = [("--from", &old_built), ("-f", &new_built)]
+        .into_iter()
+        .flat_map(|(flag, built)| built.iter().flat_map(move |b| b.desired.failed.iter().map(move |f| format!("{flag}: {}: {f}", b.component))))
+        .collect();
+    if !failed.is_empty() {
+        return Err(format!("cannot plan: not every application renders\n{}", failed.join("\n")));
+    }
+    let version = |k: &KfDef| k.spec.version.clone().unwrap_or_else(|| "?".into());
+    println!("KfDef {}/{}: {} → {}", after.namespace().unwrap_or_default(), after.name_any(), version(before), version(after));
+    let versions = |built: &[BuiltComponent]| built.iter().map(|b| (b.component, b.version.clone())).collect::<BTreeMap<_, _>>();
+    let (old_versions, new_versions) = (versions(&old_built), versions(&new_built));
+    for component in old_versions.keys().chain(new_versions.keys().filter(|c| !old_versions.contains_key(c))) {
+        let of = |v: &BTreeMap<ComponentKind, String>| v.get(component).cloned().unwrap_or_else(|| "not installed".into());
+        println!("component {component}: {} → {}", of(&old_versions), of(&new_versions));
+    }
+    let ((old_objects, old_apps), (new_objects, new_apps)) = (attributed(&old_plan, &old_built), attributed(&new_plan, &new_built));
+    let moves = render_diff::between(&old_objects, &new_objects);
+    let applications = render_diff::applications(&old_apps, &new_apps, &moves);
+    for application in &applications {
+        println!("application {}", application.line());
+    }
+    for m in moves.iter().filter(|m| m.verdict != render_diff::Verdict::Unchanged) {
+        println!("  {}", m.line());
+    }
+    for step in meta_operator::release_notes::manual_steps(&version(before), &version(after)) {
+        println!("manual    {step}");
+    }
+    let count = |f: fn(&render_diff::Verdict) -> bool| moves.iter().filter(|m| f(&m.verdict)).count();
+    let apps = |f: fn(&render_diff::ApplicationVerdict) -> bool| applications.iter().filter(|a| f(&a.verdict)).count();
+    use render_diff::{ApplicationVerdict as A, Verdict as V};
+    println!(
+        "applications: {} added, {} removed, {} moved, {} changed, {} unchanged; objects: {} to add, {} to change, {} to prune, {} kept, {} unchanged; no cluster was read",
+        apps(|v| *v == A::Added),
+        apps(|v| *v == A::Removed),
+        apps(|v| matches!(v, A::Moved { .. })),
+        apps(|v| *v == A::Changed),
+        apps(|v| *v == A::Unchanged),
+        count(|v| *v == V::Add),
+        count(|v| matches!(v, V::Change { .. })),
+        count(|v| *v == V::Prune),
+        count(|v| matches!(v, V::Keep(_))),
+        count(|v| *v == V::Unchanged),
+    );
+    Ok(())
 }
 
 /// Each bare Namespace a component creates only because its objects use it, replaced by the one
@@ -517,7 +624,11 @@ async fn main() -> ExitCode {
             (Ok(k), Ok(client)) => apply(client, &k, Duration::from_secs(timeout)).await,
             (Err(e), _) | (_, Err(e)) => Err(e),
         },
-        Command::Plan { kfdef } => match (kfdef.read(), client().await) {
+        Command::Plan { kfdef, from: Some(from), openshift } => match (KfDefArg { file: from }.read(), kfdef.read()) {
+            (Ok(before), Ok(after)) => plan_between(&before, &after, if openshift { Platform::OpenShift } else { Platform::Kubernetes }).await,
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        },
+        Command::Plan { kfdef, from: None, .. } => match (kfdef.read(), client().await) {
             (Ok(k), Ok(client)) => plan_command(client, &k).await,
             (Err(e), _) | (_, Err(e)) => Err(e),
         },

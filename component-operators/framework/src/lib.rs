@@ -27,6 +27,7 @@ pub mod package;
 pub mod plan;
 pub mod rbac;
 pub mod readiness;
+pub mod render_diff;
 pub mod reconcile;
 pub mod run;
 pub mod status;
