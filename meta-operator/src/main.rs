@@ -218,7 +218,7 @@ async fn main() -> std::process::ExitCode {
     // Component health reaches a KfUpgrade through its KfDef's status.
     let mapper_store = upgrade_store.clone();
     let upgrade_controller = upgrade_controller
-        .watches(kfdefs.clone(), watcher::Config::default().any_semantic(), move |kfdef: DeserializeGuard<KfDef>| match kfdef.0 {
+        .watches_stream(watches::touched(kfdefs.clone(), watcher::Config::default().any_semantic()), move |kfdef: DeserializeGuard<KfDef>| match kfdef.0 {
             Ok(kfdef) => upgrade_controller::upgrades_of(&mapper_store, &kfdef.namespace().unwrap_or_default(), &kfdef.name_any()),
             Err(_) => Vec::new(),
         })
@@ -240,7 +240,7 @@ async fn main() -> std::process::ExitCode {
     });
     // A registration's change (labels, namespaces) concerns every KfDef placed by a selector or name.
     let kfdef_controller = kfdef_controller
-        .watches(registrations, watcher::Config::default().any_semantic(), move |_: FleetCluster| {
+        .watches_stream(watches::touched(registrations, watcher::Config::default().any_semantic()), move |_: FleetCluster| {
             kfdef_store.state().iter().filter(|k| k.0.as_ref().is_ok_and(|k| k.spec.placement.is_some())).map(|k| ObjectRef::from_obj(k.as_ref())).collect::<Vec<_>>()
         })
         .reconcile_on(receiver_stream(trigger_rx))

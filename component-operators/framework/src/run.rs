@@ -115,8 +115,7 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     if !foreign_crds.is_empty() && watched_kinds::<C>().iter().any(|k| k.is_crd()) {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         use kube::core::PartialObjectMeta;
-        use kube::runtime::WatchStreamExt;
-        let crds = watcher(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default()).default_backoff().touched_objects();
+        let crds = operator_runtime::watches::touched(Api::<PartialObjectMeta<CustomResourceDefinition>>::all(client.clone()), watcher::Config::default());
         let store = store.clone();
         controller = controller.watches_stream(crds, move |crd| {
             let concerned = foreign_crds.contains(&crd.name_any());
