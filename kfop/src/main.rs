@@ -256,8 +256,7 @@ async fn plan_command(client: Client, kfdef: &KfDef) -> Result<(), String> {
             Err(e) => return Err(format!("reading {} {owner}: {e}", registered.kind.kind())),
         };
         let from = installed.as_ref().and_then(|r| r.data["status"]["version"].as_str().or(r.data["spec"]["version"].as_str()).map(String::from));
-        let applications: Vec<&str> = plan.applications.iter().filter(|a| a.component.as_deref() == Some(component.name())).map(|a| a.name.as_str()).collect();
-        println!("{} {owner}: {} → {} ({})", registered.kind.kind(), from.as_deref().unwrap_or("not installed"), planned.version, applications.join(", "));
+        println!("{} {owner}: {} → {} ({})", registered.kind.kind(), from.as_deref().unwrap_or("not installed"), planned.version, applications_of(&plan, *component).join(", "));
         // The generic component's version is the KfDef's Kubeflow version.
         if *component == ComponentKind::GENERIC {
             manual_steps = meta_operator::release_notes::manual_steps(from.as_deref().unwrap_or_default(), &planned.version);

@@ -149,7 +149,6 @@ where
     })
 }
 
-/// `events` without its errors, which are logged: the watch that yields them retries on its own.
 /// The objects a [`watch`] of `api` touches (applied or deleted), its errors logged
 /// ([`log_errors`]): a controller's secondary watch (`Controller::watches_stream`) that neither
 /// pauses the controller nor reaches it as an error when the API server expires its resource
@@ -161,6 +160,7 @@ where
     log_errors(watch(api, config).touched_objects())
 }
 
+/// `events` without its errors, which are logged: the watch that yields them retries on its own.
 pub fn log_errors<T: Send + 'static, S>(events: S) -> impl Stream<Item = Result<T, watcher::Error>> + Send + 'static
 where
     S: Stream<Item = Result<T, watcher::Error>> + Send + 'static,
