@@ -40,7 +40,8 @@ mark "deploy/all installed: $(grep -c '^kind: CustomResourceDefinition' deploy/a
 # ServiceAccount's token (so exactly the permissions deploy/ grants) and its own NATS identity on
 # the local nats-server (so exactly the permissions the bus grants it).
 mkdir -p "$STATE_DIR/operators"
-renderer_port=18091 # (the operators use 18081–18088, the stand-in server 18090)
+renderer_port=18091 renderer_metrics_port=18092 # (the operators use 18081–18088, the stand-in server 18090)
+prometheus_port=19090
 port=18080
 for o in "${OPERATORS[@]}"; do
   port=$((port + 1))
@@ -74,6 +75,7 @@ if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
   kept=(HOME="$HOME")
   for v in KFOP_CACHE_DIR KFOP_KUSTOMIZE KFOP_KUSTOMIZE_V3_2 KFOP_KUSTOMIZE_V5; do [[ -n ${!v:-} ]] && kept+=("$v=${!v}"); done
   env -i "${kept[@]}" setsid "$BIN_DIR/kustomize-operator" render-server --listen "127.0.0.1:$renderer_port" --callers "$caller" \
+    --metrics-listen "127.0.0.1:$renderer_metrics_port" \
     >>"$STATE_DIR/logs/kustomize-renderer.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
   echo "    kustomize-renderer: pid $!, http://127.0.0.1:$renderer_port, log $STATE_DIR/logs/kustomize-renderer.log" >&2
@@ -127,6 +129,33 @@ not_ready=$(kubectl -n kubeflow get $kfdefs kubeflow -o jsonpath='{range .status
 [[ -z $not_ready ]] || { echo "applications not Ready: $not_ready" >&2; exit 1; }
 generic=$(kubectl -n kubeflow get $kfdefs kubeflow -o jsonpath='{range .status.applications[?(@.component=="kustomize")]}{.name}{" "}{end}' | wc -w)
 mark "KfDef kubeflow Available: all $total applications Ready ($generic by the generic kustomize-operator)"
+
+# A real Prometheus (Debian's package, hack/prereqs.sh installs it) scraping every operator and
+# the renderer, with the alerting rules deploy/monitoring ships (rules.yaml, unchanged).
+echo "--- starting Prometheus with deploy/monitoring/rules.yaml" >&2
+targets=$(for p in $(seq 18081 $((18080 + ${#OPERATORS[@]}))) "$renderer_metrics_port"; do printf "'127.0.0.1:%s', " "$p"; done)
+mkdir -p "$STATE_DIR/prometheus"
+cat >"$STATE_DIR/prometheus/prometheus.yml" <<YAML
+global: {scrape_interval: 5s, evaluation_interval: 5s}
+rule_files: ['$PWD/deploy/monitoring/rules.yaml']
+scrape_configs:
+  - job_name: kubeflow-operators
+    static_configs: [{targets: [${targets%, }]}]
+YAML
+pidfile=$STATE_DIR/pids/prometheus
+if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
+  setsid prometheus --config.file="$STATE_DIR/prometheus/prometheus.yml" --storage.tsdb.path="$STATE_DIR/prometheus/data" \
+    --web.listen-address="127.0.0.1:$prometheus_port" >>"$STATE_DIR/logs/prometheus.log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+fi
+want=$((${#OPERATORS[@]} + 1)) up=0
+for _ in $(seq 120); do
+  up=$(curl -sf "http://127.0.0.1:$prometheus_port/api/v1/targets" | jq '[.data.activeTargets[] | select(.health == "up")] | length' 2>/dev/null || echo 0)
+  ((up == want)) && break
+  sleep 0.5
+done
+((up == want)) || { echo "Prometheus has $up of $want targets up; see $STATE_DIR/logs/prometheus.log and http://127.0.0.1:$prometheus_port/targets" >&2; exit 1; }
+mark "Prometheus at http://127.0.0.1:$prometheus_port: $up targets up, $(grep -c '^  - alert:' deploy/monitoring/rules.yaml) alerting rules"
 cat >&2 <<MSG
 
 The KfDef is Available: all $total applications are Ready, $generic of them installed by the
@@ -139,6 +168,7 @@ Try:
   kubectl -n kubeflow delete deployments.apps katib-ui                    # healed in milliseconds
   kubectl -n kubeflow delete deployments.apps jupyter-web-app             # a generic application heals too
   kubectl -n kubeflow patch $kfdefs kubeflow --type merge -p '{"spec":{"version":"v1.3.0"}}'
+Prometheus: http://127.0.0.1:$prometheus_port (targets: /targets, alerts: /alerts; the rules of deploy/monitoring)
 Stop everything: make env-down
 
 make demo: done in $((SECONDS - start)) s

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs or checks what building and testing needs: openssl, curl and the image tools (Debian
-# packages: jq, skopeo, umoci, crun, file, binutils, libc6-dev, ca-certificates), Go >= 1.24
+# Installs or checks what building and testing needs: openssl, curl, the image tools (Debian
+# packages: jq, skopeo, umoci, crun, file, binutils, libc6-dev, ca-certificates) and promtool
+# (Debian package prometheus), Go >= 1.24
 # (older go commands fetch the toolchain go.mod asks for from the Go module proxy) and Rust >= 1.89.
 set -euo pipefail
 log() { printf '[prereqs] %s\n' "$*" >&2; }
@@ -18,6 +19,13 @@ command -v strip >/dev/null && command -v strings >/dev/null || missing+=(binuti
 if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# promtool checks and unit-tests the alerting rules of deploy/monitoring: Debian's prometheus
+# package, without the exporters it recommends.
+if ! command -v promtool >/dev/null; then
+  log "installing Debian package prometheus (promtool)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 
 if ! command -v go >/dev/null; then

@@ -129,7 +129,7 @@ fn the_generic_operators_bundle_runs_its_renderer_without_credential_or_network(
     assert_eq!(renderer["name"], "kustomize-renderer");
     let pod = &renderer["spec"]["template"]["spec"];
     assert_eq!(pod["automountServiceAccountToken"], false);
-    assert_eq!(pod["containers"][0]["args"], json!(["render-server", "--listen=0.0.0.0:8081", "--no-network-route"]));
+    assert_eq!(pod["containers"][0]["args"], json!(["render-server", "--listen=0.0.0.0:8081", "--metrics-listen=0.0.0.0:8082", "--no-network-route"]));
     assert_eq!(pod["containers"][0]["env"], json!([{"name": "KFOP_RENDERER_CALLERS", "valueFrom": {"secretKeyRef": {"name": "kustomize-renderer-caller", "key": "nkey.pub"}}}]));
     assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {"sizeLimit": "1024Mi"}}]));
     assert_eq!(install["permissions"], json!([{"serviceAccountName": "kustomize-renderer", "rules": []}]));

@@ -79,6 +79,9 @@ pub fn write_files(dir: &Path, files: &[(String, String)]) -> Result<Vec<String>
     }
     for (file, content) in files {
         let path = dir.join(file);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(io("create", parent))?;
+        }
         fs::write(&path, content).map_err(io("write", &path))?;
     }
     Ok(files.iter().map(|(file, _)| file.clone()).collect())

@@ -12,6 +12,8 @@ use kubeflow_crds::bus::Identity;
 use meta_operator::provision;
 use serde_json::{Value, json};
 
+pub mod monitoring;
+
 /// Namespace the operators run in.
 pub const OPERATOR_NAMESPACE: &str = "kubeflow-operators";
 /// Image repository of the operator images (hack/images.sh reads it from here).
@@ -179,7 +181,7 @@ pub fn component_namespaced_rules(component: &RegisteredComponent) -> Vec<k8s_op
 /// objects serve deploy/all, the standalone package and the OLM bundle (which takes the
 /// Deployment into its ClusterServiceVersion).
 pub fn with_renderer(mut deployment: Value) -> (Value, Vec<Value>) {
-    use kubeflow_manifests::remote::{CALLER_PUBLIC_KEY, RENDERER_CALLER_SECRET_ENV, RENDERER_CALLERS_ENV, RENDERER_PORT, RENDERER_URL_ENV};
+    use kubeflow_manifests::remote::{CALLER_PUBLIC_KEY, RENDERER_CALLER_SECRET_ENV, RENDERER_CALLERS_ENV, RENDERER_METRICS_PORT, RENDERER_PORT, RENDERER_URL_ENV};
     let operator = deployment["metadata"]["name"].as_str().expect("a named Deployment").to_string();
     let (name, secret) = (renderer_name(&operator), renderer_caller_secret(&operator));
     let labels = json!({"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"});
@@ -208,9 +210,9 @@ pub fn with_renderer(mut deployment: Value) -> (Value, Vec<Value>) {
                     "containers": [{
                         "name": "renderer",
                         "image": container["image"],
-                        "args": ["render-server", format!("--listen=0.0.0.0:{RENDERER_PORT}"), "--no-network-route"],
+                        "args": ["render-server", format!("--listen=0.0.0.0:{RENDERER_PORT}"), format!("--metrics-listen=0.0.0.0:{RENDERER_METRICS_PORT}"), "--no-network-route"],
                         "env": [{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": secret, "key": CALLER_PUBLIC_KEY}}}],
-                        "ports": [{"name": "render", "containerPort": RENDERER_PORT}],
+                        "ports": [{"name": "render", "containerPort": RENDERER_PORT}, {"name": "metrics", "containerPort": RENDERER_METRICS_PORT}],
                         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "render"}, "periodSeconds": 20},
                         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "render"}, "periodSeconds": 10},
                         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
@@ -242,8 +244,12 @@ pub fn with_renderer(mut deployment: Value) -> (Value, Vec<Value>) {
             "spec": {
                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": name}},
                 "policyTypes": ["Ingress", "Egress"],
-                // Only the operator's pods, on the renderer's port.
-                "ingress": [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": operator}}}], "ports": [{"protocol": "TCP", "port": RENDERER_PORT}]}],
+                // Only the operator's pods, on the renderer's port; anyone (a monitoring stack)
+                // on its metrics port, which answers nothing but `/metrics`.
+                "ingress": [
+                    {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": operator}}}], "ports": [{"protocol": "TCP", "port": RENDERER_PORT}]},
+                    {"ports": [{"protocol": "TCP", "port": RENDERER_METRICS_PORT}]},
+                ],
                 // No egress at all: not the API server, not DNS, not a cloud metadata service.
                 "egress": [],
             },
@@ -578,7 +584,7 @@ pub fn component_package(component: &RegisteredComponent) -> (String, Vec<(Strin
 /// Every package: `(directory under deploy/, files)`.
 pub fn render_all() -> Vec<(String, Vec<(String, String)>)> {
     let mut packages: Vec<_> = kubeflow_component_registry::all().iter().map(component_package).collect();
-    packages.extend([meta_operator_package(), nats_package(), all_package(), fleet_spoke_package()]);
+    packages.extend([meta_operator_package(), nats_package(), all_package(), fleet_spoke_package(), monitoring::package()]);
     packages
 }
 
@@ -649,6 +655,11 @@ pub fn powers_table() -> String {
 mod tests {
     use super::*;
 
+    /// The packages that install operators (not the bus server alone, not the monitoring objects).
+    fn operator_packages() -> impl Iterator<Item = (String, Vec<(String, String)>)> {
+        render_all().into_iter().filter(|(dir, _)| dir != "nats" && dir != "monitoring")
+    }
+
     #[test]
     fn committed_deploy_packages_match_the_code() {
         check_all().unwrap();
@@ -694,7 +705,7 @@ mod tests {
         for (name, digest) in &lock.images {
             assert!(digest.starts_with("sha256:") && digest.len() == 71 && digest[7..].bytes().all(|b| b.is_ascii_hexdigit()), "{name}: {digest}");
         }
-        for (dir, files) in render_all().into_iter().filter(|(dir, _)| dir != "nats") {
+        for (dir, files) in operator_packages() {
             let objects: String = files.iter().map(|(_, text)| text.as_str()).collect();
             let images: Vec<&str> = objects.lines().filter_map(|l| l.trim().strip_prefix("image: ")).filter(|i| i.starts_with(IMAGE_REPOSITORY)).collect();
             assert!(!images.is_empty(), "{dir}");
@@ -715,7 +726,7 @@ mod tests {
     /// generic component's cache (half of it) cannot outgrow the volume and get the pod evicted.
     #[test]
     fn every_operator_is_told_the_size_of_its_work_volume() {
-        for (dir, files) in render_all().into_iter().filter(|(dir, _)| dir != "nats") {
+        for (dir, files) in operator_packages() {
             for (_, text) in files.iter().filter(|(f, _)| f.starts_with("operator")) {
                 for doc in text.split("\n---\n").skip(1) {
                     let object: Value = serde_yaml_ng::from_str(doc).unwrap();
@@ -736,7 +747,7 @@ mod tests {
     /// lets a drain evict one replica, never both at once.
     #[test]
     fn every_operator_deployment_is_evicted_one_replica_at_a_time() {
-        for (dir, files) in render_all().into_iter().filter(|(dir, _)| dir != "nats") {
+        for (dir, files) in operator_packages() {
             let objects: Vec<Value> = files
                 .iter()
                 .filter(|(f, _)| f.starts_with("operator"))
@@ -788,7 +799,7 @@ mod tests {
                 assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {"sizeLimit": "1024Mi"}}]), "{package}: only a bounded /tmp");
                 let container = &pod["containers"][0];
                 assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
-                assert_eq!(container["args"], json!(["render-server", "--listen=0.0.0.0:8081", "--no-network-route"]));
+                assert_eq!(container["args"], json!(["render-server", "--listen=0.0.0.0:8081", "--metrics-listen=0.0.0.0:8082", "--no-network-route"]));
                 assert_eq!(container["env"], json!([{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": caller, "key": "nkey.pub"}}}]), "{package}");
                 assert_eq!(container["volumeMounts"], json!([{"name": "tmp", "mountPath": "/tmp"}]), "{package}");
                 assert!(container.get("envFrom").is_none());
@@ -797,7 +808,8 @@ mod tests {
                 assert_eq!(policy["podSelector"]["matchLabels"], json!({"app.kubernetes.io/name": name}));
                 assert_eq!(policy["policyTypes"], json!(["Ingress", "Egress"]));
                 assert_eq!(policy["egress"], json!([]), "every egress denied");
-                assert_eq!(policy["ingress"], json!([{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": component.operator}}}], "ports": [{"protocol": "TCP", "port": 8081}]}]));
+                // Builds from the operator alone; the metrics port from anyone, and nothing else.
+                assert_eq!(policy["ingress"], json!([{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": component.operator}}}], "ports": [{"protocol": "TCP", "port": 8081}]}, {"ports": [{"protocol": "TCP", "port": 8082}]}]));
                 assert_eq!(find("Service", &name)["spec"]["selector"], json!({"app.kubernetes.io/name": name}));
 
                 let operator = &find("Deployment", &component.operator)["spec"]["template"]["spec"]["containers"][0];
@@ -854,7 +866,7 @@ mod tests {
 
     #[test]
     fn rbac_has_no_wildcards_and_covers_the_component_resource() {
-        for (dir, files) in render_all().into_iter().filter(|(dir, _)| dir != "nats") {
+        for (dir, files) in operator_packages() {
             let rbac = &files.iter().find(|(f, _)| f == "rbac.yaml").unwrap().1;
             assert!(!rbac.contains("'*'") && !rbac.contains("\"*\""), "{dir}: wildcard in RBAC");
             assert!(rbac.contains("finalizers") && rbac.contains("events"), "{dir}");

@@ -347,7 +347,10 @@ pub fn free_port() -> u16 {
 /// An operator binary running on the host against the environment, killed on drop.
 pub struct OperatorProcess {
     child: std::process::Child,
+    /// The port of its health endpoint (`/readyz`; the renderer's: its builds').
     pub metrics_port: u16,
+    /// The port of its `/metrics`: the health endpoint's, or the renderer's own.
+    pub scrape_port: u16,
     pub log: std::path::PathBuf,
 }
 
@@ -381,15 +384,18 @@ impl OperatorProcess {
     /// whose public NKey is `caller`. As in its pod, it gets no credential: an empty environment
     /// but where the kustomize binaries are.
     pub fn renderer(caller: &str, port: u16) -> Self {
+        let scrape_port = free_port();
         let mut command = std::process::Command::new(bin_dir().join("kustomize-operator"));
-        command.env_clear().args(["render-server", "--listen", &format!("127.0.0.1:{port}"), "--callers", caller]);
+        command.env_clear().args(["render-server", "--listen", &format!("127.0.0.1:{port}"), "--callers", caller, "--metrics-listen", &format!("127.0.0.1:{scrape_port}")]);
         command.env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info".into()));
         for name in ["HOME", "KFOP_CACHE_DIR", kubeflow_manifests::KUSTOMIZE_ENV, kubeflow_manifests::KUSTOMIZE_V5_ENV] {
             if let Some(value) = std::env::var_os(name) {
                 command.env(name, value);
             }
         }
-        Self::spawn("kustomize-renderer", command, port)
+        let mut process = Self::spawn("kustomize-renderer", command, port);
+        process.scrape_port = scrape_port;
+        process
     }
 
     fn spawn(name: &str, mut command: std::process::Command, metrics_port: u16) -> Self {
@@ -400,19 +406,19 @@ impl OperatorProcess {
             .stderr(file)
             .spawn()
             .unwrap_or_else(|e| panic!("start {:?} (build it with `cargo build --workspace --bins`): {e}", command.get_program()));
-        Self { child, metrics_port, log }
+        Self { child, metrics_port, scrape_port: metrics_port, log }
     }
 
     /// One sample of the operator's Prometheus metric `name` (first series).
     pub async fn metric(&self, name: &str) -> Option<f64> {
-        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
+        let url = format!("http://127.0.0.1:{}/metrics", self.scrape_port);
         let body = http_get(&url).await.ok()?;
         body.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with('{')).and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
     /// The sample of the operator's Prometheus metric `name` whose labels include `labels`.
     pub async fn metric_with_labels(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_port);
+        let url = format!("http://127.0.0.1:{}/metrics", self.scrape_port);
         let body = http_get(&url).await.ok()?;
         let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
         body.lines()
@@ -501,6 +507,70 @@ pub async fn http_get(url: &str) -> Result<String, String> {
     stream.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
     let (head, body) = response.split_once("\r\n\r\n").ok_or("malformed response")?;
     if head.starts_with("HTTP/1.1 200") { Ok(body.to_string()) } else { Err(head.lines().next().unwrap_or_default().to_string()) }
+}
+
+/// A real Prometheus (Debian's `prometheus`, which hack/prereqs.sh installs) on loopback, scraping
+/// `targets` (ports on loopback) every second and evaluating `rules` (a rule file's YAML) every
+/// second; killed on drop, its data with it.
+pub struct Prometheus {
+    child: std::process::Child,
+    pub port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Prometheus {
+    pub fn start(targets: &[u16], rules: &str) -> Self {
+        let dir = std::env::temp_dir().join(unique_name("prometheus"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("rules.yaml"), rules).unwrap();
+        let targets: Vec<String> = targets.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let config = serde_json::json!({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [dir.join("rules.yaml")],
+            "scrape_configs": [{"job_name": "kubeflow-operators", "static_configs": [{"targets": targets}]}],
+        });
+        std::fs::write(dir.join("prometheus.yml"), serde_yaml_ng::to_string(&config).unwrap()).unwrap();
+        let port = free_port();
+        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let child = std::process::Command::new("prometheus")
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start prometheus (Debian package prometheus; hack/prereqs.sh installs it): {e}"));
+        Self { child, port, dir }
+    }
+
+    /// The `data` of an API answer (`/api/v1/...`, `path` with its query string encoded).
+    pub async fn api(&self, path: &str) -> Result<serde_json::Value, String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.map_err(|e| e.to_string())?;
+        // HTTP/1.0: the answer comes whole, not chunked.
+        stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).await.map_err(|e| e.to_string())?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
+        let (_, body) = response.split_once("\r\n\r\n").ok_or("malformed response")?;
+        let answer: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("{e}: {body}"))?;
+        if answer["status"] != "success" {
+            return Err(body.to_string());
+        }
+        Ok(answer["data"].clone())
+    }
+
+    /// Prometheus's log, for a failure's message.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Minimal HTTP/1.1 request over loopback with extra `headers` and a JSON `body`: the status code

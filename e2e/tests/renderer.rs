@@ -162,6 +162,11 @@ async fn a_flood_of_unsigned_bodies_leaves_the_renderer_small_and_rendering() {
     let refused = refused.load(Ordering::Relaxed);
     eprintln!("renderer peak RSS {} MiB before the flood, {} MiB after {refused} refused requests of {FLOOD_BODY_BYTES} bytes", before >> 20, after >> 20);
     assert_eq!(answered_otherwise.load(Ordering::Relaxed), 0, "every unsigned request is refused");
+    // Its /metrics count each refusal (what the KubeflowRendererRefusals alert reads), and the
+    // signed build.
+    let counted = process.metric_with_labels("kfop_renderer_requests_total", &[("code", "401")]).await;
+    assert!(counted.is_some_and(|n| n >= refused as f64), "kfop_renderer_requests_total{{code=\"401\"}} is {counted:?} after {refused} refusals");
+    assert_eq!(process.metric_with_labels("kfop_renderer_requests_total", &[("code", "200")]).await, Some(1.0));
     assert!(after <= before + MEMORY_BOUND_BYTES, "the renderer's peak RSS rose from {before} to {after} bytes under the flood; bound {MEMORY_BOUND_BYTES}");
 }
 

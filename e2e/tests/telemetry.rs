@@ -1,5 +1,6 @@
 //! With OTEL_EXPORTER_OTLP_ENDPOINT set, a component operator exports its reconcile spans over
-//! OTLP/HTTP. A minimal OTLP receiver on loopback records what arrives.
+//! OTLP/HTTP. A minimal OTLP receiver on loopback records what arrives. And a real Prometheus
+//! scrapes the operators and evaluates the alerting rules deploy/monitoring ships.
 
 use std::sync::{Arc, Mutex};
 
@@ -11,6 +12,10 @@ use kubeflow_crds::ComponentKind;
 use kubeflow_e2e::*;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One test at a time: the Prometheus test's operators watch every namespace, and would take the
+/// others' resources as theirs.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Accepts OTLP/HTTP posts and keeps (path, body) of each.
 async fn otlp_receiver() -> (u16, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
@@ -57,6 +62,7 @@ async fn otlp_receiver() -> (u16, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
 
 #[tokio::test]
 async fn reconcile_spans_are_exported_over_otlp_when_configured() {
+    let _serial = SERIAL.lock().await;
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, "e2e-otel").await;
@@ -96,6 +102,7 @@ fn trace_ids(body: &[u8]) -> Vec<Vec<u8>> {
 
 #[tokio::test]
 async fn one_trace_follows_a_kfdef_change_from_the_meta_operator_to_the_component_operator() {
+    let _serial = SERIAL.lock().await;
     use component_framework::api::KfDef;
     let client = client().await;
     install_crds(&client).await;
@@ -140,4 +147,89 @@ async fn one_trace_follows_a_kfdef_change_from_the_meta_operator_to_the_componen
     gone(&api, "kubeflow").await;
     drop(katib);
     drop(meta);
+}
+
+/// The alerting rules of deploy/monitoring (rules.yaml, as shipped), each alert holding for 0 s
+/// instead of its minutes: the expressions are what fire; how long they must hold is the promtool
+/// tests' (deploy/monitoring-tests).
+fn shipped_rules_without_holds() -> String {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/monitoring/rules.yaml")).unwrap();
+    let mut rules: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+    for group in rules["groups"].as_array_mut().unwrap() {
+        for rule in group["rules"].as_array_mut().unwrap() {
+            assert!(rule["for"].is_string(), "{rule}");
+            rule["for"] = json!("0s");
+        }
+    }
+    serde_yaml_ng::to_string(&rules).unwrap()
+}
+
+/// The alerts Prometheus has firing, as (alertname, resource_namespace).
+async fn firing(prometheus: &Prometheus) -> Result<Vec<(String, String)>, String> {
+    let alerts = prometheus.api("/api/v1/alerts").await?;
+    Ok(alerts["alerts"]
+        .as_array()
+        .ok_or("no alerts list")?
+        .iter()
+        .filter(|a| a["state"] == "firing")
+        .map(|a| (a["labels"]["alertname"].as_str().unwrap_or_default().to_string(), a["labels"]["resource_namespace"].as_str().unwrap_or_default().to_string()))
+        .collect())
+}
+
+/// Prometheus scrapes every operator of a stack and its renderer (every target up), reads what
+/// they report of the KfDef and the bus, fires KubeflowKfDefDegraded while a KfDef is Degraded on
+/// purpose (an application whose package path does not exist) and resolves it once the KfDef heals.
+#[tokio::test]
+async fn prometheus_scrapes_every_operator_and_alerts_while_a_kfdef_is_degraded() {
+    let _serial = SERIAL.lock().await;
+    use kube::api::{Patch, PatchParams};
+    use kubeflow_crds::kfdef::KfDefPhase;
+    let client = client().await;
+    prepare_manifests_fixture(&client).await;
+    let archive = "archive/v1.0.2.tar.gz";
+    let server = kubeflow_manifests::fixtures::Server::start(std::collections::BTreeMap::from([(archive.to_string(), kubeflow_manifests::fixtures::repo_tarball())])).await;
+    let stack = OperatorStack::start(&client, &[]).await;
+    let mut ports: Vec<u16> = std::iter::once(&stack.meta).chain(stack.components.values()).map(|p| p.scrape_port).collect();
+    ports.push(stack.renderer.scrape_port);
+    let prometheus = Prometheus::start(&ports, &shipped_rules_without_holds());
+    eventually("every target up", || async {
+        let targets = prometheus.api("/api/v1/targets").await?;
+        let health: Vec<String> = targets["activeTargets"].as_array().ok_or("no targets")?.iter().map(|t| format!("{} {}", t["scrapeUrl"], t["health"])).collect();
+        let up = health.iter().filter(|h| h.ends_with("\"up\"")).count();
+        if up == ports.len() { Ok(()) } else { Err(format!("{up} of {} up: {health:?}", ports.len())) }
+    })
+    .await;
+
+    let ns = TestNamespace::create(&client, "e2e-monitoring").await;
+    let mut kfdef = kubeflow_manifests::fixtures::per_application_kfdef(&server.url(archive), &ns.name);
+    let healthy: Vec<serde_json::Value> = kfdef.spec.applications.iter().map(|a| serde_json::to_value(a).unwrap()).collect();
+    kfdef.spec.applications.push(serde_json::from_value(json!({"name": "bad-path", "kustomizeConfig": {"repoRef": {"name": "manifests", "path": "demo/missing"}}})).unwrap());
+    let api: Api<kubeflow_crds::KfDef> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &kfdef).await.unwrap();
+    let degraded = (String::from("KubeflowKfDefDegraded"), ns.name.clone());
+    eventually(&format!("KubeflowKfDefDegraded firing for {} (meta-operator log: {})", ns.name, stack.meta.log.display()), || async {
+        let firing = firing(&prometheus).await?;
+        if firing.contains(&degraded) { Ok(()) } else { Err(format!("firing: {firing:?}")) }
+    })
+    .await;
+    let phase = api.get("demo").await.unwrap().status.and_then(|s| s.phase);
+    assert_eq!(phase, Some(KfDefPhase::Degraded), "the alert fired for the phase the KfDef's status has");
+    // Prometheus reads the application that is wrong, and the operators on the bus.
+    let query = |q: &str| format!("/api/v1/query?query={}", q.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect::<String>());
+    let bad = prometheus.api(&query(&format!(r#"kfop_resource_phase{{kind="KfDefApplication",resource_namespace="{}",resource_name="demo/bad-path"}}"#, ns.name))).await.unwrap();
+    assert_eq!(bad["result"][0]["metric"]["phase"], "Degraded", "{bad}");
+    let connected = prometheus.api(&query("sum(kfop_bus_connected)")).await.unwrap();
+    assert_eq!(connected["result"][0]["value"][1], json!((1 + stack.components.len()).to_string()), "every operator on the bus: {connected}");
+
+    // Healed: the bad application goes, the KfDef is Available, the alert resolves.
+    api.patch("demo", &PatchParams::default(), &Patch::Merge(json!({"spec": {"applications": healthy}}))).await.unwrap();
+    eventually("KubeflowKfDefDegraded resolved", || async {
+        let firing = firing(&prometheus).await?;
+        if firing.iter().any(|(_, namespace)| *namespace == ns.name) { Err(format!("firing: {firing:?}")) } else { Ok(()) }
+    })
+    .await;
+    let phase = api.get("demo").await.unwrap().status.and_then(|s| s.phase);
+    assert_eq!(phase, Some(KfDefPhase::Available), "resolved because the KfDef healed; Prometheus log:\n{}", prometheus.log());
+    api.delete("demo", &kube::api::DeleteParams::default()).await.unwrap();
+    gone(&api, "demo").await;
 }

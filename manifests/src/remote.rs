@@ -44,6 +44,9 @@ pub const RENDERER_NKEY_FILE_ENV: &str = "KFOP_RENDERER_NKEY_FILE";
 pub const RENDERER_CALLERS_ENV: &str = "KFOP_RENDERER_CALLERS";
 /// The renderer's port in deploy/.
 pub const RENDERER_PORT: u16 = 8081;
+/// Port of the renderer's `/metrics`, apart from [`RENDERER_PORT`]: a monitoring stack may reach
+/// it, and only the operator may reach the builds.
+pub const RENDERER_METRICS_PORT: u16 = 8082;
 /// The Secret (in the operator's own namespace, `POD_NAMESPACE`) holding the operator's caller
 /// key: made by the operator when missing, read by the renderer's pods for the public half.
 pub const RENDERER_CALLER_SECRET_ENV: &str = "KFOP_RENDERER_CALLER_SECRET";
@@ -387,6 +390,50 @@ pub struct ServerConfig {
     pub concurrency: usize,
 }
 
+/// What the renderer counts, served at `/metrics` on its own port: every answer to a build
+/// request by HTTP status (401: a caller that is not its operator or a replay; 413, 400: refused
+/// input; 503: every slot or the replay memory full), and the connections it holds.
+#[derive(Debug)]
+pub struct RendererMetrics {
+    registry: prometheus_client::registry::Registry,
+    answers: prometheus_client::metrics::family::Family<AnswerLabels, prometheus_client::metrics::counter::Counter>,
+    connections: prometheus_client::metrics::gauge::Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct AnswerLabels {
+    code: u16,
+}
+
+impl Default for RendererMetrics {
+    fn default() -> Self {
+        let mut registry = prometheus_client::registry::Registry::with_prefix("kfop_renderer");
+        let (answers, connections) = (prometheus_client::metrics::family::Family::<AnswerLabels, prometheus_client::metrics::counter::Counter>::default(), prometheus_client::metrics::gauge::Gauge::default());
+        let most = prometheus_client::metrics::gauge::Gauge::<i64>::default();
+        most.set(MAX_CONNECTIONS as i64);
+        registry.register("requests", "Build requests answered, by HTTP status", answers.clone());
+        registry.register("connections_open", "Connections the renderer holds", connections.clone());
+        registry.register("connections_max", "Connections the renderer holds at most; more wait to be accepted", most);
+        Self { registry, answers, connections }
+    }
+}
+
+impl RendererMetrics {
+    fn answered(&self, status: StatusCode) {
+        self.answers.get_or_create(&AnswerLabels { code: status.as_u16() }).inc();
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("encoding into a String does not fail");
+        out
+    }
+}
+
+/// The renderer process's metrics.
+pub static RENDERER_METRICS: std::sync::LazyLock<RendererMetrics> = std::sync::LazyLock::new(RendererMetrics::default);
+
 struct ServerState {
     config: ServerConfig,
     slots: tokio::sync::Semaphore,
@@ -487,7 +534,13 @@ fn authenticate(callers: &[String], replays: &ReplayGuard, headers: &HeaderMap, 
     Ok(Authorized { release, dir, length, body_sha256: body_sha256.to_string() })
 }
 
-async fn build(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: axum::body::Body) -> Response {
+async fn build(state: State<Arc<ServerState>>, headers: HeaderMap, body: axum::body::Body) -> Response {
+    let response = answer_build(state, headers, body).await;
+    RENDERER_METRICS.answered(response.status());
+    response
+}
+
+async fn answer_build(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: axum::body::Body) -> Response {
     // The body is not read unless the headers are signed: a stranger's bytes never reach memory.
     let request = match authenticate(&state.config.callers, &state.replays, &headers, now_secs()) {
         Ok(request) => request,
@@ -614,6 +667,8 @@ pub async fn serve_on(listener: tokio::net::TcpListener, config: ServerConfig, s
             }
         };
         let router = router.clone();
+        let open = connections.clone();
+        RENDERER_METRICS.connections.set((MAX_CONNECTIONS - open.available_permits()) as i64);
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| router.clone().oneshot(request.map(axum::body::Body::new)));
             let mut http = hyper::server::conn::http1::Builder::new();
@@ -622,6 +677,7 @@ pub async fn serve_on(listener: tokio::net::TcpListener, config: ServerConfig, s
                 tracing::debug!(error = %e, "renderer connection");
             }
             drop(permit);
+            RENDERER_METRICS.connections.set((MAX_CONNECTIONS - open.available_permits()) as i64);
         });
     }
 }
@@ -642,6 +698,9 @@ pub struct ServerArgs {
     /// Where each build's inputs are unpacked (default: the temporary directory).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
+    /// Address of `/metrics` (the answers and connections counted), apart from the builds.
+    #[arg(long)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// This process has no network route (deploy/'s NetworkPolicy denies the pod's egress): render
     /// even where kustomize cannot raise a network wall of its own (see `sandbox`).
     #[arg(long)]
@@ -663,6 +722,15 @@ pub async fn serve(args: ServerArgs, shutdown: impl std::future::Future<Output =
     let config = ServerConfig { v3, v3_2, v5, callers: args.callers, work_root, concurrency: args.concurrency };
     let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("listening on {}: {e}", args.listen))?;
     tracing::info!(address = %args.listen, "renderer listening");
+    if let Some(address) = args.metrics_listen {
+        let metrics = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("listening on {address}: {e}"))?;
+        let routes = axum::Router::new().route("/metrics", axum::routing::get(|| async { ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], RENDERER_METRICS.render()) }));
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(metrics, routes).await {
+                tracing::warn!(error = %e, "the renderer's /metrics stopped");
+            }
+        });
+    }
     serve_on(listener, config, shutdown).await;
     Ok(())
 }

@@ -294,10 +294,13 @@ async fn apply(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
 
 /// Writes `next` as the KfDef's status unless it already is, and announces a phase change.
 async fn write_status(kfdef: &KfDef, next: kubeflow_crds::kfdef::KfDefStatus, ctx: &Context) -> Result<(), Error> {
+    let (namespace, name) = object_key(kfdef);
+    ctx.metrics.set_phase("KfDef", &namespace, &name, next.phase.map(|p| format!("{p:?}")).as_deref());
+    let applications: Vec<(String, String)> = next.applications.iter().map(|a| (format!("{name}/{}", a.name), a.state.clone())).collect();
+    ctx.metrics.set_phases(APPLICATION_KIND, &namespace, &format!("{name}/"), &applications);
     if kfdef.status.as_ref() == Some(&next) {
         return Ok(());
     }
-    let (namespace, name) = object_key(kfdef);
     let api: Api<KfDef> = Api::namespaced(ctx.client.clone(), &namespace);
     let patch = json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "status": next});
     api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
@@ -541,10 +544,21 @@ async fn cleanup(kfdef: &KfDef, ctx: &Context) -> Result<Action, Error> {
             return purging(kfdef, waiting, ctx).await;
         }
         info!("KfDef deleted; its components uninstalled and purged");
+        forget_kfdef(&ctx.metrics, &key);
         return Ok(Action::await_change());
     }
     info!("KfDef deleted; desired state of its components withdrawn");
+    forget_kfdef(&ctx.metrics, &key);
     Ok(Action::await_change())
+}
+
+/// The metrics' kind of a KfDef's application (`<kfdef>/<application>`, its state as phase).
+pub const APPLICATION_KIND: &str = "KfDefApplication";
+
+/// The KfDef `(namespace, name)` is gone: its series and its applications' go with it.
+pub fn forget_kfdef(metrics: &operator_runtime::metrics::Metrics, (namespace, name): &(String, String)) {
+    metrics.forget("KfDef", namespace, name);
+    metrics.set_phases(APPLICATION_KIND, namespace, &format!("{name}/"), &[]);
 }
 
 /// A Purge uninstall waits for `waiting`: listed in `status.purging`, and retried (the finalizer
@@ -555,6 +569,31 @@ async fn purging(kfdef: &KfDef, waiting: Vec<String>, ctx: &Context) -> Result<A
     write_status(kfdef, next, ctx).await?;
     let (namespace, name) = object_key(kfdef);
     Err(Error::Purging { kfdef: format!("{namespace}/{name}"), waiting })
+}
+
+/// How often the bus's streams are measured ([`measure_streams`]).
+pub const STREAMS_MEASURED_EVERY: Duration = Duration::from_secs(30);
+
+/// Measures what each stream of the bus holds (messages, bytes, consumers): every bucket of the
+/// contract, and each registered fleet cluster's two on a hub. Nothing while NATS is away; a
+/// stream that cannot be read is left as last measured (and logged).
+pub async fn measure_streams(state: &BusState, metrics: &operator_runtime::metrics::Metrics) {
+    let Some(bus) = state.bus.read().await.clone() else { return };
+    let mut buckets: Vec<String> = ComponentKind::ALL.iter().map(|c| bus::desired_bucket(*c)).collect();
+    buckets.extend([bus::STATUS_BUCKET.to_string(), bus::OPERATORS_BUCKET.to_string()]);
+    for cluster in state.fleet_desired.read().await.keys() {
+        buckets.extend([kubeflow_crds::fleet::desired_bucket(cluster), kubeflow_crds::fleet::status_bucket(cluster)]);
+    }
+    for bucket in buckets {
+        let stream = format!("KV_{bucket}");
+        match bus.js.get_stream(&stream).await {
+            Ok(mut handle) => match handle.info().await {
+                Ok(info) => metrics.set_stream(&stream, info.state.messages, info.state.bytes, info.state.consumer_count),
+                Err(error) => warn!(%stream, %error, "cannot measure the stream"),
+            },
+            Err(error) => warn!(%stream, %error, "cannot measure the stream"),
+        }
+    }
 }
 
 /// Connects to NATS and keeps `state` in step with the status and operators buckets, relisting

@@ -95,12 +95,23 @@ pub async fn reconcile(registration: Arc<FleetCluster>, ctx: Arc<FleetContext>) 
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let next = placement::fleet_cluster_status(registration.status.as_ref(), &name, observed.as_ref(), registration.meta().generation, nats::now_unix(), &now);
+    ctx.kfdefs.metrics.set_phase("FleetCluster", "", &name, Some(&connection_state(&next)));
     if registration.status.as_ref() != Some(&next) {
         let api: Api<FleetCluster> = Api::all(ctx.kfdefs.client.clone());
         let patch = json!({"apiVersion": "fleet.kubeflow.org/v1alpha1", "kind": "FleetCluster", "status": next});
         api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch)).await.map_err(|source| Error::Status { cluster: name.clone(), source })?;
     }
     Ok(Action::requeue(RECHECK))
+}
+
+/// A registration's state as its `Connected` condition says: `Connected`, else the reason it is
+/// not (`Stale`, `NeverHeard`, …).
+pub fn connection_state(status: &kubeflow_crds::fleet_cluster::FleetClusterStatus) -> String {
+    match status.conditions.iter().find(|c| c.type_ == "Connected") {
+        Some(c) if c.status == kubeflow_crds::ConditionStatus::True => "Connected".into(),
+        Some(c) => c.reason.clone(),
+        None => "Unknown".into(),
+    }
 }
 
 pub fn error_policy(registration: Arc<FleetCluster>, error: &Error, ctx: Arc<FleetContext>) -> Action {

@@ -152,6 +152,15 @@ async fn main() -> std::process::ExitCode {
     // starts on the bus), is reconciled again.
     let (connected_tx, connected_rx) = mpsc::unbounded_channel();
     tokio::spawn(controller::watch_bus(cli.nats_url.clone(), cli.nats_credentials.clone(), cli.nats_replicas, state.clone(), report_tx, all_tx, connected_tx));
+    // What the bus holds, for the metrics: measured by the leader only (this point).
+    let (measured, streams_metrics) = (state.clone(), metrics.clone());
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(controller::STREAMS_MEASURED_EVERY);
+        loop {
+            every.tick().await;
+            controller::measure_streams(&measured, &streams_metrics).await;
+        }
+    });
 
     // Decoded through `DeserializeGuard`: an object the types cannot read is reported and
     // skipped by the reconcilers instead of failing the watch for every other object.
@@ -178,6 +187,8 @@ async fn main() -> std::process::ExitCode {
         }
         std::future::ready(Ok(change.applied()))
     });
+    // The series of a resource that is gone go with it.
+    let forgotten = metrics.clone();
     let ctx = Arc::new(controller::Context { client: client.clone(), state, platform, metrics: metrics.clone(), recorder, backoffs: Default::default(), clusters: cluster_store.clone() });
     let (fleet_triggers, cluster_rx) = fleet_triggers;
     let fleet_ctx = Arc::new(fleet_controller::FleetContext::new(ctx.clone(), cli.nats_replicas, fleet_triggers));
@@ -193,9 +204,14 @@ async fn main() -> std::process::ExitCode {
         .trigger_backoff(watches::backoff())
         .shutdown_on_signal()
         .run(fleet_controller::reconcile, fleet_controller::error_policy, fleet_ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "FleetCluster reconcile ended with an error");
+        .for_each(|result| {
+            let metrics = forgotten.clone();
+            async move {
+                match result {
+                    Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => metrics.forget("FleetCluster", "", &obj.name),
+                    Err(e) => tracing::debug!(error = %e, "FleetCluster reconcile ended with an error"),
+                    Ok(_) => {}
+                }
             }
         });
     let (upgrade_store, upgrade_changes) = synced.reflect(upgrades, watcher::Config::default().any_semantic());
@@ -226,9 +242,15 @@ async fn main() -> std::process::ExitCode {
         .trigger_backoff(watches::backoff())
         .shutdown_on_signal()
         .run(upgrade_controller::reconcile, controller::error_policy, ctx.clone())
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "KfUpgrade reconcile ended with an error");
+        .for_each(|result| {
+            let metrics = forgotten.clone();
+            async move {
+                match result {
+                    // Deleted: its phase and deadline series go (a RolledBack one alerts while it exists).
+                    Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => metrics.forget("KfUpgrade", obj.namespace.as_deref().unwrap_or_default(), &obj.name),
+                    Err(e) => tracing::debug!(error = %e, "KfUpgrade reconcile ended with an error"),
+                    Ok(_) => {}
+                }
             }
         });
     let (kfdef_store, kfdef_changes) = synced.reflect(kfdefs, watcher::Config::default().any_semantic());
@@ -248,11 +270,17 @@ async fn main() -> std::process::ExitCode {
         .trigger_backoff(watches::backoff())
         .shutdown_on_signal()
         .run(controller::reconcile, controller::error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => tracing::debug!(%obj, "KfDef gone"),
-                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
-                Ok(_) => {}
+        .for_each(|result| {
+            let metrics = forgotten.clone();
+            async move {
+                match result {
+                    Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => {
+                        tracing::debug!(%obj, "KfDef gone");
+                        controller::forget_kfdef(&metrics, &(obj.namespace.clone().unwrap_or_default(), obj.name.clone()));
+                    }
+                    Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+                    Ok(_) => {}
+                }
             }
         });
     futures::join!(kfdef_controller, upgrade_controller, cluster_controller);

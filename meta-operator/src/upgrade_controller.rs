@@ -52,6 +52,23 @@ pub enum UpgradeError {
     Pins { kfdef: String, source: PlanError },
 }
 
+/// When the phase `status` is in must have ended (Unix seconds), by the timeouts this controller
+/// acts on: planning and each step take `healthTimeoutSeconds`, a step's rollback twice that.
+/// `None` for phases that wait on a person (approval) or have ended, and for waves (per cluster).
+pub fn deadline(spec: &kubeflow_crds::kfupgrade::KfUpgradeSpec, status: &KfUpgradeStatus) -> Option<f64> {
+    let after = |start: &Option<Time>, seconds: i64| start.as_ref().map(|t| t.0.as_second() as f64 + seconds as f64);
+    if !spec.waves.is_empty() {
+        return None;
+    }
+    let timeout = spec.health_timeout_seconds;
+    match status.phase.unwrap_or_default() {
+        UpgradePhase::Planning => after(&status.start_time, timeout),
+        UpgradePhase::Upgrading => status.steps.iter().find(|s| s.phase == StepPhase::Upgrading).and_then(|s| after(&s.start_time, timeout)),
+        UpgradePhase::RollingBack => status.steps.iter().find(|s| s.phase == StepPhase::RollingBack).and_then(|s| after(&s.start_time, 2 * timeout)),
+        _ => None,
+    }
+}
+
 pub(crate) fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
@@ -107,6 +124,8 @@ async fn reconcile_upgrade(up: Arc<KfUpgrade>, ctx: Arc<Context>) -> Result<Acti
         UpgradePhase::Succeeded | UpgradePhase::Failed | UpgradePhase::RolledBack => return Ok(Action::await_change()),
     };
     status.observed_generation = up.meta().generation;
+    ctx.metrics.set_phase("KfUpgrade", &namespace, &up.name_any(), Some(&format!("{:?}", status.phase.unwrap_or_default())));
+    ctx.metrics.set_deadline("KfUpgrade", &namespace, &up.name_any(), deadline(&up.spec, &status));
     if up.status.as_ref() != Some(&status) {
         let api: Api<KfUpgrade> = Api::namespaced(ctx.client.clone(), &namespace);
         let patch = json!({"apiVersion": "kfupgrade.apps.kubeflow.org/v1alpha1", "kind": "KfUpgrade", "status": status});
@@ -601,5 +620,33 @@ mod tests {
         let reports: BTreeMap<_, _> = [(ComponentKind::Dex, report(Some("d2"))), (ComponentKind::Katib, report(Some("k2")))].into();
         let (plans, waiting) = step_plans(steps.clone(), &preview, &reports);
         assert_eq!((plans.len(), waiting.len()), (2, 0));
+    }
+
+    /// The deadline the metrics show is the one this controller acts on: planning from the
+    /// upgrade's start, a step from its own start, a rollback at twice the timeout; none while a
+    /// person decides or once it ended.
+    #[test]
+    fn the_deadline_of_a_phase_is_the_timeout_this_controller_acts_on() {
+        let spec: kubeflow_crds::kfupgrade::KfUpgradeSpec = serde_json::from_value(serde_json::json!({"currentKfDef": {"name": "kf"}, "newKfDef": {"name": "kf", "version": "v1.11.0"}, "healthTimeoutSeconds": 600})).unwrap();
+        let at = |unix: i64| Some(Time(k8s_openapi::jiff::Timestamp::from_second(unix).unwrap()));
+        let mut status = KfUpgradeStatus { phase: Some(UpgradePhase::Planning), start_time: at(1_000), ..Default::default() };
+        assert_eq!(deadline(&spec, &status), Some(1_600.0));
+        let mut done = step(ComponentKind::Istio, "1.26.1", "1.28.0");
+        done.phase = StepPhase::Succeeded;
+        done.start_time = at(2_000);
+        let mut moving = step(ComponentKind::Dex, "v2.41.1", "v2.44.0");
+        moving.phase = StepPhase::Upgrading;
+        moving.start_time = at(3_000);
+        status.steps = vec![done, moving];
+        status.phase = Some(UpgradePhase::Upgrading);
+        assert_eq!(deadline(&spec, &status), Some(3_600.0), "the moving step's, not the first step's");
+        status.steps[1].phase = StepPhase::RollingBack;
+        status.steps[1].start_time = at(4_000);
+        status.phase = Some(UpgradePhase::RollingBack);
+        assert_eq!(deadline(&spec, &status), Some(5_200.0));
+        for phase in [UpgradePhase::AwaitingApproval, UpgradePhase::Succeeded, UpgradePhase::RolledBack, UpgradePhase::Failed] {
+            status.phase = Some(phase);
+            assert_eq!(deadline(&spec, &status), None, "{phase:?}");
+        }
     }
 }

@@ -44,10 +44,21 @@ pub async fn connect(url: &str, identity: Identity, credentials: &BusCredentials
 /// ([`kubeflow_crds::fleet::agent_inbox_prefix`]).
 pub async fn connect_with_inbox(url: &str, identity: Identity, inbox_prefix: &str, credentials: &BusCredentials) -> Result<(async_nats::Client, tokio::sync::watch::Receiver<u64>), async_nats::ConnectError> {
     let (tx, rx) = tokio::sync::watch::channel(0u64);
+    let up = crate::metrics::BUS_CONNECTED.get_or_create(&crate::metrics::BusLabels { identity: identity.user().to_string() }).clone();
+    if credentials.nkey_file.is_some() {
+        // The series exists from the start, so its first increase shows.
+        let _ = crate::metrics::BUS_CREDENTIAL_ERRORS.get_or_create(&crate::metrics::CredentialLabels { credential: "nkey" });
+    }
     let mut options = match credentials.nkey_file.clone() {
         Some(file) => async_nats::ConnectOptions::with_auth_callback(move |nonce| {
             let file = file.clone();
-            async move { sign_nonce(&file, &nonce).map_err(async_nats::AuthError::new) }
+            async move {
+                sign_nonce(&file, &nonce).map_err(|error| {
+                    crate::metrics::BUS_CREDENTIAL_ERRORS.get_or_create(&crate::metrics::CredentialLabels { credential: "nkey" }).inc();
+                    tracing::warn!(%error, "cannot sign the NATS server's nonce");
+                    async_nats::AuthError::new(error)
+                })
+            }
         }),
         None => async_nats::ConnectOptions::new(),
     };
@@ -59,10 +70,17 @@ pub async fn connect_with_inbox(url: &str, identity: Identity, inbox_prefix: &st
         .custom_inbox_prefix(inbox_prefix)
         .retry_on_initial_connect()
         .event_callback(move |event| {
-            let tx = tx.clone();
+            let (tx, up) = (tx.clone(), up.clone());
             async move {
-                if matches!(event, async_nats::Event::Connected) {
-                    tx.send_modify(|n| *n += 1);
+                match event {
+                    async_nats::Event::Connected => {
+                        up.set(1);
+                        tx.send_modify(|n| *n += 1);
+                    }
+                    async_nats::Event::Disconnected | async_nats::Event::Closed => {
+                        up.set(0);
+                    }
+                    _ => {}
                 }
                 tracing::info!(%event, "NATS connection event");
             }

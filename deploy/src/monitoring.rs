@@ -1,0 +1,388 @@
+//! `deploy/monitoring/`: what a cluster running the Prometheus Operator needs to watch the
+//! operators: a PodMonitor per operator, the alerting rules as a PrometheusRule, and the same
+//! rules as a plain Prometheus rule file (`rules.yaml`, for a Prometheus without the operator and
+//! for `promtool`). The alerts read only the operators' own `kfop_*` series
+//! (operator_runtime::metrics), so they mean the same wherever the operators run.
+
+use serde_json::{Value, json};
+
+use crate::OPERATOR_NAMESPACE;
+
+/// Every operator whose pods serve `/metrics` on their port `metrics`: each shipped binary.
+pub fn operators() -> Vec<String> {
+    crate::images()
+}
+
+/// A PodMonitor for `operator`'s pods (every replica: only the leader reconciles, and each
+/// replica's series carry its pod).
+pub fn pod_monitor(operator: &str) -> Value {
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": operator, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/part-of": "kubeflow-operator"}},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": operator}},
+            "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}],
+        },
+    })
+}
+
+/// A PodMonitor for the renderer pods of `operator` (a component operator that renders
+/// packages): their metrics port, which their NetworkPolicy opens to anyone.
+pub fn renderer_pod_monitor(operator: &str) -> Value {
+    let name = crate::renderer_name(operator);
+    let mut monitor = pod_monitor(&name);
+    monitor["spec"]["selector"] = json!({"matchLabels": {"app.kubernetes.io/name": name}});
+    monitor
+}
+
+/// One alert: its name, expression, how long it must hold, severity, and what to tell the person
+/// paged (the runbook: what it means, where to look, what to do).
+struct Alert {
+    name: &'static str,
+    expr: &'static str,
+    hold: &'static str,
+    severity: &'static str,
+    summary: &'static str,
+    runbook: &'static str,
+}
+
+const ALERTS: &[Alert] = &[
+    Alert {
+        name: "KubeflowKfDefDegraded",
+        expr: r#"max by (resource_namespace, resource_name) (kfop_resource_phase{kind="KfDef", phase="Degraded"}) == 1"#,
+        hold: "10m",
+        severity: "critical",
+        summary: "KfDef {{ $labels.resource_namespace }}/{{ $labels.resource_name }} has been Degraded for 10 minutes",
+        runbook: "An application or component of the KfDef failed and did not recover. `kubectl -n {{ $labels.resource_namespace }} get kfdefs.kfdef.apps.kubeflow.org {{ $labels.resource_name }} -o yaml`: status.conditions and status.applications name the failing application and why (a package that does not render, an object refused, a component operator not heard from). Fix the KfDef or the cluster; nothing has to be restarted, the operators retry on their own.",
+    },
+    Alert {
+        name: "KubeflowKfDefNotAvailable",
+        expr: r#"max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfDef", phase!~"Available|Degraded"}) == 1"#,
+        hold: "10m",
+        severity: "warning",
+        summary: "KfDef {{ $labels.resource_namespace }}/{{ $labels.resource_name }} has been {{ $labels.phase }}, not Available, for 10 minutes",
+        runbook: "The KfDef is still converging after 10 minutes. status.applications lists each application's state: an application Pending waits for its component operator (is it running and connected to NATS? see KubeflowOperatorBusDisconnected), one Progressing waits for its workloads to become ready (check their pods' events).",
+    },
+    Alert {
+        name: "KubeflowUpgradeStuck",
+        expr: r#"time() - max by (resource_namespace, resource_name) (kfop_resource_deadline_timestamp_seconds{kind="KfUpgrade"}) > 0"#,
+        hold: "5m",
+        severity: "critical",
+        summary: "KfUpgrade {{ $labels.resource_namespace }}/{{ $labels.resource_name }} is 5 minutes past the deadline of its phase",
+        runbook: "The meta-operator fails a step (and rolls back) at its deadline; a KfUpgrade still in the phase 5 minutes later means no meta-operator acts on it. Check that a meta-operator replica leads (`kubectl -n kubeflow-operators get lease`), its log, and `kubectl get kfupgrades.kfupgrade.apps.kubeflow.org -A`.",
+    },
+    Alert {
+        name: "KubeflowUpgradeFailed",
+        expr: r#"max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfUpgrade", phase=~"Failed|RolledBack"}) == 1"#,
+        hold: "0m",
+        severity: "warning",
+        summary: "KfUpgrade {{ $labels.resource_namespace }}/{{ $labels.resource_name }} ended {{ $labels.phase }}",
+        runbook: "status.conditions and status.steps of the KfUpgrade say which step failed and why; a RolledBack upgrade left every component at its previous release. Fix the cause, delete this KfUpgrade (the alert ends with it) and create a new one.",
+    },
+    Alert {
+        name: "KubeflowOperatorReconcileErrors",
+        expr: "sum by (component) (rate(kfop_reconcile_errors_total[5m])) / sum by (component) (rate(kfop_reconciles_total[5m])) > 0.25",
+        hold: "15m",
+        severity: "warning",
+        summary: "More than a quarter of the {{ $labels.component }} operator's reconciles have failed for 15 minutes",
+        runbook: "kfop_reconcile_errors_total's `kind` label says which step fails (api, nats, render, status, …); the operator's log names the resource and the error. Failures retry with backoff, so a lasting rate means a lasting cause: API server errors, RBAC the operator lacks, a package that does not render.",
+    },
+    Alert {
+        name: "KubeflowOperatorBusDisconnected",
+        expr: "max by (component, identity) (kfop_bus_connected) == 0",
+        hold: "5m",
+        severity: "critical",
+        summary: "The {{ $labels.component }} operator has not been connected to NATS for 5 minutes",
+        runbook: "Without the bus the meta-operator cannot hand specs to the component operators, and they cannot report. Check the NATS StatefulSet in kubeflow-operators, the operator's log (connection events, TLS or NKey errors), and KubeflowBusCredentialErrors.",
+    },
+    Alert {
+        name: "KubeflowBusCredentialErrors",
+        expr: "sum by (component, credential) (increase(kfop_bus_credential_errors_total[10m])) > 0",
+        hold: "0m",
+        severity: "critical",
+        summary: "The {{ $labels.component }} operator cannot use its NATS {{ $labels.credential }}",
+        runbook: "The operator could not read or use its NKey seed (Secret `<operator>-nats` mounted at NATS_NKEY_FILE): missing, emptied or not a seed. The meta-operator provisions these Secrets; check them and its log. Connections fail until it is fixed.",
+    },
+    Alert {
+        name: "KubeflowRendererRefusals",
+        expr: r#"sum by (instance) (increase(kfop_renderer_requests_total{code=~"401|413"}[10m])) > 0"#,
+        hold: "0m",
+        severity: "warning",
+        summary: "The renderer at {{ $labels.instance }} refused requests that were not its operator's in the last 10 minutes",
+        runbook: "Only its operator calls a renderer, always signed and within bounds: a 401 (unsigned, wrongly signed or replayed) or 413 (too large) answer means something else in the cluster sends it requests. The renderer reads none of their bodies; find the sender (the NetworkPolicy admits only the operator's pods to the build port, so look for a pod with the operator's labels, or a policy the cluster does not enforce).",
+    },
+    Alert {
+        name: "KubeflowRendererSaturated",
+        expr: "max by (instance) (kfop_renderer_connections_open / kfop_renderer_connections_max) >= 1 or sum by (instance) (rate(kfop_renderer_requests_total{code=\"503\"}[5m])) > 0",
+        hold: "5m",
+        severity: "warning",
+        summary: "The renderer at {{ $labels.instance }} has held all its connections or turned builds away for 5 minutes",
+        runbook: "Every connection slot held, or builds answered 503 (every build slot busy, or too many requests inside the clock window): a flood, or more installs at once than the renderer's concurrency. Renders wait and retry; if no install is running, look for the flood's source (see KubeflowRendererRefusals).",
+    },
+    Alert {
+        name: "KubeflowFleetClusterStale",
+        expr: r#"max by (resource_name) (kfop_resource_phase{kind="FleetCluster", phase="Stale"}) == 1"#,
+        hold: "5m",
+        severity: "warning",
+        summary: "Fleet cluster {{ $labels.resource_name }} has not been heard from for 5 minutes",
+        runbook: "The hub gets no heartbeat from the cluster's fleet agent: the spoke, its leaf connection to the hub or its agent is down. The spoke keeps running what it has; waves wait for it (or skip it with staleClusters: Skip). `kubectl get fleetclusters.fleet.kubeflow.org {{ $labels.resource_name }} -o yaml` shows when it was last heard.",
+    },
+];
+
+/// The alert names, in rule order.
+pub fn alert_names() -> Vec<&'static str> {
+    ALERTS.iter().map(|a| a.name).collect()
+}
+
+/// The rule groups, as both the PrometheusRule's spec and a rule file hold them.
+pub fn rule_groups() -> Value {
+    let rules: Vec<Value> = ALERTS
+        .iter()
+        .map(|a| {
+            json!({
+                "alert": a.name,
+                "expr": a.expr,
+                "for": a.hold,
+                "labels": {"severity": a.severity},
+                "annotations": {"summary": a.summary, "runbook": a.runbook},
+            })
+        })
+        .collect();
+    json!([{"name": "kubeflow-operators", "rules": rules}])
+}
+
+pub fn prometheus_rule() -> Value {
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "kubeflow-operators", "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/part-of": "kubeflow-operator"}},
+        "spec": {"groups": rule_groups()},
+    })
+}
+
+/// One panel of a dashboard: a title, its kind (`timeseries`, `table`, `stat`), its queries
+/// (expression, legend) and its width in the 24-column grid.
+struct Panel {
+    title: &'static str,
+    kind: &'static str,
+    queries: &'static [(&'static str, &'static str)],
+    width: u32,
+}
+
+/// One Grafana dashboard per area: its file name, title and panels.
+struct Dashboard {
+    file: &'static str,
+    title: &'static str,
+    panels: &'static [Panel],
+}
+
+const DASHBOARDS: &[Dashboard] = &[
+    Dashboard {
+        file: "kfdefs",
+        title: "Kubeflow operators: KfDefs and applications",
+        panels: &[
+            Panel { title: "KfDefs by phase", kind: "stat", queries: &[(r#"count by (phase) (max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfDef"}))"#, "{{phase}}")], width: 8 },
+            Panel { title: "Applications by state", kind: "stat", queries: &[(r#"count by (phase) (max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfDefApplication"}))"#, "{{phase}}")], width: 8 },
+            Panel { title: "KfDefs not Available", kind: "stat", queries: &[(r#"count(max by (resource_namespace, resource_name) (kfop_resource_phase{kind="KfDef", phase!="Available"})) or vector(0)"#, "not Available")], width: 8 },
+            Panel { title: "Each KfDef's phase", kind: "table", queries: &[(r#"max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfDef"})"#, "{{resource_namespace}}/{{resource_name}} {{phase}}")], width: 12 },
+            Panel { title: "Applications not Ready (KfDef/application)", kind: "table", queries: &[(r#"max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfDefApplication", phase!="Ready"})"#, "{{resource_namespace}}/{{resource_name}} {{phase}}")], width: 12 },
+            Panel { title: "KfDefs by phase over time", kind: "timeseries", queries: &[(r#"count by (phase) (max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfDef"}))"#, "{{phase}}")], width: 24 },
+        ],
+    },
+    Dashboard {
+        file: "upgrades",
+        title: "Kubeflow operators: upgrades",
+        panels: &[
+            Panel { title: "KfUpgrades by phase", kind: "stat", queries: &[(r#"count by (phase) (max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfUpgrade"}))"#, "{{phase}}")], width: 12 },
+            Panel { title: "KfUpgrades that ended Failed or RolledBack", kind: "stat", queries: &[(r#"count(max by (resource_namespace, resource_name) (kfop_resource_phase{kind="KfUpgrade", phase=~"Failed|RolledBack"})) or vector(0)"#, "failed")], width: 12 },
+            Panel { title: "Each KfUpgrade's phase", kind: "table", queries: &[(r#"max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfUpgrade"})"#, "{{resource_namespace}}/{{resource_name}} {{phase}}")], width: 12 },
+            Panel { title: "Seconds left before the current phase's deadline", kind: "timeseries", queries: &[(r#"max by (resource_namespace, resource_name) (kfop_resource_deadline_timestamp_seconds{kind="KfUpgrade"}) - time()"#, "{{resource_namespace}}/{{resource_name}}")], width: 12 },
+        ],
+    },
+    Dashboard {
+        file: "operators",
+        title: "Kubeflow operators: reconciles and writes",
+        panels: &[
+            Panel { title: "Reconciles per second", kind: "timeseries", queries: &[("sum by (component) (rate(kfop_reconciles_total[5m]))", "{{component}}")], width: 12 },
+            Panel { title: "Failed reconciles per second, by step", kind: "timeseries", queries: &[("sum by (component, kind) (rate(kfop_reconcile_errors_total[5m]))", "{{component}} {{kind}}")], width: 12 },
+            Panel {
+                title: "Reconcile latency (p50, p99)",
+                kind: "timeseries",
+                queries: &[
+                    ("histogram_quantile(0.5, sum by (component, le) (rate(kfop_reconcile_duration_seconds_bucket[5m])))", "{{component}} p50"),
+                    ("histogram_quantile(0.99, sum by (component, le) (rate(kfop_reconcile_duration_seconds_bucket[5m])))", "{{component}} p99"),
+                ],
+                width: 12,
+            },
+            Panel { title: "API writes per second, by field manager", kind: "timeseries", queries: &[("sum by (component, field_manager) (rate(kfop_writes_by_field_manager_total[5m]))", "{{component}} {{field_manager}}")], width: 12 },
+            Panel { title: "Objects healed per second", kind: "timeseries", queries: &[("sum by (component) (rate(kfop_heals_total[5m]))", "{{component}}")], width: 24 },
+        ],
+    },
+    Dashboard {
+        file: "bus",
+        title: "Kubeflow operators: the bus (NATS)",
+        panels: &[
+            Panel { title: "Operators connected to NATS", kind: "stat", queries: &[("sum(max by (component, identity) (kfop_bus_connected))", "connected"), ("count(max by (component, identity) (kfop_bus_connected) == 0) or vector(0)", "disconnected")], width: 12 },
+            Panel { title: "NKey failures (10 min)", kind: "stat", queries: &[("sum(increase(kfop_bus_credential_errors_total[10m])) or vector(0)", "failures")], width: 12 },
+            Panel { title: "Connection per operator", kind: "timeseries", queries: &[("max by (component, identity) (kfop_bus_connected)", "{{identity}}")], width: 24 },
+            Panel { title: "Messages per bucket", kind: "timeseries", queries: &[("max by (stream) (kfop_bus_stream_messages)", "{{stream}}")], width: 12 },
+            Panel { title: "Bytes per bucket", kind: "timeseries", queries: &[("max by (stream) (kfop_bus_stream_bytes)", "{{stream}}")], width: 12 },
+            Panel { title: "Consumers per bucket", kind: "timeseries", queries: &[("max by (stream) (kfop_bus_stream_consumers)", "{{stream}}")], width: 24 },
+        ],
+    },
+    Dashboard {
+        file: "fleet",
+        title: "Kubeflow operators: the fleet",
+        panels: &[
+            Panel { title: "Clusters by connection", kind: "stat", queries: &[(r#"count by (phase) (max by (resource_name, phase) (kfop_resource_phase{kind="FleetCluster"}))"#, "{{phase}}")], width: 12 },
+            Panel { title: "Clusters not Connected", kind: "table", queries: &[(r#"max by (resource_name, phase) (kfop_resource_phase{kind="FleetCluster", phase!="Connected"})"#, "{{resource_name}} {{phase}}")], width: 12 },
+            Panel { title: "Messages per cluster bucket", kind: "timeseries", queries: &[(r#"max by (stream) (kfop_bus_stream_messages{stream=~"KV_kubeflow-fleet-.*"})"#, "{{stream}}")], width: 24 },
+        ],
+    },
+];
+
+/// Every panel query of every dashboard, as (dashboard file, panel title, expression).
+pub fn dashboard_queries() -> Vec<(&'static str, &'static str, &'static str)> {
+    DASHBOARDS.iter().flat_map(|d| d.panels.iter().flat_map(move |p| p.queries.iter().map(move |(expr, _)| (d.file, p.title, *expr)))).collect()
+}
+
+/// A dashboard as Grafana's JSON model: its panels laid out left to right, top to bottom, each
+/// reading the data source chosen in the dashboard's `datasource` variable.
+fn dashboard(d: &Dashboard) -> Value {
+    let (mut x, mut y) = (0, 0);
+    let panels: Vec<Value> = d
+        .panels
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let height = if p.kind == "stat" { 5 } else { 9 };
+            if x + p.width > 24 {
+                (x, y) = (0, y + 9);
+            }
+            let grid = json!({"x": x, "y": y, "w": p.width, "h": height});
+            x += p.width;
+            let targets: Vec<Value> = p
+                .queries
+                .iter()
+                .enumerate()
+                .map(|(j, (expr, legend))| json!({"refId": char::from(b'A' + j as u8).to_string(), "expr": expr, "legendFormat": legend, "datasource": {"type": "prometheus", "uid": "${datasource}"}, "instant": p.kind == "table"}))
+                .collect();
+            json!({"id": i + 1, "type": p.kind, "title": p.title, "gridPos": grid, "datasource": {"type": "prometheus", "uid": "${datasource}"}, "targets": targets})
+        })
+        .collect();
+    json!({
+        "uid": format!("kfop-{}", d.file),
+        "title": d.title,
+        "tags": ["kubeflow", "kubeflow-operator"],
+        "schemaVersion": 39,
+        "editable": true,
+        "time": {"from": "now-6h", "to": "now"},
+        "refresh": "30s",
+        "templating": {"list": [{"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus"}]},
+        "panels": panels,
+    })
+}
+
+/// The dashboards as ConfigMaps labelled `grafana_dashboard: "1"`, which Grafana's dashboard
+/// sidecar (as kube-prometheus-stack runs it) loads.
+fn dashboard_config_maps() -> Vec<Value> {
+    DASHBOARDS
+        .iter()
+        .map(|d| {
+            let text = serde_json::to_string_pretty(&dashboard(d)).expect("a dashboard serialises");
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("kfop-dashboard-{}", d.file), "namespace": OPERATOR_NAMESPACE, "labels": {"grafana_dashboard": "1", "app.kubernetes.io/part-of": "kubeflow-operator"}},
+                "data": {format!("kfop-{}.json", d.file): text},
+            })
+        })
+        .collect()
+}
+
+/// The package's files.
+pub fn package() -> (String, Vec<(String, String)>) {
+    let renderers = kubeflow_component_registry::all().into_iter().filter(|c| c.renders_packages).map(|c| renderer_pod_monitor(&c.operator));
+    let monitors: Vec<Value> = operators().iter().map(|o| pod_monitor(o)).chain(renderers).collect();
+    let rule_file = format!("{}{}", crate::HEADER, serde_yaml_ng::to_string(&json!({"groups": rule_groups()})).expect("rules serialise"));
+    let mut files = vec![
+        ("kustomization.yaml".to_string(), crate::kustomization(&["podmonitors.yaml", "prometheusrule.yaml", "dashboards.yaml"])),
+        ("podmonitors.yaml".to_string(), crate::yaml_docs(&monitors)),
+        ("prometheusrule.yaml".to_string(), crate::yaml_docs(&[prometheus_rule()])),
+        ("dashboards.yaml".to_string(), crate::yaml_docs(&dashboard_config_maps())),
+        ("rules.yaml".to_string(), rule_file),
+    ];
+    // The same dashboards as files, to import by hand.
+    files.extend(DASHBOARDS.iter().map(|d| (format!("dashboards/{}.json", d.file), format!("{}\n", serde_json::to_string_pretty(&dashboard(d)).expect("a dashboard serialises")))));
+    ("monitoring".to_string(), files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `promtool check rules` and `promtool test rules` (Debian's `prometheus` package, which
+    /// `hack/prereqs.sh` installs) on the generated rule file, with the hand-written unit tests of
+    /// `deploy/monitoring-tests/alerts_test.yaml`: every alert firing and not firing.
+    #[test]
+    fn promtool_checks_the_rules_and_every_alert_fires_and_stays_quiet_as_its_tests_say() {
+        let dir = crate::deploy_dir();
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("promtool").args(args).current_dir(&dir).output().unwrap_or_else(|e| panic!("promtool (Debian package prometheus, hack/prereqs.sh installs it): {e}"));
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "promtool {args:?} failed:\n{text}");
+            text
+        };
+        run(&["check", "rules", "monitoring/rules.yaml"]);
+        run(&["test", "rules", "monitoring-tests/alerts_test.yaml"]);
+        // Every alert has a firing case and a quiet case in the tests.
+        let tests = std::fs::read_to_string(dir.join("monitoring-tests/alerts_test.yaml")).unwrap();
+        for name in alert_names() {
+            let cases = tests.matches(&format!("alertname: {name}\n")).count();
+            assert!(cases >= 2, "{name} has {cases} test cases in monitoring-tests/alerts_test.yaml; every alert needs one firing and one quiet");
+        }
+    }
+
+    /// Every panel's query parses (promtool checks it as a recording rule's expression) and
+    /// reads only series the operators serve; every dashboard file is what the package ships.
+    #[test]
+    fn every_dashboard_query_parses_and_reads_the_operators_series() {
+        let queries = dashboard_queries();
+        assert!(DASHBOARDS.len() >= 5 && queries.len() >= 20, "{} dashboards, {} queries", DASHBOARDS.len(), queries.len());
+        let rules: Vec<Value> = queries.iter().enumerate().map(|(i, (_, _, expr))| json!({"record": format!("kfop:panel_{i}"), "expr": expr})).collect();
+        let file = std::env::temp_dir().join(format!("kfop-panels-{}.yaml", std::process::id()));
+        std::fs::write(&file, serde_yaml_ng::to_string(&json!({"groups": [{"name": "panels", "rules": rules}]})).unwrap()).unwrap();
+        let out = std::process::Command::new("promtool").args(["check", "rules"]).arg(&file).output().expect("promtool (Debian package prometheus, hack/prereqs.sh installs it)");
+        let _ = std::fs::remove_file(&file);
+        assert!(out.status.success(), "a panel's query does not parse:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        for (file, title, expr) in queries {
+            assert!(expr.contains("kfop_"), "{file}: {title}: {expr} reads no operator series");
+        }
+        let (_, files) = package();
+        for d in DASHBOARDS {
+            let shipped = &files.iter().find(|(name, _)| *name == format!("dashboards/{}.json", d.file)).unwrap().1;
+            let model: Value = serde_json::from_str(shipped).unwrap();
+            assert_eq!(model["uid"], format!("kfop-{}", d.file));
+            let panels = model["panels"].as_array().unwrap();
+            assert_eq!(panels.len(), d.panels.len());
+            for panel in panels {
+                let grid = &panel["gridPos"];
+                assert!(grid["x"].as_u64().unwrap() + grid["w"].as_u64().unwrap() <= 24, "{}: {panel}", d.file);
+                assert!(!panel["targets"].as_array().unwrap().is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn every_operator_and_the_fleet_agent_has_a_pod_monitor_on_its_metrics_port() {
+        let names = operators();
+        assert!(names.contains(&"meta-operator".to_string()) && names.contains(&"katib-operator".to_string()) && names.contains(&"fleet-agent".to_string()), "{names:?}");
+        let monitor = pod_monitor("katib-operator");
+        assert_eq!(monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], "katib-operator");
+        assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"], "metrics");
+        // The port the operators' Deployments name.
+        let deployment = crate::operator_deployment("katib-operator", env!("CARGO_PKG_VERSION"));
+        assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"], "metrics");
+        assert_eq!(deployment["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"], "katib-operator");
+    }
+}
