@@ -41,7 +41,7 @@ mark "deploy/all installed: $(grep -c '^kind: CustomResourceDefinition' deploy/a
 # the local nats-server (so exactly the permissions the bus grants it).
 mkdir -p "$STATE_DIR/operators"
 renderer_port=18091 renderer_metrics_port=18092 # (the operators use 18081–18088, the stand-in server 18090)
-prometheus_port=19090
+prometheus_port=19090 nats_exporter_port=18093
 port=18080
 for o in "${OPERATORS[@]}"; do
   port=$((port + 1))
@@ -133,7 +133,14 @@ mark "KfDef kubeflow Available: all $total applications Ready ($generic by the g
 # A real Prometheus (Debian's package, hack/prereqs.sh installs it) scraping every operator and
 # the renderer, with the alerting rules deploy/monitoring ships (rules.yaml, unchanged).
 echo "--- starting Prometheus with deploy/monitoring/rules.yaml" >&2
-targets=$(for p in $(seq 18081 $((18080 + ${#OPERATORS[@]}))) "$renderer_metrics_port"; do printf "'127.0.0.1:%s', " "$p"; done)
+# NATS's own metrics through the sidecar deploy/ runs beside each server node (meta-operator nats-exporter).
+pidfile=$STATE_DIR/pids/nats-exporter
+if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
+  setsid "$BIN_DIR/meta-operator" nats-exporter --monitor-port "$NATS_MONITOR_PORT" --listen "127.0.0.1:$nats_exporter_port" \
+    >>"$STATE_DIR/logs/nats-exporter.log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+fi
+targets=$(for p in $(seq 18081 $((18080 + ${#OPERATORS[@]}))) "$renderer_metrics_port" "$nats_exporter_port"; do printf "'127.0.0.1:%s', " "$p"; done)
 mkdir -p "$STATE_DIR/prometheus"
 cat >"$STATE_DIR/prometheus/prometheus.yml" <<YAML
 global: {scrape_interval: 5s, evaluation_interval: 5s}
@@ -148,7 +155,7 @@ if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
     --web.listen-address="127.0.0.1:$prometheus_port" >>"$STATE_DIR/logs/prometheus.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
 fi
-want=$((${#OPERATORS[@]} + 1)) up=0
+want=$((${#OPERATORS[@]} + 2)) up=0
 for _ in $(seq 120); do
   up=$(curl -sf "http://127.0.0.1:$prometheus_port/api/v1/targets" | jq '[.data.activeTargets[] | select(.health == "up")] | length' 2>/dev/null || echo 0)
   ((up == want)) && break

@@ -165,6 +165,9 @@ pub fn cluster_service_version(package: &Package, index: usize) -> Value {
         let env = &mut deployment["spec"]["template"]["spec"]["containers"][0]["env"];
         *env = json!([env.as_array().cloned().unwrap_or_default(), package.env.clone()].concat());
     }
+    if package.env.contains(&json!({"name": "PROVISION_NATS_SERVER", "value": "true"})) {
+        deployment = kubeflow_deploy::with_exporter_image(deployment);
+    }
     let (deployment, renderer) = if package.renders_packages { kubeflow_deploy::with_renderer(deployment) } else { (deployment, Vec::new()) };
     let companions = (package.companions)(release.version);
     let owned: Vec<Value> = package.crds.iter().map(|crd| owned_crd(package, crd, &kind_description(crd["spec"]["names"]["kind"].as_str().unwrap_or_default()))).collect();

@@ -342,6 +342,7 @@ fn a_spokes_bundle_provisions_in_its_namespace_alone_and_its_agent_holds_no_cred
         assert!(env.contains(&json!({"name": name, "valueFrom": {"configMapKeyRef": {"name": "fleet-spoke", "key": key}}})), "{name}: {env:?}");
     }
     assert!(env.contains(&json!({"name": "PROVISION_NATS_SERVER", "value": "true"})), "{env:?}");
+    assert!(env.contains(&json!({"name": "NATS_EXPORTER_IMAGE", "value": provisioner["image"]})), "the server's metrics sidecar runs the provisioner's image: {env:?}");
     let agent = &install["deployments"][1];
     assert_eq!(agent["name"], "fleet-agent");
     let pod = &agent["spec"]["template"]["spec"];

@@ -364,6 +364,15 @@ pub fn with_nats(deployment: Value, identity: Identity) -> Value {
     deployment
 }
 
+/// `deployment` of a meta-operator that provisions the NATS server: the server's metrics sidecar
+/// runs the meta-operator's own image (`NATS_EXPORTER_IMAGE`, see meta_operator::nats_exporter).
+pub fn with_exporter_image(mut deployment: Value) -> Value {
+    let container = &mut deployment["spec"]["template"]["spec"]["containers"][0];
+    let image = container["image"].clone();
+    container["env"].as_array_mut().expect("operator env").push(json!({"name": "NATS_EXPORTER_IMAGE", "value": image}));
+    deployment
+}
+
 /// Role and RoleBinding of the meta-operator in its namespace (the bus it provisions).
 pub fn meta_operator_namespaced_rbac() -> Vec<Value> {
     namespaced_role("meta-operator-bus", "meta-operator", &provision::namespaced_rules(), Some(OPERATOR_NAMESPACE))
@@ -440,11 +449,17 @@ pub fn installer_objects() -> Vec<Value> {
     ]
 }
 
+/// The NATS server of `deploy/all` and `deploy/nats`: [`NATS_REPLICAS`] nodes, each with the
+/// metrics sidecar of the meta-operator's image.
+fn nats_server() -> provision::Server {
+    provision::Server::single_cluster(NATS_REPLICAS).with_exporter(Some(operator_image("meta-operator", env!("CARGO_PKG_VERSION"))))
+}
+
 /// `deploy/nats/`: the NATS server alone (its Secrets come from the meta-operator), for operators
 /// installed one by one.
 pub fn nats_package() -> (String, Vec<(String, String)>) {
     let mut objects = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
-    objects.extend(provision::server_objects(OPERATOR_NAMESPACE, &provision::Server::single_cluster(NATS_REPLICAS)));
+    objects.extend(provision::server_objects(OPERATOR_NAMESPACE, &nats_server()));
     let files = vec![("kustomization.yaml".to_string(), kustomization(&["nats.yaml"])), ("nats.yaml".to_string(), yaml_docs(&objects))];
     ("nats".to_string(), files)
 }
@@ -482,7 +497,7 @@ pub fn all_package() -> (String, Vec<(String, String)>) {
     let crds = [vec![serde_json::to_value(kubeflow_crds::KfDef::crd()).unwrap(), serde_json::to_value(kubeflow_crds::KfUpgrade::crd()).unwrap()], components.crds].concat();
     let rbac = [operator_rbac("meta-operator", &meta_operator_rules()), meta_operator_namespaced_rbac(), components.rbac].concat();
     let mut deployments = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})];
-    deployments.extend(provision::server_objects(OPERATOR_NAMESPACE, &provision::Server::single_cluster(NATS_REPLICAS)));
+    deployments.extend(provision::server_objects(OPERATOR_NAMESPACE, &nats_server()));
     deployments.push(with_nats(operator_deployment("meta-operator", env!("CARGO_PKG_VERSION")), Identity::MetaOperator));
     deployments.push(operator_disruption_budget("meta-operator"));
     deployments.extend(components.objects);
@@ -523,7 +538,7 @@ fn spoke_bus_provisioner() -> Value {
     let mut deployment = operator_deployment("meta-operator", env!("CARGO_PKG_VERSION"));
     let env = &mut deployment["spec"]["template"]["spec"]["containers"][0]["env"];
     env.as_array_mut().expect("operator env").extend(spoke_provisioner_env());
-    deployment
+    with_exporter_image(deployment)
 }
 
 /// The fleet agent at operator release `version`: a client of the spoke's bus and nothing else.
@@ -857,6 +872,7 @@ mod tests {
         assert_eq!(env(provisioner, "FLEET_CLUSTER").map(|e| e["valueFrom"].clone()), Some(from_config("cluster")));
         assert_eq!(env(provisioner, "FLEET_HUB_URL").map(|e| e["valueFrom"].clone()), Some(from_config("hubUrl")));
         assert_eq!(env(provisioner, "PROVISION_NATS_SERVER").map(|e| e["value"].clone()), Some(json!("true")));
+        assert_eq!(env(provisioner, "NATS_EXPORTER_IMAGE").map(|e| e["value"].clone()), Some(provisioner["containers"][0]["image"].clone()), "the server's metrics sidecar runs the provisioner's image");
         // The server is the provisioner's (made for the cluster), not the package's.
         assert!(!objects.iter().any(|o| o["kind"] == "StatefulSet"));
         for component in kubeflow_component_registry::all() {

@@ -8,33 +8,28 @@ use serde_json::{Value, json};
 
 use crate::OPERATOR_NAMESPACE;
 
-/// Every operator whose pods serve `/metrics` on their port `metrics`: each shipped binary.
-pub fn operators() -> Vec<String> {
-    crate::images()
+/// Every workload whose pods serve `/metrics` on their port `metrics`: each shipped binary's, the
+/// renderers of the component operators that render packages (on a port their NetworkPolicy
+/// opens to anyone), and the NATS server's (its metrics sidecar, `meta-operator nats-exporter`).
+pub fn scraped() -> Vec<String> {
+    let renderers = kubeflow_component_registry::all().into_iter().filter(|c| c.renders_packages).map(|c| crate::renderer_name(&c.operator));
+    crate::images().into_iter().chain(renderers).chain([meta_operator::provision::SERVER.to_string()]).collect()
 }
 
-/// A PodMonitor for `operator`'s pods (every replica: only the leader reconciles, and each
-/// replica's series carry its pod).
-pub fn pod_monitor(operator: &str) -> Value {
+/// A PodMonitor for the pods of `workload` (label `app.kubernetes.io/name`), every replica: only
+/// an operator's leader reconciles, and each replica's series carry its pod.
+pub fn pod_monitor(workload: &str) -> Value {
     json!({
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": {"name": operator, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/part-of": "kubeflow-operator"}},
+        "metadata": {"name": workload, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/part-of": "kubeflow-operator"}},
         "spec": {
-            "selector": {"matchLabels": {"app.kubernetes.io/name": operator}},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": workload}},
             "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}],
         },
     })
 }
 
-/// A PodMonitor for the renderer pods of `operator` (a component operator that renders
-/// packages): their metrics port, which their NetworkPolicy opens to anyone.
-pub fn renderer_pod_monitor(operator: &str) -> Value {
-    let name = crate::renderer_name(operator);
-    let mut monitor = pod_monitor(&name);
-    monitor["spec"]["selector"] = json!({"matchLabels": {"app.kubernetes.io/name": name}});
-    monitor
-}
 
 /// One alert: its name, expression, how long it must hold, severity, and what to tell the person
 /// paged (the runbook: what it means, where to look, what to do).
@@ -103,6 +98,30 @@ const ALERTS: &[Alert] = &[
         severity: "critical",
         summary: "The {{ $labels.component }} operator cannot use its NATS {{ $labels.credential }}",
         runbook: "The operator could not read or use its NKey seed (Secret `<operator>-nats` mounted at NATS_NKEY_FILE): missing, emptied or not a seed. The meta-operator provisions these Secrets; check them and its log. Connections fail until it is fixed.",
+    },
+    Alert {
+        name: "KubeflowBusServerDown",
+        expr: "min by (instance) (kfop_nats_up) == 0",
+        hold: "5m",
+        severity: "critical",
+        summary: "The NATS server beside {{ $labels.instance }} has not answered its monitoring for 5 minutes",
+        runbook: "The metrics sidecar of a NATS pod cannot reach its server's monitor port: the server is down or stuck. The other nodes of the cluster keep the buckets (R3); check the pod (`kubectl -n kubeflow-operators get pods -l app.kubernetes.io/name=nats`), its log, and its volume.",
+    },
+    Alert {
+        name: "KubeflowBusSlowConsumers",
+        expr: "sum by (instance) (increase(kfop_nats_slow_consumers_total[10m])) > 0",
+        hold: "0m",
+        severity: "warning",
+        summary: "The NATS server at {{ $labels.instance }} dropped messages for a slow client in the last 10 minutes",
+        runbook: "A client read too slowly and the server cut it off: an operator that is starved of CPU or stuck. The operators relist after a reconnect, so nothing is lost, but a repeating one will lag. `kubectl -n kubeflow-operators top pods`, and the operators' logs for reconnects.",
+    },
+    Alert {
+        name: "KubeflowBusStorageFilling",
+        expr: "max by (instance) (kfop_nats_jetstream_storage_bytes / kfop_nats_jetstream_storage_max_bytes) > 0.8",
+        hold: "15m",
+        severity: "warning",
+        summary: "JetStream on {{ $labels.instance }} has used more than 80% of its file storage for 15 minutes",
+        runbook: "The buckets keep the latest desired state, status and heartbeats per key (a few revisions each), so they stay small: growth means many KfDefs or fleet clusters, or streams that are not the operators'. Look at kfop_bus_stream_bytes per bucket, and grow the server's volume (its StatefulSet's claim) if it is the operators'.",
     },
     Alert {
         name: "KubeflowRendererRefusals",
@@ -229,6 +248,11 @@ const DASHBOARDS: &[Dashboard] = &[
             Panel { title: "Messages per bucket", kind: "timeseries", queries: &[("max by (stream) (kfop_bus_stream_messages)", "{{stream}}")], width: 12 },
             Panel { title: "Bytes per bucket", kind: "timeseries", queries: &[("max by (stream) (kfop_bus_stream_bytes)", "{{stream}}")], width: 12 },
             Panel { title: "Consumers per bucket", kind: "timeseries", queries: &[("max by (stream) (kfop_bus_stream_consumers)", "{{stream}}")], width: 24 },
+            Panel { title: "NATS servers answering", kind: "stat", queries: &[("sum(kfop_nats_up)", "up"), ("count(kfop_nats_up == 0) or vector(0)", "down")], width: 12 },
+            Panel { title: "Slow consumers cut off (10 min)", kind: "stat", queries: &[("sum(increase(kfop_nats_slow_consumers_total[10m])) or vector(0)", "cut off")], width: 12 },
+            Panel { title: "Client connections per server", kind: "timeseries", queries: &[("max by (instance) (kfop_nats_connections)", "{{instance}}")], width: 12 },
+            Panel { title: "Messages per second per server", kind: "timeseries", queries: &[("sum by (instance) (rate(kfop_nats_in_msgs_total[5m]))", "{{instance}} in"), ("sum by (instance) (rate(kfop_nats_out_msgs_total[5m]))", "{{instance}} out")], width: 12 },
+            Panel { title: "JetStream file storage used", kind: "timeseries", queries: &[("max by (instance) (kfop_nats_jetstream_storage_bytes / kfop_nats_jetstream_storage_max_bytes)", "{{instance}}")], width: 24 },
         ],
     },
     Dashboard {
@@ -302,8 +326,7 @@ fn dashboard_config_maps() -> Vec<Value> {
 
 /// The package's files.
 pub fn package() -> (String, Vec<(String, String)>) {
-    let renderers = kubeflow_component_registry::all().into_iter().filter(|c| c.renders_packages).map(|c| renderer_pod_monitor(&c.operator));
-    let monitors: Vec<Value> = operators().iter().map(|o| pod_monitor(o)).chain(renderers).collect();
+    let monitors: Vec<Value> = scraped().iter().map(|w| pod_monitor(w)).collect();
     let rule_file = format!("{}{}", crate::HEADER, serde_yaml_ng::to_string(&json!({"groups": rule_groups()})).expect("rules serialise"));
     let mut files = vec![
         ("kustomization.yaml".to_string(), crate::kustomization(&["podmonitors.yaml", "prometheusrule.yaml", "dashboards.yaml"])),
@@ -374,9 +397,20 @@ mod tests {
     }
 
     #[test]
-    fn every_operator_and_the_fleet_agent_has_a_pod_monitor_on_its_metrics_port() {
-        let names = operators();
-        assert!(names.contains(&"meta-operator".to_string()) && names.contains(&"katib-operator".to_string()) && names.contains(&"fleet-agent".to_string()), "{names:?}");
+    fn every_operator_renderer_and_nats_server_has_a_pod_monitor_on_its_metrics_port() {
+        let names = scraped();
+        for name in ["meta-operator", "katib-operator", "fleet-agent", "kustomize-renderer", "nats"] {
+            assert!(names.contains(&name.to_string()), "{name}: {names:?}");
+        }
+        // The port the NATS pods' sidecar serves, and the renderers'.
+        let nats = meta_operator::provision::server_objects(OPERATOR_NAMESPACE, &crate::nats_server());
+        let pod = &nats.iter().find(|o| o["kind"] == "StatefulSet").unwrap()["spec"]["template"];
+        assert_eq!(pod["metadata"]["labels"]["app.kubernetes.io/name"], "nats");
+        assert_eq!(pod["spec"]["containers"][1]["ports"][0]["name"], "metrics");
+        let (_, renderer) = crate::with_renderer(crate::operator_deployment("kustomize-operator", env!("CARGO_PKG_VERSION")));
+        let renderer = renderer.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        assert_eq!(renderer["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"], "kustomize-renderer");
+        assert_eq!(renderer["spec"]["template"]["spec"]["containers"][0]["ports"][1]["name"], "metrics");
         let monitor = pod_monitor("katib-operator");
         assert_eq!(monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], "katib-operator");
         assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"], "metrics");

@@ -380,6 +380,13 @@ impl OperatorProcess {
         Self::spawn(binary, command, metrics_port)
     }
 
+    /// `binary` with exactly `args`, serving its `/metrics` on `port` (as its args say).
+    pub fn command(binary: &str, args: &[&str], port: u16) -> Self {
+        let mut command = std::process::Command::new(bin_dir().join(binary));
+        command.args(args).env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info".into()));
+        Self::spawn(binary, command, port)
+    }
+
     /// The renderer (`kustomize-operator render-server`) on loopback `port`, answering the caller
     /// whose public NKey is `caller`. As in its pod, it gets no credential: an empty environment
     /// but where the kustomize binaries are.

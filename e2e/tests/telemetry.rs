@@ -191,6 +191,11 @@ async fn prometheus_scrapes_every_operator_and_alerts_while_a_kfdef_is_degraded(
     let stack = OperatorStack::start(&client, &[]).await;
     let mut ports: Vec<u16> = std::iter::once(&stack.meta).chain(stack.components.values()).map(|p| p.scrape_port).collect();
     ports.push(stack.renderer.scrape_port);
+    // The NATS server's metrics sidecar, as deploy/ runs it beside each node: reading the stack's
+    // server's monitor port.
+    let exporter_port = free_port();
+    let exporter = OperatorProcess::command("meta-operator", &["nats-exporter", &format!("--monitor-port={}", stack.nats.nodes[0].monitor_port), &format!("--listen=127.0.0.1:{exporter_port}")], exporter_port);
+    ports.push(exporter_port);
     let prometheus = Prometheus::start(&ports, &shipped_rules_without_holds());
     eventually("every target up", || async {
         let targets = prometheus.api("/api/v1/targets").await?;
@@ -220,6 +225,12 @@ async fn prometheus_scrapes_every_operator_and_alerts_while_a_kfdef_is_degraded(
     assert_eq!(bad["result"][0]["metric"]["phase"], "Degraded", "{bad}");
     let connected = prometheus.api(&query("sum(kfop_bus_connected)")).await.unwrap();
     assert_eq!(connected["result"][0]["value"][1], json!((1 + stack.components.len()).to_string()), "every operator on the bus: {connected}");
+    // The server's own count of its clients, through the sidecar: every operator at least.
+    let server = prometheus.api(&query("kfop_nats_connections")).await.unwrap();
+    let clients: f64 = server["result"][0]["value"][1].as_str().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no kfop_nats_connections: {server}; exporter log: {}", exporter.log.display()));
+    assert!(clients >= (1 + stack.components.len()) as f64, "the server counts {clients} clients: {server}");
+    let streams = prometheus.api(&query("kfop_nats_jetstream_streams")).await.unwrap();
+    assert!(streams["result"][0]["value"][1].as_str().and_then(|v| v.parse::<f64>().ok()).is_some_and(|n| n >= 9.0), "the buckets' streams: {streams}");
 
     // Healed: the bad application goes, the KfDef is Available, the alert resolves.
     api.patch("demo", &PatchParams::default(), &Patch::Merge(json!({"spec": {"applications": healthy}}))).await.unwrap();

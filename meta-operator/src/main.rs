@@ -56,6 +56,10 @@ struct Cli {
     /// The hub's leaf port a spoke connects out to: `tls://<host>:<port>`.
     #[arg(long, env = "FLEET_HUB_URL", requires = "fleet_cluster", value_parser = meta_operator::provision::hub_url)]
     fleet_hub_url: Option<String>,
+    /// Image of the sidecar serving each provisioned NATS server's metrics (`meta-operator
+    /// nats-exporter`: this operator's own image); none when unset.
+    #[arg(long, env = "NATS_EXPORTER_IMAGE")]
+    nats_exporter_image: Option<String>,
     /// Names the spokes reach the hub's leaf port by (comma-separated): the bus certificate is
     /// issued for them too.
     #[arg(long, env = "FLEET_HUB_HOSTS", value_delimiter = ',')]
@@ -84,6 +88,18 @@ fn receiver_stream<T: Send + 'static>(rx: mpsc::UnboundedReceiver<T>) -> impl fu
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    // The NATS server's metrics sidecar (nats_exporter), from the same image.
+    if std::env::args().nth(1).as_deref() == Some("nats-exporter") {
+        let args = <meta_operator::nats_exporter::ExporterArgs as clap::Parser>::parse_from(std::env::args().skip(1));
+        let _telemetry = operator_runtime::telemetry::init("nats-exporter");
+        return match meta_operator::nats_exporter::run(args).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(%error, "nats-exporter stopped");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let cli = Cli::parse();
     let _telemetry = operator_runtime::telemetry::init("meta-operator");
     let metrics = Arc::new(Metrics::new("meta"));
@@ -118,7 +134,7 @@ async fn main() -> std::process::ExitCode {
     };
 
     if let (Some(cluster), Some(hub_url), Some(namespace)) = (cli.fleet_cluster.clone(), cli.fleet_hub_url.clone(), cli.bus_namespace.clone()) {
-        let spoke = Server { replicas: cli.nats_replicas, fleet: Some(FleetRole::Spoke(Spoke { cluster, hub_url })) };
+        let spoke = Server { replicas: cli.nats_replicas, fleet: Some(FleetRole::Spoke(Spoke { cluster, hub_url })), exporter_image: cli.nats_exporter_image.clone() };
         provision_bus(&client, &namespace, &cli.fleet_hub_hosts, Some(&spoke)).await;
         metrics.set_ready();
         tokio::select! {
@@ -131,12 +147,12 @@ async fn main() -> std::process::ExitCode {
     if let Some(namespace) = cli.bus_namespace.clone() {
         // The hub's server is applied once the registrations are listed, not before: a restart
         // must not roll it onto a configuration without them.
-        let server = (cli.provision_nats_server && cli.fleet_leaf_port.is_none()).then(|| Server::single_cluster(cli.nats_replicas));
-        let (client, hosts, replicas, leaf_port) = (client.clone(), cli.fleet_hub_hosts.clone(), cli.nats_replicas, cli.fleet_leaf_port);
+        let server = (cli.provision_nats_server && cli.fleet_leaf_port.is_none()).then(|| Server::single_cluster(cli.nats_replicas).with_exporter(cli.nats_exporter_image.clone()));
+        let (client, hosts, replicas, leaf_port, exporter) = (client.clone(), cli.fleet_hub_hosts.clone(), cli.nats_replicas, cli.fleet_leaf_port, cli.nats_exporter_image.clone());
         tokio::spawn(async move {
             provision_bus(&client, &namespace, &hosts, server.as_ref()).await;
             if let Some(leaf_port) = leaf_port {
-                tokio::spawn(meta_operator::provision::follow_registrations(client.clone(), namespace.clone(), replicas, leaf_port));
+                tokio::spawn(meta_operator::provision::follow_registrations(client.clone(), namespace.clone(), replicas, leaf_port, exporter));
             }
             meta_operator::provision::rotate_on_request(client, namespace).await;
         });

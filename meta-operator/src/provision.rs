@@ -108,6 +108,9 @@ pub struct Server {
     pub replicas: usize,
     /// Its place in a fleet; none on a single cluster.
     pub fleet: Option<FleetRole>,
+    /// Image of the metrics sidecar beside each node (`meta-operator nats-exporter`, see
+    /// [`crate::nats_exporter`]); none without.
+    pub exporter_image: Option<String>,
 }
 
 /// What a server is in a fleet.
@@ -139,7 +142,12 @@ pub struct Spoke {
 impl Server {
     /// A server of `replicas` nodes, no fleet.
     pub fn single_cluster(replicas: usize) -> Self {
-        Self { replicas, fleet: None }
+        Self { replicas, fleet: None, exporter_image: None }
+    }
+
+    /// The same server with its metrics sidecar of `image` (none: without one).
+    pub fn with_exporter(self, image: Option<String>) -> Self {
+        Self { exporter_image: image, ..self }
     }
 
     fn hub(&self) -> Option<&Hub> {
@@ -262,6 +270,30 @@ pub fn server_objects(namespace: &str, server: &Server) -> Vec<Value> {
         ports.push(json!({"name": "leafnodes", "containerPort": hub.leaf_port}));
         ingress.push(json!({"ports": [{"port": hub.leaf_port}]}));
     }
+    let security = json!({"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}});
+    let mut containers = vec![json!({
+        "name": "nats", "image": NATS_IMAGE,
+        "args": ["-c", "/etc/nats/config/nats.conf"],
+        "env": env,
+        "ports": ports,
+        "readinessProbe": {"httpGet": {"path": "/healthz?js-enabled-only=true", "port": "monitor"}},
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": security,
+        "volumeMounts": mounts,
+    })];
+    if let Some(image) = &server.exporter_image {
+        // The server's metrics, read from its monitor port on loopback; its port is open to
+        // anyone (a monitoring stack), and answers nothing but `/metrics`.
+        use crate::nats_exporter::EXPORTER_PORT;
+        containers.push(json!({
+            "name": "exporter", "image": image,
+            "args": ["nats-exporter", format!("--monitor-port={MONITOR_PORT}"), format!("--listen=0.0.0.0:{EXPORTER_PORT}")],
+            "ports": [{"name": "metrics", "containerPort": EXPORTER_PORT}],
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+            "securityContext": security,
+        }));
+        ingress.push(json!({"ports": [{"port": EXPORTER_PORT}]}));
+    }
     let metadata = |name: &str| json!({"name": name, "namespace": namespace, "labels": labels()});
     let mut objects = vec![
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata("nats-config"), "data": {"nats.conf": config}}),
@@ -278,16 +310,7 @@ pub fn server_objects(namespace: &str, server: &Server) -> Vec<Value> {
                        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "fsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
                        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
                            "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": SERVER}}}}]}},
-                       "containers": [{
-                           "name": "nats", "image": NATS_IMAGE,
-                           "args": ["-c", "/etc/nats/config/nats.conf"],
-                           "env": env,
-                           "ports": ports,
-                           "readinessProbe": {"httpGet": {"path": "/healthz?js-enabled-only=true", "port": "monitor"}},
-                           "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
-                           "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
-                           "volumeMounts": mounts,
-                       }],
+                       "containers": containers,
                        "volumes": volumes,
                    }},
                    "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}}],
@@ -460,7 +483,7 @@ pub async fn apply_server(client: &Client, namespace: &str, server: &Server) -> 
 /// The hub's server, kept in step with the registrations until the process ends: applied once
 /// they are listed, then whenever the leaf users they give ([`leaf_users`]) change. A failed
 /// apply is retried with backoff.
-pub async fn follow_registrations(client: Client, namespace: String, replicas: usize, leaf_port: u16) {
+pub async fn follow_registrations(client: Client, namespace: String, replicas: usize, leaf_port: u16, exporter_image: Option<String>) {
     let registrations: Api<FleetCluster> = Api::all(client.clone());
     let (store, changes) = operator_runtime::watches::reflect(registrations, watcher::Config::default(), ());
     let changed = std::sync::Arc::new(tokio::sync::Notify::new());
@@ -475,7 +498,7 @@ pub async fn follow_registrations(client: Client, namespace: String, replicas: u
     let mut applied: Option<Server> = None;
     let mut delays = operator_runtime::retry::exponential(std::time::Duration::from_millis(500), std::time::Duration::from_secs(30));
     loop {
-        let wanted = Server { replicas, fleet: Some(FleetRole::Hub(Hub { leaf_port, clusters: leaf_users(store.state().iter().map(|r| r.as_ref())) })) };
+        let wanted = Server { replicas, fleet: Some(FleetRole::Hub(Hub { leaf_port, clusters: leaf_users(store.state().iter().map(|r| r.as_ref())) })), exporter_image: exporter_image.clone() };
         if applied.as_ref() != Some(&wanted) {
             match apply_server(&client, &namespace, &wanted).await {
                 Ok(()) => {
@@ -567,6 +590,25 @@ mod tests {
         assert!(objects.iter().any(|o| o["kind"] == "PodDisruptionBudget"));
     }
 
+    /// With an exporter image, each node has the metrics sidecar reading its monitor port, and
+    /// the sidecar's port (only) is open to anyone; without, neither.
+    #[test]
+    fn a_server_with_an_exporter_image_serves_its_metrics_beside_each_node() {
+        let objects = server_objects("ops", &Server::single_cluster(3).with_exporter(Some("ghcr.io/x/meta-operator@sha256:1".into())));
+        let pod = &objects.iter().find(|o| o["kind"] == "StatefulSet").unwrap()["spec"]["template"]["spec"];
+        let exporter = &pod["containers"][1];
+        assert_eq!(exporter["image"], "ghcr.io/x/meta-operator@sha256:1");
+        assert_eq!(exporter["args"], json!(["nats-exporter", "--monitor-port=8222", "--listen=0.0.0.0:7777"]));
+        assert_eq!(exporter["ports"], json!([{"name": "metrics", "containerPort": 7777}]));
+        assert!(exporter.get("env").is_none() && exporter.get("volumeMounts").is_none(), "the sidecar gets nothing of the server's: {exporter}");
+        let ingress = objects.iter().find(|o| o["kind"] == "NetworkPolicy").unwrap()["spec"]["ingress"].clone();
+        assert!(ingress.as_array().unwrap().contains(&json!({"ports": [{"port": 7777}]})), "{ingress}");
+        let without = server_objects("ops", &Server::single_cluster(3));
+        let pod = &without.iter().find(|o| o["kind"] == "StatefulSet").unwrap()["spec"]["template"]["spec"];
+        assert_eq!(pod["containers"].as_array().unwrap().len(), 1);
+        assert!(!without.iter().find(|o| o["kind"] == "NetworkPolicy").unwrap()["spec"]["ingress"].to_string().contains("7777"));
+    }
+
     fn registration(name: &str, key: &str) -> FleetCluster {
         serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"publicKey": key}})).unwrap()
     }
@@ -589,7 +631,7 @@ mod tests {
     #[test]
     fn the_hubs_server_has_the_hub_domain_a_leaf_port_open_to_spokes_and_rolls_when_a_cluster_joins() {
         let key = user_key();
-        let hub = |clusters: Vec<(ClusterName, String)>| Server { replicas: 3, fleet: Some(FleetRole::Hub(Hub { leaf_port: 7422, clusters })) };
+        let hub = |clusters: Vec<(ClusterName, String)>| Server { replicas: 3, fleet: Some(FleetRole::Hub(Hub { leaf_port: 7422, clusters })), exporter_image: None };
         let none = server_objects("ops", &hub(vec![]));
         let joined = server_objects("ops", &hub(vec![("eu-1".parse().unwrap(), key.clone())]));
         let config = |objects: &[Value]| objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap()["data"]["nats.conf"].as_str().unwrap().to_string();
@@ -612,7 +654,7 @@ mod tests {
 
     #[test]
     fn a_spokes_server_joins_the_hub_as_its_cluster_under_names_of_its_own() {
-        let spoke = Server { replicas: 3, fleet: Some(FleetRole::Spoke(Spoke { cluster: "eu-1".parse().unwrap(), hub_url: "tls://hub.example.com:7422".into() })) };
+        let spoke = Server { replicas: 3, fleet: Some(FleetRole::Spoke(Spoke { cluster: "eu-1".parse().unwrap(), hub_url: "tls://hub.example.com:7422".into() })), exporter_image: None };
         let config = server_config("ops", &spoke);
         assert!(config.contains("domain: \"eu-1\""), "{config}");
         assert!(config.contains("remotes: [{url: \"tls://hub.example.com:7422\", nkey: $KFOP_FLEET_SEED, tls: {ca_file: \"/etc/nats/hub/ca.crt\""), "{config}");
