@@ -295,9 +295,11 @@ pub fn meta_operator_package() -> Package {
             json!({"name": "BUS_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
             json!({"name": "PROVISION_NATS_SERVER", "value": "true"}),
             json!({"name": "NATS_REPLICAS", "value": kubeflow_deploy::NATS_REPLICAS.to_string()}),
+            // And deploy/monitoring's objects, which a bundle cannot carry as optional ones.
+            json!({"name": "MONITORING_OBJECTS", "value": "true"}),
         ],
         bus_identity: Some(kubeflow_crds::bus::Identity::MetaOperator),
-        namespaced_rules: [meta_operator::provision::namespaced_rules(), operator_runtime::leader::lease_rules()].concat(),
+        namespaced_rules: [meta_operator::provision::namespaced_rules(), meta_operator::monitoring::namespaced_rules(), operator_runtime::leader::lease_rules()].concat(),
         renders_packages: false,
         companions: no_companions,
         first_release: 0,

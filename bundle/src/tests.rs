@@ -384,3 +384,21 @@ fn namespaced_rules_are_a_role_of_the_bundle_never_csv_permissions() {
     }
     assert!(with_role >= 3, "the meta-operator, the generic operator and the spoke's provisioner have rules in their namespace");
 }
+
+/// The meta-operator's bundle carries no monitoring object (OLM would fail the whole install on a
+/// cluster without the Prometheus Operator's kinds): its meta-operator makes deploy/monitoring's
+/// once they are served, with rights to those two kinds in its namespace alone.
+#[test]
+fn the_meta_operators_bundle_makes_its_monitoring_objects_at_run_time() {
+    let index = OPERATOR_RELEASES.len() - 1;
+    let package = all_packages().iter().find(|p| p.name == "kubeflow-meta-operator").expect("the meta-operator's package");
+    let manifests: Vec<Value> = bundle_manifests(&bundle_dir(), package, index).unwrap().into_iter().map(|(_, o)| o).collect();
+    assert!(!manifests.iter().any(|o| o["apiVersion"].as_str().is_some_and(|v| v.starts_with("monitoring.coreos.com"))), "a monitoring object in the bundle");
+    let container = &manifests[0]["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"]["containers"][0];
+    assert!(container["env"].as_array().unwrap().contains(&json!({"name": "MONITORING_OBJECTS", "value": "true"})), "{}", container["env"]);
+    let role = manifests.iter().find(|o| o["kind"] == "Role").expect("the meta-operator's Role");
+    let monitoring: Vec<&Value> = role["rules"].as_array().unwrap().iter().filter(|r| r["apiGroups"] == json!(["monitoring.coreos.com"])).collect();
+    assert_eq!(monitoring, [&json!({"apiGroups": ["monitoring.coreos.com"], "resources": ["podmonitors", "prometheusrules"], "verbs": ["get", "create", "patch"]})]);
+    let clustered = serde_json::to_string(&manifests[0]["spec"]["install"]["spec"]["clusterPermissions"]).unwrap();
+    assert!(!clustered.contains("monitoring.coreos.com"), "no cluster-wide monitoring rights: {clustered}");
+}

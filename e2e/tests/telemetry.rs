@@ -244,3 +244,54 @@ async fn prometheus_scrapes_every_operator_and_alerts_while_a_kfdef_is_degraded(
     api.delete("demo", &kube::api::DeleteParams::default()).await.unwrap();
     gone(&api, "demo").await;
 }
+
+/// Where OLM installed the operators (`--monitoring-objects`, as the bundle sets it), the
+/// meta-operator makes deploy/monitoring's objects in its namespace once the Prometheus
+/// Operator's kinds are served, and leaves one of another manager's as it is.
+#[tokio::test]
+async fn the_meta_operator_makes_the_monitoring_objects_where_the_prometheus_operators_kinds_are_served() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    let _serial = SERIAL.lock().await;
+    let client = client().await;
+    serve_kind(&client, "monitoring.coreos.com", "PodMonitor", "podmonitors", "v1").await;
+    serve_kind(&client, "monitoring.coreos.com", "PrometheusRule", "prometheusrules", "v1").await;
+    let ns = TestNamespace::create(&client, "e2e-monitoring-objects").await;
+    // A dashboard ConfigMap someone else made first: theirs, not taken over.
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kfop-dashboard-fleet"}, "data": {"kfop-fleet.json": "{}"}});
+    config_maps.patch("kfop-dashboard-fleet", &PatchParams::apply("someone-else"), &Patch::Apply(&theirs)).await.unwrap();
+    let meta = OperatorProcess::start("meta-operator", &["--monitoring-objects", "--bus-namespace", &ns.name, "--namespace", &ns.name], &[]);
+    let resource = |kind: &str, plural: &str| ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("monitoring.coreos.com", "v1", kind), plural);
+    let rules: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &resource("PrometheusRule", "prometheusrules"));
+    let monitors: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &resource("PodMonitor", "podmonitors"));
+    let shipped = meta_operator::monitoring::objects(&ns.name);
+    let want_monitors = shipped.iter().filter(|o| o["kind"] == "PodMonitor").count();
+    eventually(&format!("the monitoring objects in {} (log: {})", ns.name, meta.log.display()), || async {
+        let rule = rules.get_opt("kubeflow-operators").await.map_err(|e| e.to_string())?.ok_or("no PrometheusRule")?;
+        let made = monitors.list(&Default::default()).await.map_err(|e| e.to_string())?.items.len();
+        if made == want_monitors { Ok(rule) } else { Err(format!("{made} of {want_monitors} PodMonitors")) }
+    })
+    .await;
+    let rule = rules.get("kubeflow-operators").await.unwrap();
+    let alerts: Vec<String> = rule.data["spec"]["groups"][0]["rules"].as_array().unwrap().iter().map(|r| r["alert"].as_str().unwrap().to_string()).collect();
+    assert!(alerts.contains(&"KubeflowKfDefDegraded".to_string()) && alerts.contains(&"KubeflowBusServerDown".to_string()), "{alerts:?}");
+    let nats = monitors.get("nats").await.unwrap();
+    assert_eq!(nats.data["spec"]["podMetricsEndpoints"][0]["port"], "metrics");
+    eventually("the dashboards made but the one of another manager's", || async {
+        let made: Vec<String> = config_maps.list(&Default::default()).await.map_err(|e| e.to_string())?.items.into_iter().filter_map(|c| c.metadata.name).filter(|n| n.starts_with("kfop-dashboard-")).collect();
+        if made.len() == 5 { Ok(()) } else { Err(format!("{made:?}")) }
+    })
+    .await;
+    let fleet = config_maps.get("kfop-dashboard-fleet").await.unwrap();
+    assert_eq!(fleet.data.unwrap()["kfop-fleet.json"], "{}", "another manager's ConfigMap was overwritten");
+    let bus = config_maps.get("kfop-dashboard-bus").await.unwrap();
+    assert!(bus.data.unwrap()["kfop-bus.json"].contains("kfop_bus_connected"));
+    // The shared cluster as it was: no Prometheus Operator's kinds for the other tests' operators.
+    drop(meta);
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+    for name in ["podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"] {
+        crds.delete(name, &Default::default()).await.unwrap();
+        gone(&crds, name).await;
+    }
+}

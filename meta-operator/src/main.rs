@@ -60,6 +60,11 @@ struct Cli {
     /// nats-exporter`: this operator's own image); none when unset.
     #[arg(long, env = "NATS_EXPORTER_IMAGE")]
     nats_exporter_image: Option<String>,
+    /// Make deploy/monitoring's objects (PodMonitors, PrometheusRule, dashboards) in the bus
+    /// namespace once the Prometheus Operator's kinds are served: for installs whose packages
+    /// cannot carry them (OLM).
+    #[arg(long, env = "MONITORING_OBJECTS", requires = "bus_namespace")]
+    monitoring_objects: bool,
     /// Names the spokes reach the hub's leaf port by (comma-separated): the bus certificate is
     /// issued for them too.
     #[arg(long, env = "FLEET_HUB_HOSTS", value_delimiter = ',')]
@@ -143,6 +148,9 @@ async fn main() -> std::process::ExitCode {
         }
         leadership.release().await;
         return std::process::ExitCode::SUCCESS;
+    }
+    if let (true, Some(namespace)) = (cli.monitoring_objects, cli.bus_namespace.clone()) {
+        tokio::spawn(meta_operator::monitoring::make_when_served(client.clone(), namespace));
     }
     if let Some(namespace) = cli.bus_namespace.clone() {
         // The hub's server is applied once the registrations are listed, not before: a restart
