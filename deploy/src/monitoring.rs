@@ -140,6 +140,14 @@ const ALERTS: &[Alert] = &[
         runbook: "Every connection slot held, or builds answered 503 (every build slot busy, or too many requests inside the clock window): a flood, or more installs at once than the renderer's concurrency. Renders wait and retry; if no install is running, look for the flood's source (see KubeflowRendererRefusals).",
     },
     Alert {
+        name: "KubeflowBusCertificateMissingNames",
+        expr: "max by (component) (kfop_bus_certificate_missing_names) > 0",
+        hold: "0m",
+        severity: "warning",
+        summary: "The bus certificate lacks {{ $value }} of the names the fleet's spokes reach the hub by",
+        runbook: "The meta-operator keeps an existing bus certificate (a restart never changes a credential), and this one was issued before some of --fleet-hub-hosts were listed: spokes that reach the hub by those names cannot verify it. Its log names them. Delete Secret nats-tls in kubeflow-operators to have the certificate issued again for every name, then give the spokes the new CA (Secret nats-hub-ca).",
+    },
+    Alert {
         name: "KubeflowFleetClusterStale",
         expr: r#"max by (resource_name) (kfop_resource_phase{kind="FleetCluster", phase="Stale"}) == 1"#,
         hold: "5m",

@@ -409,6 +409,12 @@ async fn create_or_get(secrets: &Api<Secret>, secret: Secret) -> Result<Secret, 
     }
 }
 
+/// The names of `wanted` that the bus certificate in `tls` was not issued for ([`HOSTS_ANNOTATION`]).
+pub fn names_missing<'a>(tls: &Secret, wanted: &'a [String]) -> Vec<&'a String> {
+    let issued_for: Vec<&str> = tls.annotations().get(HOSTS_ANNOTATION).map(|h| h.split(',').collect()).unwrap_or_default();
+    wanted.iter().filter(|h| !issued_for.contains(&h.as_str())).collect()
+}
+
 /// Makes sure the TLS and identity Secrets exist in `namespace` (and, with `server`, the
 /// server's objects). Existing Secrets are kept: a restart never changes a credential. The
 /// certificate is issued for [`server_hosts`] and `extra_hosts` (the names spokes reach the hub's
@@ -428,8 +434,9 @@ pub async fn provision(client: &Client, namespace: &str, extra_hosts: &[String],
             create_or_get(&secrets, tls).await?
         }
     };
-    let issued_for: Vec<&str> = tls.annotations().get(HOSTS_ANNOTATION).map(|h| h.split(',').collect()).unwrap_or_default();
-    let missing: Vec<&String> = extra_hosts.iter().filter(|h| !issued_for.contains(&h.as_str())).collect();
+    let missing = names_missing(&tls, extra_hosts);
+    // What the alert KubeflowBusCertificateMissingNames reads (deploy/monitoring).
+    operator_runtime::metrics::BUS_CERTIFICATE_MISSING_NAMES.set(missing.len() as i64);
     if !missing.is_empty() {
         warn!(secret = TLS_SECRET, ?missing, "the bus certificate was issued without these names, so spokes cannot verify the hub by them; delete the Secret to have it issued again (and give the spokes the new CA)");
     }
@@ -607,6 +614,17 @@ mod tests {
         let pod = &without.iter().find(|o| o["kind"] == "StatefulSet").unwrap()["spec"]["template"]["spec"];
         assert_eq!(pod["containers"].as_array().unwrap().len(), 1);
         assert!(!without.iter().find(|o| o["kind"] == "NetworkPolicy").unwrap()["spec"]["ingress"].to_string().contains("7777"));
+    }
+
+    #[test]
+    fn the_names_a_certificate_was_not_issued_for_are_named() {
+        let mut tls = secret(TLS_SECRET, "kubernetes.io/tls", &SERVER_LABELS, &[]);
+        tls.annotations_mut().insert(HOSTS_ANNOTATION.into(), "nats,nats.ops.svc,hub.example.com".into());
+        let wanted = ["hub.example.com".to_string(), "hub.example.org".to_string()];
+        assert_eq!(names_missing(&tls, &wanted), [&wanted[1]]);
+        assert!(names_missing(&tls, &wanted[..1]).is_empty());
+        tls.annotations_mut().remove(HOSTS_ANNOTATION);
+        assert_eq!(names_missing(&tls, &wanted).len(), 2, "a certificate that names no hosts was issued for none");
     }
 
     fn registration(name: &str, key: &str) -> FleetCluster {

@@ -69,6 +69,10 @@ pub struct CredentialLabels {
 /// seed), counted where they are used ([`crate::nats::connect`]).
 pub static BUS_CREDENTIAL_ERRORS: LazyLock<Family<CredentialLabels, Counter>> = LazyLock::new(Family::default);
 
+/// How many names the bus's TLS certificate lacks of those the hub's spokes reach it by (the
+/// meta-operator that provisions the bus sets it; 0 elsewhere).
+pub static BUS_CERTIFICATE_MISSING_NAMES: LazyLock<Gauge> = LazyLock::new(Gauge::default);
+
 /// The `kfop_*` metrics of one operator process, every series labelled `component="<name>"`.
 #[derive(Debug)]
 pub struct Metrics {
@@ -116,6 +120,7 @@ impl Metrics {
         registry.register("bus_stream_consumers", "Consumers of a bus stream (one per watch of its bucket)", stream_consumers.clone());
         registry.register("bus_connected", "Whether the process's NATS connection is up, per identity it connects as", BUS_CONNECTED.clone());
         registry.register("bus_credential_errors", "Failed uses of the process's bus credentials", BUS_CREDENTIAL_ERRORS.clone());
+        registry.register("bus_certificate_missing_names", "Names the bus certificate was not issued for that the spokes reach the hub by", BUS_CERTIFICATE_MISSING_NAMES.clone());
         Self {
             registry,
             reconciles,
