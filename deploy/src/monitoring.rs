@@ -219,12 +219,16 @@ const DASHBOARDS: &[Dashboard] = &[
     },
     Dashboard {
         file: "upgrades",
-        title: "Kubeflow operators: upgrades",
+        title: "Kubeflow operators: upgrades and waves",
         panels: &[
             Panel { title: "KfUpgrades by phase", kind: "stat", queries: &[(r#"count by (phase) (max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfUpgrade"}))"#, "{{phase}}")], width: 12 },
             Panel { title: "KfUpgrades that ended Failed or RolledBack", kind: "stat", queries: &[(r#"count(max by (resource_namespace, resource_name) (kfop_resource_phase{kind="KfUpgrade", phase=~"Failed|RolledBack"})) or vector(0)"#, "failed")], width: 12 },
             Panel { title: "Each KfUpgrade's phase", kind: "table", queries: &[(r#"max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfUpgrade"})"#, "{{resource_namespace}}/{{resource_name}} {{phase}}")], width: 12 },
             Panel { title: "Seconds left before the current phase's deadline", kind: "timeseries", queries: &[(r#"max by (resource_namespace, resource_name) (kfop_resource_deadline_timestamp_seconds{kind="KfUpgrade"}) - time()"#, "{{resource_namespace}}/{{resource_name}}")], width: 12 },
+            Panel { title: "Waves by phase", kind: "stat", queries: &[(r#"count by (phase) (max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfUpgradeWave"}))"#, "{{phase}}")], width: 12 },
+            Panel { title: "Clusters in waves by phase", kind: "stat", queries: &[(r#"count by (phase) (max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfUpgradeWaveCluster"}))"#, "{{phase}}")], width: 12 },
+            Panel { title: "Each wave's phase (upgrade/wave)", kind: "table", queries: &[(r#"max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfUpgradeWave"})"#, "{{resource_namespace}}/{{resource_name}} {{phase}}")], width: 12 },
+            Panel { title: "Clusters of a wave not done (upgrade/wave/cluster)", kind: "table", queries: &[(r#"max by (resource_namespace, resource_name, phase) (kfop_resource_phase{kind="KfUpgradeWaveCluster", phase!~"Succeeded|Unchanged"})"#, "{{resource_namespace}}/{{resource_name}} {{phase}}")], width: 12 },
         ],
     },
     Dashboard {

@@ -271,7 +271,7 @@ async fn main() -> std::process::ExitCode {
             async move {
                 match result {
                     // Deleted: its phase and deadline series go (a RolledBack one alerts while it exists).
-                    Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => metrics.forget("KfUpgrade", obj.namespace.as_deref().unwrap_or_default(), &obj.name),
+                    Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => upgrade_controller::forget_upgrade(&metrics, obj.namespace.as_deref().unwrap_or_default(), &obj.name),
                     Err(e) => tracing::debug!(error = %e, "KfUpgrade reconcile ended with an error"),
                     Ok(_) => {}
                 }

@@ -52,6 +52,26 @@ pub enum UpgradeError {
     Pins { kfdef: String, source: PlanError },
 }
 
+/// The metrics' kinds of a fleet upgrade's waves (`<upgrade>/<wave>`) and of each cluster in them
+/// (`<upgrade>/<wave>/<cluster>`), their phases as phase.
+pub const WAVE_KIND: &str = "KfUpgradeWave";
+pub const WAVE_CLUSTER_KIND: &str = "KfUpgradeWaveCluster";
+
+/// The phase of each wave of `status` and of each cluster in it, named as [`WAVE_KIND`] and
+/// [`WAVE_CLUSTER_KIND`] say.
+pub fn wave_phases(upgrade: &str, status: &KfUpgradeStatus) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    let waves = status.waves.iter().map(|w| (format!("{upgrade}/{}", w.name), format!("{:?}", w.phase))).collect();
+    let clusters = status.waves.iter().flat_map(|w| w.clusters.iter().map(move |c| (format!("{upgrade}/{}/{}", w.name, c.name), format!("{:?}", c.phase)))).collect();
+    (waves, clusters)
+}
+
+/// Every series of KfUpgrade `(namespace, name)`, its waves' included, goes: it is deleted.
+pub fn forget_upgrade(metrics: &operator_runtime::metrics::Metrics, namespace: &str, name: &str) {
+    metrics.forget("KfUpgrade", namespace, name);
+    metrics.set_phases(WAVE_KIND, namespace, &format!("{name}/"), &[]);
+    metrics.set_phases(WAVE_CLUSTER_KIND, namespace, &format!("{name}/"), &[]);
+}
+
 /// When the phase `status` is in must have ended (Unix seconds), by the timeouts this controller
 /// acts on: planning and each step take `healthTimeoutSeconds`, a step's rollback twice that.
 /// `None` for phases that wait on a person (approval) or have ended, and for waves (per cluster).
@@ -126,6 +146,9 @@ async fn reconcile_upgrade(up: Arc<KfUpgrade>, ctx: Arc<Context>) -> Result<Acti
     status.observed_generation = up.meta().generation;
     ctx.metrics.set_phase("KfUpgrade", &namespace, &up.name_any(), Some(&format!("{:?}", status.phase.unwrap_or_default())));
     ctx.metrics.set_deadline("KfUpgrade", &namespace, &up.name_any(), deadline(&up.spec, &status));
+    let (waves, clusters) = wave_phases(&up.name_any(), &status);
+    ctx.metrics.set_phases(WAVE_KIND, &namespace, &format!("{}/", up.name_any()), &waves);
+    ctx.metrics.set_phases(WAVE_CLUSTER_KIND, &namespace, &format!("{}/", up.name_any()), &clusters);
     if up.status.as_ref() != Some(&status) {
         let api: Api<KfUpgrade> = Api::namespaced(ctx.client.clone(), &namespace);
         let patch = json!({"apiVersion": "kfupgrade.apps.kubeflow.org/v1alpha1", "kind": "KfUpgrade", "status": status});
@@ -648,5 +671,22 @@ mod tests {
             status.phase = Some(phase);
             assert_eq!(deadline(&spec, &status), None, "{phase:?}");
         }
+    }
+
+    #[test]
+    fn each_wave_and_each_of_its_clusters_has_its_phase() {
+        use kubeflow_crds::kfupgrade::{ClusterUpgrade, ClusterUpgradePhase, WavePhase, WaveStatus};
+        let cluster = |name: &str, phase: ClusterUpgradePhase| ClusterUpgrade { name: name.into(), phase, moves: vec![], target: Default::default(), previous: None, plan: vec![], start_time: None, end_time: None, message: String::new() };
+        let status = KfUpgradeStatus {
+            waves: vec![
+                WaveStatus { name: "canary".into(), phase: WavePhase::Succeeded, clusters: vec![cluster("eu-1", ClusterUpgradePhase::Succeeded)] },
+                WaveStatus { name: "rest".into(), phase: WavePhase::Upgrading, clusters: vec![cluster("eu-2", ClusterUpgradePhase::Upgrading), cluster("us-1", ClusterUpgradePhase::Waiting)] },
+            ],
+            ..Default::default()
+        };
+        let (waves, clusters) = wave_phases("to-1-11", &status);
+        let pairs = |v: &[(String, String)]| v.iter().map(|(n, p)| format!("{n} {p}")).collect::<Vec<_>>();
+        assert_eq!(pairs(&waves), ["to-1-11/canary Succeeded", "to-1-11/rest Upgrading"]);
+        assert_eq!(pairs(&clusters), ["to-1-11/canary/eu-1 Succeeded", "to-1-11/rest/eu-2 Upgrading", "to-1-11/rest/us-1 Waiting"]);
     }
 }
