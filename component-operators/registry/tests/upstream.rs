@@ -13,6 +13,11 @@ use kubeflow_crds::kfdef::KustomizeRelease;
 use kubeflow_manifests::{FetchOptions, Kustomize, RepoCache, RepoSource};
 use serde_json::Value;
 
+/// One test at a time: every render here is of install `kubeflow/kubeflow`, and the operators
+/// record per install the kinds its rendered CRDs define (component_framework::kinds), so one
+/// test's render of another release would change what the other's objects are checked against.
+static ONE_INSTALL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 const OURS: &str = "components.kubeflow.org/";
 const APPLICATION: &str = "components.kubeflow.org/application";
 
@@ -95,6 +100,7 @@ async fn objects_of(component: ComponentKind, spec: &Value) -> Vec<Value> {
 
 #[tokio::test]
 async fn built_in_components_install_upstreams_objects_with_only_their_labels_and_annotations_added() {
+    let _one = ONE_INSTALL.lock().await;
     let (kfdef, archive, plan) = v1_10_2();
 
     // Upstream's own build of each path, from the same archive.
@@ -186,6 +192,7 @@ fn release_of(tag: &str, remote_bases: &str) -> (std::path::PathBuf, meta_operat
 /// release lacks is refused.
 #[tokio::test]
 async fn standalone_resources_render_their_release_from_upstreams_archive() {
+    let _one = ONE_INSTALL.lock().await;
     let remote_bases = kubeflow_manifests::fixtures::upstream_remote_bases_mirror().await;
     let remote_bases = remote_bases.url("gh/");
     let releases: Vec<_> = RELEASES.iter().map(|(tag, _, _)| (*tag, release_of(tag, &remote_bases))).collect();
@@ -261,6 +268,7 @@ async fn standalone_resources_render_their_release_from_upstreams_archive() {
 /// latest release.
 #[tokio::test]
 async fn a_later_kubeflow_is_installed_by_the_built_ins_at_the_versions_its_packages_run() {
+    let _one = ONE_INSTALL.lock().await;
     let remote_bases = kubeflow_manifests::fixtures::upstream_remote_bases_mirror().await;
     let remote_bases = remote_bases.url("gh/");
     let (archive, known) = release_of("v1.11.0", &remote_bases);
@@ -314,6 +322,7 @@ async fn a_later_kubeflow_is_installed_by_the_built_ins_at_the_versions_its_pack
 /// the CRDs, which say nothing of a version, render.
 #[tokio::test]
 async fn packages_of_another_version_are_refused_not_labelled_as_the_spec_version() {
+    let _one = ONE_INSTALL.lock().await;
     let (_, _, plan) = v1_10_2();
     let istio = kubeflow_component_registry::all().into_iter().find(|r| r.kind == ComponentKind::Istio).unwrap();
     let mut spec = plan.components[&ComponentKind::Istio].spec.clone();
@@ -348,6 +357,7 @@ fn env<'a>(objects: &'a [Value], deployment: &str, name: &str) -> &'a Value {
 /// upstream's package keeps it, and what the setting replaces (a built-in database) goes.
 #[tokio::test]
 async fn typed_spec_fields_are_applied_to_upstreams_packages() {
+    let _one = ONE_INSTALL.lock().await;
     let (_, _, plan) = v1_10_2();
     let spec = |component: ComponentKind, fields: Value| {
         let mut spec = plan.components[&component].spec.clone();
