@@ -83,8 +83,10 @@ extra_files() {
 # of the images are committed (images/lock.json, deploy/, bundle/), so a label naming the commit
 # would change the digest the commit records. `git cat-file -p <revision>` lists the tree. This
 # script is not among them: what it puts into an image shows in the digest anyway, and an edit of
-# a comment here should not move every digest.
-SOURCE_INPUTS=(Cargo.toml Cargo.lock crds operator-runtime meta-operator component-operators manifests)
+# a comment here should not move every digest. Nor should an integration test (`<crate>/tests/`),
+# which no binary is built from.
+SOURCE_INPUTS=(Cargo.toml Cargo.lock crds operator-runtime meta-operator fleet-agent component-operators manifests
+  ':(exclude,glob)**/tests/**')
 source_revision() {
   git rev-parse --git-dir >/dev/null 2>&1 || die "not a git checkout: the revision label is the git tree id of the sources"
   local index
