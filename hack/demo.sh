@@ -42,6 +42,10 @@ mark "deploy/all installed: $(grep -c '^kind: CustomResourceDefinition' deploy/a
 mkdir -p "$STATE_DIR/operators"
 renderer_port=18091 renderer_metrics_port=18092 # (the operators use 18081–18088, the stand-in server 18090)
 prometheus_port=19090 nats_exporter_port=18093
+# Every /metrics answers only the scrape token: the operators make its Secret in their namespace
+# (with the rights deploy/ grants them), and every process reads it from this file, as pods read
+# the mounted Secret; Prometheus presents it.
+token_file=$STATE_DIR/operators/metrics-token
 port=18080
 for o in "${OPERATORS[@]}"; do
   port=$((port + 1))
@@ -57,11 +61,16 @@ for o in "${OPERATORS[@]}"; do
   [[ $o == kustomize ]] && renderer=(KFOP_RENDERER_URL="http://127.0.0.1:$renderer_port" KFOP_RENDERER_CALLER_SECRET=kustomize-renderer-caller POD_NAMESPACE=kubeflow-operators)
   KUBECONFIG=$kubeconfig NATS_NKEY_FILE=$KFOP_BUS_DIR/identities/$o-operator.nk NATS_CA_FILE=$KFOP_BUS_DIR/ca.crt \
     DEFAULT_SERVICE_ACCOUNT=kubeflow-installer PLATFORM_NAMESPACE=kubeflow KFOP_ALLOW_FETCH_FROM=127.0.0.1 \
+    KFOP_MAKE_METRICS_TOKEN_IN=kubeflow-operators KFOP_METRICS_TOKEN_FILE=$token_file \
     env "${renderer[@]}" setsid "$BIN_DIR/$o-operator" --nats-url "$NATS_URL" --metrics-addr "127.0.0.1:$port" \
     >>"$STATE_DIR/logs/$o-operator.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
   echo "    $o-operator: pid $!, metrics http://127.0.0.1:$port/metrics, log $STATE_DIR/logs/$o-operator.log" >&2
 done
+kubectl -n kubeflow-operators wait --for=create secret/kubeflow-metrics-token --timeout=60s >/dev/null ||
+  { echo "no operator made the scrape token Secret (kubeflow-operators/kubeflow-metrics-token); see $STATE_DIR/logs/*-operator.log" >&2; exit 1; }
+kubectl -n kubeflow-operators get secret kubeflow-metrics-token -o 'jsonpath={.data.token}' | base64 -d >"$token_file.new"
+mv "$token_file.new" "$token_file"
 
 # The generic operator's renderer, as deploy/all runs it in a pod of its own: an empty environment
 # (no kubeconfig, no token), answering only the key the kustomize-operator made in its caller
@@ -74,7 +83,7 @@ if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
   caller=$(kubectl -n kubeflow-operators get secret kustomize-renderer-caller -o 'jsonpath={.data.nkey\.pub}' | base64 -d)
   kept=(HOME="$HOME")
   for v in KFOP_CACHE_DIR KFOP_KUSTOMIZE KFOP_KUSTOMIZE_V3_2 KFOP_KUSTOMIZE_V5; do [[ -n ${!v:-} ]] && kept+=("$v=${!v}"); done
-  env -i "${kept[@]}" setsid "$BIN_DIR/kustomize-operator" render-server --listen "127.0.0.1:$renderer_port" --callers "$caller" \
+  env -i "${kept[@]}" KFOP_METRICS_TOKEN_FILE="$token_file" setsid "$BIN_DIR/kustomize-operator" render-server --listen "127.0.0.1:$renderer_port" --callers "$caller" \
     --metrics-listen "127.0.0.1:$renderer_metrics_port" \
     >>"$STATE_DIR/logs/kustomize-renderer.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
@@ -136,7 +145,7 @@ echo "--- starting Prometheus with deploy/monitoring/rules.yaml" >&2
 # NATS's own metrics through the sidecar deploy/ runs beside each server node (meta-operator nats-exporter).
 pidfile=$STATE_DIR/pids/nats-exporter
 if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
-  setsid "$BIN_DIR/meta-operator" nats-exporter --monitor-port "$NATS_MONITOR_PORT" --listen "127.0.0.1:$nats_exporter_port" \
+  KFOP_METRICS_TOKEN_FILE=$token_file setsid "$BIN_DIR/meta-operator" nats-exporter --monitor-port "$NATS_MONITOR_PORT" --listen "127.0.0.1:$nats_exporter_port" \
     >>"$STATE_DIR/logs/nats-exporter.log" 2>&1 </dev/null &
   echo $! >"$pidfile"
 fi
@@ -147,6 +156,7 @@ global: {scrape_interval: 5s, evaluation_interval: 5s}
 rule_files: ['$PWD/deploy/monitoring/rules.yaml']
 scrape_configs:
   - job_name: kubeflow-operators
+    authorization: {type: Bearer, credentials_file: '$token_file'}
     static_configs: [{targets: [${targets%, }]}]
 YAML
 pidfile=$STATE_DIR/pids/prometheus
@@ -175,6 +185,7 @@ Try:
   kubectl -n kubeflow delete deployments.apps katib-ui                    # healed in milliseconds
   kubectl -n kubeflow delete deployments.apps jupyter-web-app             # a generic application heals too
   kubectl -n kubeflow patch $kfdefs kubeflow --type merge -p '{"spec":{"version":"v1.3.0"}}'
+  curl -H "Authorization: Bearer \$(cat $token_file)" http://127.0.0.1:18081/metrics   # the scrape token
 Prometheus: http://127.0.0.1:$prometheus_port (targets: /targets, alerts: /alerts; the rules of deploy/monitoring)
 Stop everything: make env-down
 

@@ -130,8 +130,9 @@ fn the_generic_operators_bundle_runs_its_renderer_without_credential_or_network(
     let pod = &renderer["spec"]["template"]["spec"];
     assert_eq!(pod["automountServiceAccountToken"], false);
     assert_eq!(pod["containers"][0]["args"], json!(["render-server", "--listen=0.0.0.0:8081", "--metrics-listen=0.0.0.0:8082", "--no-network-route"]));
-    assert_eq!(pod["containers"][0]["env"], json!([{"name": "KFOP_RENDERER_CALLERS", "valueFrom": {"secretKeyRef": {"name": "kustomize-renderer-caller", "key": "nkey.pub"}}}]));
-    assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {"sizeLimit": "1024Mi"}}]));
+    // The caller's public key and the scrape token: files and values, no credential.
+    assert_eq!(pod["containers"][0]["env"], json!([{"name": "KFOP_RENDERER_CALLERS", "valueFrom": {"secretKeyRef": {"name": "kustomize-renderer-caller", "key": "nkey.pub"}}}, {"name": "KFOP_METRICS_TOKEN_FILE", "value": "/var/run/secrets/kubeflow-operator/metrics/token"}]));
+    assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {"sizeLimit": "1024Mi"}}, {"name": "metrics-token", "secret": {"secretName": "kubeflow-metrics-token", "optional": true}}]));
     assert_eq!(install["permissions"], json!([{"serviceAccountName": "kustomize-renderer", "rules": []}]));
     assert!(!install["clusterPermissions"].as_array().unwrap().iter().any(|p| p["serviceAccountName"] == "kustomize-renderer"));
     let role = manifests.iter().find(|o| o["kind"] == "Role" && o["metadata"]["name"] == "kustomize-operator").expect("the operator's Role");

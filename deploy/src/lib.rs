@@ -87,7 +87,7 @@ pub const WORK_VOLUME_ENV: &str = "KFOP_WORK_VOLUME_BYTES";
 /// updates replace one pod at a time without surging, so at most two replicas ever compete for
 /// the Lease.
 pub fn operator_deployment(name: &str, version: &str) -> Value {
-    json!({
+    let mut deployment = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "kubeflow-operator"}},
@@ -126,7 +126,19 @@ pub fn operator_deployment(name: &str, version: &str) -> Value {
                 },
             },
         },
-    })
+    });
+    let pod = &mut deployment["spec"]["template"]["spec"];
+    // Its `/metrics` answers the scrape token, which the operator makes in its namespace if no
+    // operator has yet.
+    operator_runtime::server::mount_scrape_token(pod, 0);
+    pod["containers"][0]["env"].as_array_mut().expect("operator env").push(json!({"name": "KFOP_MAKE_METRICS_TOKEN_IN", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}));
+    deployment
+}
+
+/// Role and RoleBinding that let component operator `operator` make the scrape token's Secret in
+/// its namespace (the meta-operator's bus Role already lets it write Secrets there).
+pub fn scrape_token_role(operator: &str) -> Vec<Value> {
+    namespaced_role(&format!("{operator}-metrics-token"), operator, &operator_runtime::server::scrape_token_rules(), Some(OPERATOR_NAMESPACE))
 }
 
 /// `deployment` serving `endpoints` on every interface, and a Service `<operator>-<endpoint>` for each.
@@ -161,12 +173,14 @@ pub fn renderer_caller_rules(operator: &str) -> Vec<k8s_openapi::api::rbac::v1::
     vec![rule("", &["secrets"], &["create"]), read_back]
 }
 
-/// What `component`'s operator may do in its own namespace: hold its Lease, and (an operator
-/// that renders packages) make and read its renderer caller Secret.
+/// What `component`'s operator may do in its own namespace: hold its Lease, make Secrets (the
+/// scrape token's, and its renderer caller's), and (an operator that renders packages) read its
+/// renderer caller Secret back.
 pub fn component_namespaced_rules(component: &RegisteredComponent) -> Vec<k8s_openapi::api::rbac::v1::PolicyRule> {
-    let mut rules = operator_runtime::leader::lease_rules();
+    let mut rules = [operator_runtime::leader::lease_rules(), operator_runtime::server::scrape_token_rules()].concat();
     if component.renders_packages {
-        rules.extend(renderer_caller_rules(&component.operator));
+        // `create` is among the scrape token's rules already.
+        rules.extend(renderer_caller_rules(&component.operator).into_iter().filter(|r| r.resource_names.is_some()));
     }
     rules
 }
@@ -245,7 +259,8 @@ pub fn with_renderer(mut deployment: Value) -> (Value, Vec<Value>) {
                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": name}},
                 "policyTypes": ["Ingress", "Egress"],
                 // Only the operator's pods, on the renderer's port; anyone (a monitoring stack)
-                // on its metrics port, which answers nothing but `/metrics`.
+                // on its metrics port, which answers nothing but `/metrics`, and that only to
+                // the scrape token.
                 "ingress": [
                     {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": operator}}}], "ports": [{"protocol": "TCP", "port": RENDERER_PORT}]},
                     {"ports": [{"protocol": "TCP", "port": RENDERER_METRICS_PORT}]},
@@ -256,6 +271,8 @@ pub fn with_renderer(mut deployment: Value) -> (Value, Vec<Value>) {
         }),
         operator_disruption_budget(&name),
     ];
+    let mut objects = objects;
+    operator_runtime::server::mount_scrape_token(&mut objects[0]["spec"]["template"]["spec"], 0);
     let objects = [objects, namespaced_role(&role, &operator, &renderer_caller_rules(&operator), Some(OPERATOR_NAMESPACE))].concat();
     (deployment, objects)
 }
@@ -476,6 +493,7 @@ fn bus_component_operators() -> BusComponentOperators {
     let (mut crds, mut rbac, mut deployments) = (Vec::new(), Vec::new(), Vec::new());
     for component in kubeflow_component_registry::all() {
         rbac.extend(operator_rbac(&component.operator, &component.rules));
+        rbac.extend(scrape_token_role(&component.operator));
         let deployment = with_default_installer(operator_deployment(&component.operator, env!("CARGO_PKG_VERSION")));
         crds.push(component.crd);
         let identity = Identity::Component(component.kind);
@@ -558,6 +576,8 @@ pub fn fleet_agent_deployment(version: &str) -> Value {
     container["env"] = json!([from_spoke_config("FLEET_CLUSTER", "cluster"), {"name": "NATS_REPLICAS", "value": NATS_REPLICAS.to_string()}]);
     container["volumeMounts"] = json!([]);
     container["resources"] = json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}});
+    // Only the scrape token its `/metrics` answers (a file, not a credential).
+    operator_runtime::server::mount_scrape_token(pod, 0);
     provision::with_identity(deployment, Identity::FleetAgent)
 }
 
@@ -590,6 +610,7 @@ pub fn component_package(component: &RegisteredComponent) -> (String, Vec<(Strin
     let (deployment, mut others) = with_endpoints(deployment, component.endpoints);
     let (deployment, renderer) = if component.renders_packages { with_renderer(deployment) } else { (deployment, Vec::new()) };
     others.extend(renderer);
+    others.extend(scrape_token_role(&component.operator));
     let mut files = operator_package(&component.operator, std::slice::from_ref(&component.crd), &component.rules, deployment, &others);
     files[0].1 = kustomization(&["crd.yaml", "rbac.yaml", "operator.yaml", "installer.yaml"]);
     files.push(("installer.yaml".to_string(), yaml_docs(&installer_objects())));
@@ -811,12 +832,14 @@ mod tests {
                 assert_eq!(pod["serviceAccountName"], name.as_str());
                 assert_eq!(find("ServiceAccount", &name)["automountServiceAccountToken"], false);
                 assert!(!rbac.iter().any(|o| o["subjects"].as_array().is_some_and(|s| s.iter().any(|s| s["name"] == name.as_str()))), "{package}: {name} is bound to a role");
-                assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {"sizeLimit": "1024Mi"}}]), "{package}: only a bounded /tmp");
+                let scrape_token = json!({"name": "metrics-token", "secret": {"secretName": "kubeflow-metrics-token", "optional": true}});
+                assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {"sizeLimit": "1024Mi"}}, scrape_token]), "{package}: only a bounded /tmp and the scrape token");
                 let container = &pod["containers"][0];
                 assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
                 assert_eq!(container["args"], json!(["render-server", "--listen=0.0.0.0:8081", "--metrics-listen=0.0.0.0:8082", "--no-network-route"]));
-                assert_eq!(container["env"], json!([{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": caller, "key": "nkey.pub"}}}]), "{package}");
-                assert_eq!(container["volumeMounts"], json!([{"name": "tmp", "mountPath": "/tmp"}]), "{package}");
+                let token_file = json!({"name": "KFOP_METRICS_TOKEN_FILE", "value": "/var/run/secrets/kubeflow-operator/metrics/token"});
+                assert_eq!(container["env"], json!([{"name": RENDERER_CALLERS_ENV, "valueFrom": {"secretKeyRef": {"name": caller, "key": "nkey.pub"}}}, token_file]), "{package}");
+                assert_eq!(container["volumeMounts"], json!([{"name": "tmp", "mountPath": "/tmp"}, {"name": "metrics-token", "mountPath": "/var/run/secrets/kubeflow-operator/metrics", "readOnly": true}]), "{package}");
                 assert!(container.get("envFrom").is_none());
 
                 let policy = &find("NetworkPolicy", &name)["spec"];
@@ -864,7 +887,7 @@ mod tests {
         assert_eq!(find("ServiceAccount", "fleet-agent")["automountServiceAccountToken"], false);
         let agent = &find("Deployment", "fleet-agent")["spec"]["template"]["spec"];
         assert_eq!(agent["automountServiceAccountToken"], false);
-        assert_eq!(agent["volumes"], json!([{"name": "nats-identity", "secret": {"secretName": "nats-identity-fleet-agent", "optional": true}}]), "only its bus identity");
+        assert_eq!(agent["volumes"], json!([{"name": "metrics-token", "secret": {"secretName": "kubeflow-metrics-token", "optional": true}}, {"name": "nats-identity", "secret": {"secretName": "nats-identity-fleet-agent", "optional": true}}]), "only the scrape token and its bus identity");
         let env = |pod: &Value, name: &str| pod["containers"][0]["env"].as_array().unwrap().iter().find(|e| e["name"] == name).cloned();
         let from_config = |key: &str| json!({"configMapKeyRef": {"name": "fleet-spoke", "key": key}});
         assert_eq!(env(agent, "FLEET_CLUSTER").map(|e| e["valueFrom"].clone()), Some(from_config("cluster")));

@@ -17,15 +17,21 @@ pub fn scraped() -> Vec<String> {
 }
 
 /// A PodMonitor for the pods of `workload` (label `app.kubernetes.io/name`), every replica: only
-/// an operator's leader reconciles, and each replica's series carry its pod.
+/// an operator's leader reconciles, and each replica's series carry its pod. Prometheus presents
+/// the scrape token from the Secret the operators make beside it (Prometheus Operator reads it in
+/// the PodMonitor's namespace); every `/metrics` refuses a scrape without it.
 pub fn pod_monitor(workload: &str) -> Value {
+    use operator_runtime::server::{SCRAPE_TOKEN_KEY, SCRAPE_TOKEN_SECRET};
     json!({
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
         "metadata": {"name": workload, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/part-of": "kubeflow-operator"}},
         "spec": {
             "selector": {"matchLabels": {"app.kubernetes.io/name": workload}},
-            "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}],
+            "podMetricsEndpoints": [{
+                "port": "metrics", "path": "/metrics", "interval": "30s",
+                "authorization": {"type": "Bearer", "credentials": {"name": SCRAPE_TOKEN_SECRET, "key": SCRAPE_TOKEN_KEY}},
+            }],
         },
     })
 }
@@ -426,9 +432,20 @@ mod tests {
         let monitor = pod_monitor("katib-operator");
         assert_eq!(monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], "katib-operator");
         assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"], "metrics");
+        // The token from the Secret every pod serving metrics mounts, as each one's file.
+        assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["authorization"], json!({"type": "Bearer", "credentials": {"name": "kubeflow-metrics-token", "key": "token"}}));
+        let token_file = json!({"name": "KFOP_METRICS_TOKEN_FILE", "value": "/var/run/secrets/kubeflow-operator/metrics/token"});
+        let secret_volume = json!({"name": "metrics-token", "secret": {"secretName": "kubeflow-metrics-token", "optional": true}});
+        for (what, pod, container) in [("nats", &pod["spec"], 1), ("renderer", &renderer["spec"]["template"]["spec"], 0)] {
+            assert!(pod["containers"][container]["env"].as_array().unwrap().contains(&token_file), "{what}: {}", pod["containers"][container]);
+            assert!(pod["volumes"].as_array().unwrap().contains(&secret_volume), "{what}: {}", pod["volumes"]);
+        }
         // The port the operators' Deployments name.
         let deployment = crate::operator_deployment("katib-operator", env!("CARGO_PKG_VERSION"));
         assert_eq!(deployment["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"], "metrics");
+        assert!(deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap().contains(&token_file));
+        let agent = crate::fleet_agent_deployment(env!("CARGO_PKG_VERSION"));
+        assert!(agent["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap().contains(&token_file), "the fleet agent too");
         assert_eq!(deployment["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"], "katib-operator");
     }
 }

@@ -344,6 +344,25 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// The scrape token of this test process's operators: a file written once with a new token, given
+/// to every operator, renderer and exporter it starts (`KFOP_METRICS_TOKEN_FILE`, as deploy/ gives
+/// the mounted Secret) and presented by [`OperatorProcess::metric`] and [`Prometheus`].
+pub fn scrape_token_file() -> &'static std::path::Path {
+    static FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let file = std::env::temp_dir().join(format!("{}.token", unique_name("kfop-scrape")));
+        let token: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+        std::fs::write(&file, token).unwrap();
+        file
+    })
+}
+
+/// `GET url` presenting the scrape token, as Prometheus does.
+pub async fn scrape(url: &str) -> Result<String, String> {
+    let token = std::fs::read_to_string(scrape_token_file()).map_err(|e| e.to_string())?;
+    http_get_with(url, &format!("Authorization: Bearer {token}\r\n")).await
+}
+
 /// An operator binary running on the host against the environment, killed on drop.
 pub struct OperatorProcess {
     child: std::process::Child,
@@ -376,6 +395,7 @@ impl OperatorProcess {
             .env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
             // As deploy/ runs every operator: resources naming no installer account use this one.
             .env("DEFAULT_SERVICE_ACCOUNT", kubeflow_crds::kfdef::DEFAULT_INSTALLER)
+            .env("KFOP_METRICS_TOKEN_FILE", scrape_token_file())
             .envs(env.iter().copied());
         Self::spawn(binary, command, metrics_port)
     }
@@ -383,7 +403,7 @@ impl OperatorProcess {
     /// `binary` with exactly `args`, serving its `/metrics` on `port` (as its args say).
     pub fn command(binary: &str, args: &[&str], port: u16) -> Self {
         let mut command = std::process::Command::new(bin_dir().join(binary));
-        command.args(args).env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info".into()));
+        command.args(args).env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info".into())).env("KFOP_METRICS_TOKEN_FILE", scrape_token_file());
         Self::spawn(binary, command, port)
     }
 
@@ -394,7 +414,7 @@ impl OperatorProcess {
         let scrape_port = free_port();
         let mut command = std::process::Command::new(bin_dir().join("kustomize-operator"));
         command.env_clear().args(["render-server", "--listen", &format!("127.0.0.1:{port}"), "--callers", caller, "--metrics-listen", &format!("127.0.0.1:{scrape_port}")]);
-        command.env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info".into()));
+        command.env("RUST_LOG", std::env::var("KFOP_OPERATOR_LOG").unwrap_or_else(|_| "info".into())).env("KFOP_METRICS_TOKEN_FILE", scrape_token_file());
         for name in ["HOME", "KFOP_CACHE_DIR", kubeflow_manifests::KUSTOMIZE_ENV, kubeflow_manifests::KUSTOMIZE_V5_ENV] {
             if let Some(value) = std::env::var_os(name) {
                 command.env(name, value);
@@ -419,14 +439,14 @@ impl OperatorProcess {
     /// One sample of the operator's Prometheus metric `name` (first series).
     pub async fn metric(&self, name: &str) -> Option<f64> {
         let url = format!("http://127.0.0.1:{}/metrics", self.scrape_port);
-        let body = http_get(&url).await.ok()?;
+        let body = scrape(&url).await.ok()?;
         body.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with('{')).and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
     /// The sample of the operator's Prometheus metric `name` whose labels include `labels`.
     pub async fn metric_with_labels(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let url = format!("http://127.0.0.1:{}/metrics", self.scrape_port);
-        let body = http_get(&url).await.ok()?;
+        let body = scrape(&url).await.ok()?;
         let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
         body.lines()
             .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
@@ -505,11 +525,16 @@ pub fn strip_ansi(line: &str) -> String {
 
 /// Minimal HTTP/1.1 GET over loopback; errors on non-200 answers.
 pub async fn http_get(url: &str) -> Result<String, String> {
+    http_get_with(url, "").await
+}
+
+/// `GET url` with `headers` (each line ending in CRLF): the body of a 200, else the status line.
+pub async fn http_get_with(url: &str, headers: &str) -> Result<String, String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let rest = url.strip_prefix("http://").ok_or("not an http URL")?;
     let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
     let mut stream = tokio::net::TcpStream::connect(host).await.map_err(|e| e.to_string())?;
-    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).await.map_err(|e| e.to_string())?;
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n").as_bytes()).await.map_err(|e| e.to_string())?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
     let (head, body) = response.split_once("\r\n\r\n").ok_or("malformed response")?;
@@ -517,8 +542,9 @@ pub async fn http_get(url: &str) -> Result<String, String> {
 }
 
 /// A real Prometheus (Debian's `prometheus`, which hack/prereqs.sh installs) on loopback, scraping
-/// `targets` (ports on loopback) every second and evaluating `rules` (a rule file's YAML) every
-/// second; killed on drop, its data with it.
+/// `targets` (ports on loopback) every second, presenting the scrape token as the shipped
+/// PodMonitors do, and evaluating `rules` (a rule file's YAML) every second; killed on drop, its
+/// data with it.
 pub struct Prometheus {
     child: std::process::Child,
     pub port: u16,
@@ -534,7 +560,11 @@ impl Prometheus {
         let config = serde_json::json!({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [dir.join("rules.yaml")],
-            "scrape_configs": [{"job_name": "kubeflow-operators", "static_configs": [{"targets": targets}]}],
+            "scrape_configs": [{
+                "job_name": "kubeflow-operators",
+                "authorization": {"type": "Bearer", "credentials_file": scrape_token_file()},
+                "static_configs": [{"targets": targets}],
+            }],
         });
         std::fs::write(dir.join("prometheus.yml"), serde_yaml_ng::to_string(&config).unwrap()).unwrap();
         let port = free_port();

@@ -204,6 +204,15 @@ async fn prometheus_scrapes_every_operator_and_alerts_while_a_kfdef_is_degraded(
         if up == ports.len() { Ok(()) } else { Err(format!("{up} of {} up: {health:?}", ports.len())) }
     })
     .await;
+    // Up because Prometheus presents the scrape token: without it, or with another, every one of
+    // them (operators, renderer, exporter) refuses.
+    for port in &ports {
+        let url = format!("http://127.0.0.1:{port}/metrics");
+        for headers in ["", "Authorization: Bearer not-the-token\r\n"] {
+            let refused = http_get_with(&url, headers).await;
+            assert!(refused.as_ref().is_err_and(|status| status.starts_with("HTTP/1.1 401")), "{url} with {headers:?}: {refused:?}");
+        }
+    }
 
     let ns = TestNamespace::create(&client, "e2e-monitoring").await;
     let mut kfdef = kubeflow_manifests::fixtures::per_application_kfdef(&server.url(archive), &ns.name);
@@ -294,4 +303,43 @@ async fn the_meta_operator_makes_the_monitoring_objects_where_the_prometheus_ope
         crds.delete(name, &Default::default()).await.unwrap();
         gone(&crds, name).await;
     }
+}
+
+/// An operator told where (`--make-metrics-token-in`) makes the scrape token's Secret there, with a
+/// new random token; its `/metrics` answers that token once the file it was given holds it (as the
+/// kubelet fills in the mounted Secret), and nothing before.
+#[tokio::test]
+async fn an_operator_makes_the_scrape_token_secret_and_answers_only_that_token() {
+    let _serial = SERIAL.lock().await;
+    use k8s_openapi::api::core::v1::Secret;
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-scrape-token").await;
+    let dir = std::env::temp_dir().join(unique_name("scrape-token"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    let file_env = file.display().to_string();
+    let operator = OperatorProcess::start("katib-operator", &["--namespace", &ns.name, "--make-metrics-token-in", &ns.name], &[("KFOP_METRICS_TOKEN_FILE", &file_env)]);
+    operator.wait_ready().await;
+    let url = format!("http://127.0.0.1:{}/metrics", operator.scrape_port);
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let token = eventually(&format!("Secret {}/kubeflow-metrics-token (log: {})", ns.name, operator.log.display()), || async {
+        let secret = secrets.get_opt("kubeflow-metrics-token").await.map_err(|e| e.to_string())?.ok_or("not there")?;
+        let token = secret.data.unwrap_or_default().remove("token").ok_or("no key token")?;
+        String::from_utf8(token.0).map_err(|e| e.to_string())
+    })
+    .await;
+    assert!(token.len() == 64 && token.chars().all(|c| c.is_ascii_hexdigit()), "a random token: {token:?}");
+    let bearer = format!("Authorization: Bearer {token}\r\n");
+    // Its file is not there yet: nobody is answered.
+    let before = http_get_with(&url, &bearer).await;
+    assert!(before.as_ref().is_err_and(|s| s.starts_with("HTTP/1.1 503")), "{before:?}");
+
+    std::fs::write(&file, &token).unwrap();
+    let body = http_get_with(&url, &bearer).await.expect("the Secret's token is answered");
+    assert!(body.contains("kfop_reconciles_total"), "{body}");
+    let other = scrape(&url).await;
+    assert!(other.as_ref().is_err_and(|s| s.starts_with("HTTP/1.1 401")), "another token: {other:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

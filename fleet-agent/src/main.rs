@@ -25,6 +25,8 @@ struct Cli {
     /// Address of the health and metrics endpoint.
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080")]
     metrics_addr: std::net::SocketAddr,
+    #[command(flatten)]
+    scrape_token: operator_runtime::server::ScrapeToken,
 }
 
 #[tokio::main]
@@ -32,7 +34,7 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let _telemetry = operator_runtime::telemetry::init("fleet-agent");
     let metrics = Arc::new(Metrics::new("fleet-agent"));
-    if let Err(e) = operator_runtime::server::start(cli.metrics_addr, metrics.clone()).await {
+    if let Err(e) = operator_runtime::server::start(cli.metrics_addr, metrics.clone(), cli.scrape_token.clone()).await {
         tracing::error!(error = %e, addr = %cli.metrics_addr, "cannot serve the health endpoint");
         return std::process::ExitCode::FAILURE;
     }

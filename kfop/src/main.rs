@@ -482,7 +482,7 @@ fn run_controllers(registry: &[RegisteredComponent], components: &[ComponentKind
     let _ = component_framework::package::set_fetch_options(unfenced());
     for component in components {
         let registered = registry.iter().find(|r| r.kind == *component).expect("every component is registered");
-        let args = OperatorArgs { namespace: Some(namespace.to_string()), nats_url: None, nats_credentials: Default::default(), leader_election: Default::default(), metrics_addr: "127.0.0.1:0".parse().expect("an address"), default_service_account: None,
+        let args = OperatorArgs { namespace: Some(namespace.to_string()), nats_url: None, nats_credentials: Default::default(), leader_election: Default::default(), metrics_addr: "127.0.0.1:0".parse().expect("an address"), scrape_token: Default::default(), scrape_token_maker: Default::default(), default_service_account: None,
             // kfop runs as the very user asking for the install: their rights, not an account's.
             install_as_self: true };
         let run = (registered.run)(args);

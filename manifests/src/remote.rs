@@ -698,9 +698,6 @@ pub struct ServerArgs {
     /// Where each build's inputs are unpacked (default: the temporary directory).
     #[arg(long)]
     pub work_dir: Option<PathBuf>,
-    /// Address of `/metrics` (the answers and connections counted), apart from the builds.
-    #[arg(long)]
-    pub metrics_listen: Option<std::net::SocketAddr>,
     /// This process has no network route (deploy/'s NetworkPolicy denies the pod's egress): render
     /// even where kustomize cannot raise a network wall of its own (see `sandbox`).
     #[arg(long)]
@@ -722,15 +719,6 @@ pub async fn serve(args: ServerArgs, shutdown: impl std::future::Future<Output =
     let config = ServerConfig { v3, v3_2, v5, callers: args.callers, work_root, concurrency: args.concurrency };
     let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("listening on {}: {e}", args.listen))?;
     tracing::info!(address = %args.listen, "renderer listening");
-    if let Some(address) = args.metrics_listen {
-        let metrics = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("listening on {address}: {e}"))?;
-        let routes = axum::Router::new().route("/metrics", axum::routing::get(|| async { ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], RENDERER_METRICS.render()) }));
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(metrics, routes).await {
-                tracing::warn!(error = %e, "the renderer's /metrics stopped");
-            }
-        });
-    }
     serve_on(listener, config, shutdown).await;
     Ok(())
 }

@@ -586,11 +586,12 @@ pub async fn measure_streams(state: &BusState, metrics: &operator_runtime::metri
     }
     for bucket in buckets {
         let stream = format!("KV_{bucket}");
-        match bus.js.get_stream(&stream).await {
-            Ok(mut handle) => match handle.info().await {
-                Ok(info) => metrics.set_stream(&stream, info.state.messages, info.state.bytes, info.state.consumer_count),
-                Err(error) => warn!(%stream, %error, "cannot measure the stream"),
-            },
+        let measured = async {
+            let mut handle = bus.js.get_stream(&stream).await.map_err(|e| e.to_string())?;
+            handle.info().await.map(|info| (info.state.messages, info.state.bytes, info.state.consumer_count)).map_err(|e| e.to_string())
+        };
+        match measured.await {
+            Ok((messages, bytes, consumers)) => metrics.set_stream(&stream, messages, bytes, consumers),
             Err(error) => warn!(%stream, %error, "cannot measure the stream"),
         }
     }

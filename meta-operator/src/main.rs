@@ -75,6 +75,10 @@ struct Cli {
     /// Address of the health and metrics endpoint.
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080")]
     metrics_addr: std::net::SocketAddr,
+    #[command(flatten)]
+    scrape_token: operator_runtime::server::ScrapeToken,
+    #[command(flatten)]
+    scrape_token_maker: operator_runtime::server::ScrapeTokenMaker,
 }
 
 /// Provisions the bus in `namespace` ([`meta_operator::provision::provision`]), retrying with
@@ -116,10 +120,11 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    if let Err(e) = operator_runtime::server::start(cli.metrics_addr, metrics.clone()).await {
+    if let Err(e) = operator_runtime::server::start(cli.metrics_addr, metrics.clone(), cli.scrape_token.clone()).await {
         tracing::error!(error = %e, addr = %cli.metrics_addr, "cannot serve the health endpoint");
         return std::process::ExitCode::FAILURE;
     }
+    cli.scrape_token_maker.clone().spawn(client.clone());
     tokio::spawn(operator_runtime::memory::release_freed_periodically());
     let platform = match controller::detect_platform(&client).await {
         Ok(p) => p,

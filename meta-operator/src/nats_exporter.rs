@@ -2,7 +2,8 @@
 //! monitoring as JSON only (`/varz`, `/jsz` on its monitor port); this reads them at each scrape
 //! and answers in the text format, as a sidecar of each server pod the meta-operator provisions
 //! (the meta-operator's own image, so nothing else is pulled). It reads only the server's
-//! loopback monitor port and holds no credential.
+//! loopback monitor port and holds no credential; its `/metrics` answers only the scrape token
+//! ([`operator_runtime::server::ScrapeToken`]).
 
 use serde_json::Value;
 
@@ -19,6 +20,8 @@ pub struct ExporterArgs {
     /// Address of `/metrics`.
     #[arg(long, default_value_t = std::net::SocketAddr::from(([0, 0, 0, 0], EXPORTER_PORT)))]
     pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub scrape_token: operator_runtime::server::ScrapeToken,
 }
 
 /// A number at `pointer` of `answer`, if there is one.
@@ -86,7 +89,7 @@ const MAX_ANSWER_BYTES: u64 = 4 << 20;
 /// Serves `/metrics` until the process is stopped.
 pub async fn run(args: ExporterArgs) -> Result<(), String> {
     let port = args.monitor_port;
-    let routes = axum::Router::new().route(
+    let routes = args.scrape_token.protect(axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || async move {
             let (varz, jsz) = tokio::join!(monitor(port, "/varz"), monitor(port, "/jsz"));
@@ -95,7 +98,7 @@ pub async fn run(args: ExporterArgs) -> Result<(), String> {
             }
             ([("content-type", "text/plain; version=0.0.4; charset=utf-8")], exposition(varz.ok().as_ref(), jsz.ok().as_ref()))
         }),
-    );
+    ));
     let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| format!("listening on {}: {e}", args.listen))?;
     tracing::info!(address = %args.listen, monitor_port = port, "serving NATS's metrics");
     axum::serve(listener, routes).with_graceful_shutdown(operator_runtime::stop_signal()).await.map_err(|e| e.to_string())

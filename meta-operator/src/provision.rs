@@ -283,7 +283,7 @@ pub fn server_objects(namespace: &str, server: &Server) -> Vec<Value> {
     })];
     if let Some(image) = &server.exporter_image {
         // The server's metrics, read from its monitor port on loopback; its port is open to
-        // anyone (a monitoring stack), and answers nothing but `/metrics`.
+        // anyone (a monitoring stack), and answers nothing but `/metrics`, to the scrape token.
         use crate::nats_exporter::EXPORTER_PORT;
         containers.push(json!({
             "name": "exporter", "image": image,
@@ -293,6 +293,10 @@ pub fn server_objects(namespace: &str, server: &Server) -> Vec<Value> {
             "securityContext": security,
         }));
         ingress.push(json!({"ports": [{"port": EXPORTER_PORT}]}));
+    }
+    let mut pod = json!({"containers": containers, "volumes": volumes});
+    if server.exporter_image.is_some() {
+        operator_runtime::server::mount_scrape_token(&mut pod, 1);
     }
     let metadata = |name: &str| json!({"name": name, "namespace": namespace, "labels": labels()});
     let mut objects = vec![
@@ -310,8 +314,8 @@ pub fn server_objects(namespace: &str, server: &Server) -> Vec<Value> {
                        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "fsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
                        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
                            "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": SERVER}}}}]}},
-                       "containers": containers,
-                       "volumes": volumes,
+                       "containers": pod["containers"],
+                       "volumes": pod["volumes"],
                    }},
                    "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "5Gi"}}}}],
                }}),
@@ -607,7 +611,11 @@ mod tests {
         assert_eq!(exporter["image"], "ghcr.io/x/meta-operator@sha256:1");
         assert_eq!(exporter["args"], json!(["nats-exporter", "--monitor-port=8222", "--listen=0.0.0.0:7777"]));
         assert_eq!(exporter["ports"], json!([{"name": "metrics", "containerPort": 7777}]));
-        assert!(exporter.get("env").is_none() && exporter.get("volumeMounts").is_none(), "the sidecar gets nothing of the server's: {exporter}");
+        // Nothing of the server's: only the scrape token its `/metrics` answers.
+        assert_eq!(exporter["env"], json!([{"name": "KFOP_METRICS_TOKEN_FILE", "value": "/var/run/secrets/kubeflow-operator/metrics/token"}]));
+        assert_eq!(exporter["volumeMounts"], json!([{"name": "metrics-token", "mountPath": "/var/run/secrets/kubeflow-operator/metrics", "readOnly": true}]));
+        assert!(pod["volumes"].as_array().unwrap().contains(&json!({"name": "metrics-token", "secret": {"secretName": "kubeflow-metrics-token", "optional": true}})), "{}", pod["volumes"]);
+        assert!(pod["containers"][0].to_string().matches("metrics-token").count() == 0, "the server itself does not get it: {}", pod["containers"][0]);
         let ingress = objects.iter().find(|o| o["kind"] == "NetworkPolicy").unwrap()["spec"]["ingress"].clone();
         assert!(ingress.as_array().unwrap().contains(&json!({"ports": [{"port": 7777}]})), "{ingress}");
         let without = server_objects("ops", &Server::single_cluster(3));

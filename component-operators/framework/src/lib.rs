@@ -56,6 +56,10 @@ pub struct OperatorArgs {
     /// Address of the health and metrics endpoint.
     #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:8080")]
     pub metrics_addr: std::net::SocketAddr,
+    #[command(flatten)]
+    pub scrape_token: operator_runtime::server::ScrapeToken,
+    #[command(flatten)]
+    pub scrape_token_maker: operator_runtime::server::ScrapeTokenMaker,
     /// ServiceAccount (in each resource's namespace) that resources of a component installing as
     /// a ServiceAccount (the generic one) use when they name none; without it such resources are
     /// refused, never installed with the operator's own rights.

@@ -77,7 +77,8 @@ pub async fn run<C: Component>(args: OperatorArgs) -> Result<(), RunError> {
     // counted by the client itself, per field manager.
     let client = operator_runtime::client::counted_client(metrics.clone()).await.map_err(RunError::Client)?;
     let field_manager = field_manager(component);
-    crate::server::start(args.metrics_addr, metrics.clone()).await?;
+    crate::server::start(args.metrics_addr, metrics.clone(), args.scrape_token.clone()).await?;
+    args.scrape_token_maker.clone().spawn(client.clone());
     tokio::spawn(operator_runtime::memory::release_freed_periodically());
     // A standby replica stops here: it neither watches nor reads the bus until it leads.
     let leadership = args.leader_election.lead(client.clone(), &field_manager, &metrics).await?;

@@ -86,11 +86,37 @@ struct ClientArgs {
     dir: std::path::PathBuf,
 }
 
+/// `render-server`: the renderer, and where it serves its metrics.
+#[derive(clap::Args, Debug)]
+struct RenderServerArgs {
+    #[command(flatten)]
+    server: kubeflow_manifests::remote::ServerArgs,
+    /// Address of `/metrics` (the answers and connections counted), apart from the builds.
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    scrape_token: operator_runtime::server::ScrapeToken,
+}
+
+/// Serves the renderer's `/metrics` on `address` in the background, to scrapes presenting the
+/// scrape token: a file the pod mounts, no credential.
+async fn serve_renderer_metrics(address: std::net::SocketAddr, token: operator_runtime::server::ScrapeToken) -> Result<(), String> {
+    use operator_runtime::server::OPENMETRICS;
+    let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| format!("listening on {address}: {e}"))?;
+    let routes = token.protect(axum::Router::new().route("/metrics", axum::routing::get(|| async { ([("content-type", OPENMETRICS)], kubeflow_manifests::remote::RENDERER_METRICS.render()) })));
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, routes).await {
+            tracing::warn!(error = %e, "the renderer's /metrics stopped");
+        }
+    });
+    Ok(())
+}
+
 /// `command` (an operator's) with the fetch options and the renderer's commands.
 pub fn augment(command: clap::Command) -> clap::Command {
     let command = command
         .args_conflicts_with_subcommands(true)
-        .subcommand(kubeflow_manifests::remote::ServerArgs::augment_args(clap::Command::new("render-server").about("The renderer: runs kustomize for the operator, in a pod with no credential and no network (deploy/)")))
+        .subcommand(RenderServerArgs::augment_args(clap::Command::new("render-server").about("The renderer: runs kustomize for the operator, in a pod with no credential and no network (deploy/)")))
         .subcommand(ClientArgs::augment_args(clap::Command::new("render-client").about("Builds a directory in the renderer and prints the output")));
     FetchArgs::augment_args(command)
 }
@@ -101,8 +127,11 @@ pub fn run_tool(name: &str, matches: &clap::ArgMatches) -> std::process::ExitCod
     let result = runtime.block_on(async {
         match name {
             "render-server" => {
-                let args = kubeflow_manifests::remote::ServerArgs::from_arg_matches(matches).map_err(|e| e.to_string())?;
-                kubeflow_manifests::remote::serve(args, operator_runtime::stop_signal()).await
+                let args = RenderServerArgs::from_arg_matches(matches).map_err(|e| e.to_string())?;
+                if let Some(address) = args.metrics_listen {
+                    serve_renderer_metrics(address, args.scrape_token).await?;
+                }
+                kubeflow_manifests::remote::serve(args.server, operator_runtime::stop_signal()).await
             }
             _ => {
                 let args = ClientArgs::from_arg_matches(matches).map_err(|e| e.to_string())?;
