@@ -205,7 +205,7 @@ pub fn with_renderer(mut deployment: Value) -> (Value, Vec<Value>) {
     let (pod, container) = (&deployment["spec"]["template"]["spec"], &deployment["spec"]["template"]["spec"]["containers"][0]);
     let mut affinity = pod["affinity"].clone();
     affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["labelSelector"] = json!({"matchLabels": {"app.kubernetes.io/name": name}});
-    let renderer = json!({
+    let mut renderer = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata,
@@ -238,6 +238,8 @@ pub fn with_renderer(mut deployment: Value) -> (Value, Vec<Value>) {
             },
         },
     });
+    // Its `/metrics` answers the scrape token: a file, not a credential.
+    operator_runtime::server::mount_scrape_token(&mut renderer["spec"]["template"]["spec"], 0);
 
     let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array_mut().expect("operator env");
     // By the Service's short name: the pod's DNS search list holds its own namespace, wherever
@@ -271,8 +273,6 @@ pub fn with_renderer(mut deployment: Value) -> (Value, Vec<Value>) {
         }),
         operator_disruption_budget(&name),
     ];
-    let mut objects = objects;
-    operator_runtime::server::mount_scrape_token(&mut objects[0]["spec"]["template"]["spec"], 0);
     let objects = [objects, namespaced_role(&role, &operator, &renderer_caller_rules(&operator), Some(OPERATOR_NAMESPACE))].concat();
     (deployment, objects)
 }
