@@ -373,6 +373,9 @@ pub struct OperatorProcess {
     pub log: std::path::PathBuf,
 }
 
+/// `--built-in-templates` as the environment gives it.
+pub const BUILT_IN_TEMPLATES_ENV: &str = "KFOP_BUILT_IN_TEMPLATES";
+
 impl OperatorProcess {
     /// Starts operator `binary` on `nats` as `identity`, with `args` after `--nats-url` and extra
     /// environment `env` (e.g. `KUBECONFIG`).
@@ -396,9 +399,13 @@ impl OperatorProcess {
             // As deploy/ runs every operator: resources naming no installer account use this one.
             .env("DEFAULT_SERVICE_ACCOUNT", kubeflow_crds::kfdef::DEFAULT_INSTALLER)
             .env("KFOP_METRICS_TOKEN_FILE", scrape_token_file())
+            // A resource that names no repository installs the built-in template here unless a test
+            // sets this to "false": this machine reaches no release archive but the tests' mirrors.
+            .env(BUILT_IN_TEMPLATES_ENV, "true")
             .envs(env.iter().copied());
         Self::spawn(binary, command, metrics_port)
     }
+
 
     /// `binary` with exactly `args`, serving its `/metrics` on `port` (as its args say).
     pub fn command(binary: &str, args: &[&str], port: u16) -> Self {

@@ -512,8 +512,8 @@ async fn kfctls_v1_2_0_kfdef_installs_with_every_application_ready() {
     uninstall(installed, &cleared).await;
 }
 
-/// A standalone Istio 1.26.1 (no `spec.sources`) on an operator run with `--release-archives`
-/// installs Istio as Kubeflow v1.10.2 ships it: the release's archive on github.com, fetched
+/// A standalone Istio 1.26.1 (no `spec.sources`) on an operator run as shipped (no
+/// `--built-in-templates`) installs Istio as Kubeflow v1.10.2 ships it: the release's archive on github.com, fetched
 /// through the operator's `--remote-base-mirror` (an air-gapped cluster's copy, here on
 /// loopback), and every object upstream renders for Istio's three applications in the cluster,
 /// where upstream puts it; Ready at 1.26.1. Deleting the resource removes them.
@@ -539,8 +539,8 @@ async fn a_standalone_resource_installs_its_release_from_upstreams_archive_throu
     let mirror = format!("https://github.com/={}", server.url(""));
     let kubeconfig = install_package(&client, "istio").await;
     let cache = tempfile_dir("istio-cache");
-    let args = ["--namespace", &ns.name, "--allow-fetch-from", "127.0.0.1", "--release-archives", "--remote-base-mirror", &mirror];
-    let operator = OperatorProcess::start("istio-operator", &args, &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap())]);
+    let args = ["--namespace", &ns.name, "--allow-fetch-from", "127.0.0.1", "--remote-base-mirror", &mirror];
+    let operator = OperatorProcess::start("istio-operator", &args, &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap()), (BUILT_IN_TEMPLATES_ENV, "false")]);
     operator.wait_ready().await;
 
     let api: Api<kubeflow_crds::component::Istio> = Api::namespaced(client.clone(), &ns.name);

@@ -82,12 +82,14 @@ pub struct FetchOptions {
     /// Most bytes the cache's unpacked repositories may hold together (default 4 GiB).
     pub max_cache_bytes: u64,
     /// Mirrors of remote bases (`--remote-base-mirror`), after those a spec names; they also
-    /// rewrite the release archives of [`FetchOptions::release_archives`].
+    /// rewrite the release archives a resource that names no repository renders from.
     pub remote_base_mirrors: Vec<crate::remote_bases::Mirror>,
-    /// Whether a component resource that names no repository renders its release's package from
-    /// the archive of the Kubeflow release that ships it (`--release-archives`), rather than the
-    /// operator's built-in template.
-    pub release_archives: bool,
+    /// Whether a component resource that names no repository installs the operator's built-in
+    /// template of its release (`--built-in-templates`) instead of the release's package in the
+    /// archive of the Kubeflow release that ships it (the default). The templates approximate
+    /// upstream's objects and are to be removed; this is for clusters with neither a route to
+    /// github.com nor a mirror of the archives.
+    pub built_in_templates: bool,
 }
 
 /// Default of [`FetchOptions::max_cache_bytes`]: four repositories of the largest size accepted.
@@ -105,7 +107,7 @@ impl Default for FetchOptions {
             allow_fetch_from: Vec::new(),
             max_cache_bytes: DEFAULT_MAX_CACHE_BYTES,
             remote_base_mirrors: Vec::new(),
-            release_archives: false,
+            built_in_templates: false,
         }
     }
 }

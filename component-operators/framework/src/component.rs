@@ -48,9 +48,9 @@ pub fn announced_releases<C: Component + ?Sized>() -> Vec<ReleaseInfo> {
 
 /// Where upstream ships one of a component's releases: the Kubeflow release (kubeflow/manifests
 /// tag) whose archive holds it, and the component's applications in it. A resource that names no
-/// repository renders these when the operator runs with `--release-archives`
-/// ([`crate::package::render_for`]), the archive rewritten by the remote base mirrors (an
-/// air-gapped cluster's copy).
+/// repository renders these ([`crate::package::render_for`]) unless the operator runs with
+/// `--built-in-templates`, the archive rewritten by the remote base mirrors (an air-gapped
+/// cluster's copy). Every built-in release of a component that renders packages has one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UpstreamRelease {
     /// The component's version ([`Release::version`]): what the release's packages run

@@ -245,6 +245,7 @@ impl Component for IstioComponent {
             kubeflow: "v1.3.1",
             applications: &[("istio-crds", "common/istio-1-9/istio-crds/base"), ("istio-install", "common/istio-1-9/istio-install/base"), ("cluster-local-gateway", "common/istio-1-9/cluster-local-gateway/base")],
         },
+        component_framework::UpstreamRelease { version: "1.24.3", kubeflow: "v1.10.0", applications: MODERN_APPLICATIONS },
         component_framework::UpstreamRelease { version: "1.26.1", kubeflow: "v1.10.2", applications: MODERN_APPLICATIONS },
         component_framework::UpstreamRelease { version: "1.28.0", kubeflow: "v1.11.0", applications: MODERN_APPLICATIONS },
     ];

@@ -137,6 +137,8 @@ impl Component for KatibComponent {
     /// The releases' packages in Kubeflow's archives (paths as their `example/kustomization.yaml`
     /// lists them; Kubeflow 1.2's are in kfctl's `kubeflow-apps` stack).
     const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[
+        component_framework::UpstreamRelease { version: "v0.10.0", kubeflow: "v1.2.0", applications: &[("katib", "katib/installs/katib-standalone")] },
+        component_framework::UpstreamRelease { version: "v0.11.0", kubeflow: "v1.3.0", applications: &[("katib", "apps/katib/upstream/installs/katib-with-kubeflow")] },
         component_framework::UpstreamRelease { version: "v0.11.1", kubeflow: "v1.3.1", applications: &[("katib", "apps/katib/upstream/installs/katib-with-kubeflow")] },
         component_framework::UpstreamRelease { version: "v0.18.0", kubeflow: "v1.10.2", applications: &[("katib", "applications/katib/upstream/installs/katib-with-kubeflow")] },
         component_framework::UpstreamRelease { version: "v0.19.0", kubeflow: "v1.11.0", applications: &[("katib", "applications/katib/upstream/installs/katib-with-kubeflow")] },

@@ -308,6 +308,12 @@ impl Component for PipelinesComponent {
     /// The releases' packages in Kubeflow's archives (paths as their KfDefs and
     /// `example/kustomization.yaml` list them; Kubeflow 1.2's are in kfctl's `kubeflow-apps` stack).
     const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[
+        component_framework::UpstreamRelease {
+            version: "1.0.4",
+            kubeflow: "v1.2.0",
+            applications: &[("pipeline-minio", "pipeline/minio/installs/generic"), ("pipeline-mysql", "pipeline/mysql/installs/generic"), ("pipeline", "pipeline/installs/multi-user"), ("argo", "argo/base_v3")],
+        },
+        component_framework::UpstreamRelease { version: "1.5.0", kubeflow: "v1.3.0", applications: &[("pipeline", "apps/pipeline/upstream/env/platform-agnostic-multi-user")] },
         component_framework::UpstreamRelease { version: "1.5.1", kubeflow: "v1.3.1", applications: &[("pipeline", "apps/pipeline/upstream/env/platform-agnostic-multi-user")] },
         component_framework::UpstreamRelease { version: "2.5.0", kubeflow: "v1.10.2", applications: &[("pipeline", "applications/pipeline/upstream/env/cert-manager/platform-agnostic-multi-user")] },
         component_framework::UpstreamRelease { version: "2.15.0", kubeflow: "v1.11.0", applications: &[("pipeline", "applications/pipeline/upstream/env/cert-manager/platform-agnostic-multi-user")] },

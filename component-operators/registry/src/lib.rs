@@ -45,6 +45,8 @@ pub struct RegisteredComponent {
     pub version_images: &'static [&'static str],
     /// [`Component::RENDERS_PACKAGES`]: deploy/all runs a renderer beside the operator.
     pub renders_packages: bool,
+    /// [`Component::UPSTREAM_RELEASES`]: where upstream ships each release.
+    pub upstream_releases: &'static [component_framework::UpstreamRelease],
     /// The objects the operator applies for a resource `name` in `namespace` with `spec`: from
     /// its built-in releases, or from the packages [`RegisteredComponent::render_packages`]
     /// rendered for it.
@@ -117,6 +119,7 @@ where
         test_spec: C::test_spec(),
         endpoints: C::ENDPOINTS,
         renders_packages: C::RENDERS_PACKAGES,
+        upstream_releases: C::UPSTREAM_RELEASES,
         render: render::<C>,
         render_packages: render_packages::<C>,
         version_images: C::VERSION_IMAGES,
@@ -181,6 +184,19 @@ mod tests {
         assert_eq!(of("v1.3.1"), BTreeMap::from([("istio", "1.9.6"), ("dex", "v2.24.0"), ("kfserving", "v0.5.1"), ("katib", "v0.11.1"), ("pipelines", "1.5.1"), ("profiles", "v1.3.0")]));
         assert_eq!(of("v1.10.2"), BTreeMap::from([("istio", "1.26.1"), ("dex", "v2.41.1"), ("kfserving", "v0.15.0"), ("katib", "v0.18.0"), ("pipelines", "2.5.0"), ("profiles", "v1.10.0")]));
         assert_eq!(of("v1.11.0"), of("1.11"));
+    }
+
+    /// A resource that names no repository installs its release from upstream's archive: every
+    /// built-in release of a component that renders packages says where upstream ships it.
+    #[test]
+    fn every_release_of_a_component_that_renders_packages_names_its_upstream_archive() {
+        for component in all().iter().filter(|c| c.renders_packages) {
+            for release in &component.releases {
+                let shipped: Vec<_> = component.upstream_releases.iter().filter(|u| u.version == release.version).collect();
+                assert_eq!(shipped.len(), 1, "{} {}: {shipped:?}", component.kind, release.version);
+                assert!(release.kubeflow.iter().all(|k| shipped[0].kubeflow.trim_start_matches('v').starts_with(k.as_str())), "{} {}: shipped in {}, announced for {:?}", component.kind, release.version, shipped[0].kubeflow, release.kubeflow);
+            }
+        }
     }
 
     #[test]

@@ -181,15 +181,16 @@ fn release_of(tag: &str, remote_bases: &str) -> (std::path::PathBuf, meta_operat
     (archive, plan)
 }
 
-/// A standalone resource (no `spec.sources`) of a release upstream ships, on an operator run with
-/// `--release-archives`: it renders the component's packages in the Kubeflow release's archive,
+/// A standalone resource (no `spec.sources`) of a release upstream ships, on an operator run as
+/// shipped (no `--built-in-templates`): it renders the component's packages in the Kubeflow release's archive,
 /// fetched through the mirror, exactly as the resource the release's KfDef's plan makes for the
 /// same applications does (compared with upstream's and kfctl's builds by the test above and in
 /// manifests/tests/upstream.rs), for every built-in of the four releases whose KfDef names it
 /// (Kubeflow 1.2's Katib and Pipelines are in kfctl's `kubeflow-apps` stack). Every such
 /// application runs the version the plan gives it (its own images carry that tag), or it is
-/// refused. The releases of no archive here keep the built-in template; an application the
-/// release lacks is refused.
+/// refused. Kubeflow 1.2's Katib and Pipelines render kfctl's paths in v1.2.0's archive on their own,
+/// 1.3.0's and 1.10.0's releases upstream's archives of those tags (not served here); never a
+/// template unless asked. An application the release lacks is refused.
 #[tokio::test]
 async fn standalone_resources_render_their_release_from_upstreams_archive() {
     let _one = ONE_INSTALL.lock().await;
@@ -201,13 +202,13 @@ async fn standalone_resources_render_their_release_from_upstreams_archive() {
     // and the remote bases from a loopback server.
     let mut mirrors: Vec<_> = releases.iter().map(|(tag, (archive, _))| kubeflow_manifests::remote_bases::Mirror { prefix: kubeflow_manifests::example::upstream_archive(tag), uri: archive.display().to_string() }).collect();
     mirrors.push(kubeflow_manifests::remote_bases::Mirror { prefix: "https://github.com/".into(), uri: remote_bases.clone() });
-    let mirrored = |release_archives: bool| FetchOptions { allow_local: true, address_fence: false, release_archives, remote_base_mirrors: mirrors.clone(), ..Default::default() };
+    let mirrored = |built_in_templates: bool| FetchOptions { allow_local: true, address_fence: false, built_in_templates, remote_base_mirrors: mirrors.clone(), ..Default::default() };
     let mut compared = Vec::new();
     for (tag, (_, plan)) in &releases {
         for (component, planned) in plan.components.iter().filter(|(c, _)| **c != ComponentKind::GENERIC && **c != ComponentKind::ProfileController) {
             let registered = registry.iter().find(|r| r.kind == *component).unwrap();
             let standalone = serde_json::json!({"version": planned.spec["version"]});
-            let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(true)).await.unwrap_or_else(|| panic!("{tag} {component}: no package for {standalone}")).unwrap();
+            let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(false)).await.unwrap_or_else(|| panic!("{tag} {component}: no package for {standalone}")).unwrap();
             assert!(rendered.failed.is_empty(), "{tag} {component}: {:?}", rendered.failed);
             // The version is what the package runs: its own images are there, at that tag (but
             // kfctl v1.2.0's Istio, which runs a daily build's floating tag).
@@ -225,8 +226,8 @@ async fn standalone_resources_render_their_release_from_upstreams_archive() {
             for (object, expected) in ours.iter().zip(&from_kfdef) {
                 assert_eq!(first_difference(object, expected, String::new()), None, "{tag} {component} {standalone}: {:?}", identity(object));
             }
-            // Without the option: the built-in template.
-            assert!((registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(false)).await.is_none(), "{component}");
+            // Asked for: the built-in template.
+            assert!((registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(true)).await.is_none(), "{component}");
             compared.push(format!("{component} {}", planned.spec["version"].as_str().unwrap()));
         }
     }
@@ -241,23 +242,91 @@ async fn standalone_resources_render_their_release_from_upstreams_archive() {
             "pipelines 1.5.1", "pipelines 2.15.0", "pipelines 2.5.0",
         ]
     );
-    // The releases whose Kubeflow release has no archive here (1.3.0's, 1.10.0's), and Kubeflow
-    // 1.2's Katib and Pipelines: the built-in template.
-    let mut templated = Vec::new();
+    // Kubeflow 1.2's Katib and Pipelines, which kfctl built inside its `kubeflow-apps` stack: their
+    // paths there, each built on its own, running their version.
+    // (Katib's images there carry a commit's tag, which tells no version.)
+    let katib_v0_10 = ["CustomResourceDefinition experiments.kubeflow.org", "CustomResourceDefinition suggestions.kubeflow.org", "CustomResourceDefinition trials.kubeflow.org", "Deployment katib-controller", "Deployment katib-db-manager", "Deployment katib-mysql", "Deployment katib-ui"];
+    let pipelines_1_0 = [
+        "CustomResourceDefinition scheduledworkflows.kubeflow.org", "CustomResourceDefinition viewers.kubeflow.org", "CustomResourceDefinition workflows.argoproj.io",
+        "Deployment argo-ui", "Deployment cache-deployer-deployment", "Deployment cache-server", "Deployment kubeflow-pipelines-profile-controller", "Deployment metadata-writer", "Deployment minio",
+        "Deployment ml-pipeline", "Deployment ml-pipeline-persistenceagent", "Deployment ml-pipeline-scheduledworkflow", "Deployment ml-pipeline-ui", "Deployment ml-pipeline-viewer-crd",
+        "Deployment ml-pipeline-visualizationserver", "Deployment mysql", "Deployment workflow-controller",
+    ];
+    for (kind, version, own_images, workloads_and_crds) in [(ComponentKind::Katib, "v0.10.0", &["docker.io/kubeflowkatib/katib-controller:v1beta1-a96ff59"][..], &katib_v0_10[..]), (ComponentKind::Pipelines, "1.0.4", &["gcr.io/ml-pipeline/api-server:1.0.4"][..], &pipelines_1_0[..])] {
+        let registered = registry.iter().find(|r| r.kind == kind).unwrap();
+        let standalone = serde_json::json!({"version": version});
+        let rendered = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), standalone.clone(), mirrored(false)).await.unwrap().unwrap();
+        assert!(rendered.failed.is_empty(), "{kind} {version}: {:?}", rendered.failed);
+        let own: Vec<&str> = component_framework::package::own_images(registered.version_images, &rendered.objects).into_iter().map(|(_, image)| image).collect();
+        assert_eq!(own, own_images, "{kind} {version}");
+        let ours = (registered.render)("kubeflow", "kubeflow", &standalone, Some(rendered)).unwrap();
+        let mut made: Vec<String> = ours.iter().filter(|o| ["CustomResourceDefinition", "Deployment", "StatefulSet"].contains(&o["kind"].as_str().unwrap())).map(|o| format!("{} {}", o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap())).collect();
+        made.sort();
+        assert_eq!(made, workloads_and_crds, "{kind} {version}");
+    }
+    // The releases whose Kubeflow release has no archive here (1.3.0's, 1.10.0's): fetched from
+    // upstream's archive of that tag, here through the mirror of github.com, which lacks it.
+    let mut from_archives = Vec::new();
     for registered in registry.iter().filter(|r| r.renders_packages && !r.releases.is_empty()) {
         for release in &registered.releases {
-            if (registered.render_packages)("kubeflow".into(), "kubeflow".into(), serde_json::json!({"version": release.version}), mirrored(true)).await.is_none() {
-                templated.push(format!("{} {}", registered.kind, release.version));
+            let Some(upstream) = registered.upstream_releases.iter().find(|u| u.version == release.version) else { continue };
+            if RELEASES.iter().any(|(tag, _, _)| *tag == upstream.kubeflow) {
+                continue;
             }
+            let outcome = (registered.render_packages)("kubeflow".into(), "kubeflow".into(), serde_json::json!({"version": release.version}), mirrored(false)).await.unwrap();
+            let failed = outcome.map(|r| r.failed.iter().map(|f| f.error.message.clone()).collect::<Vec<_>>()).unwrap_or_else(|e| vec![e.message]);
+            let archive = format!("{remote_bases}kubeflow/manifests/archive/{}.tar.gz", upstream.kubeflow);
+            assert!(!failed.is_empty() && failed.iter().all(|m| m.contains(&archive)), "{} {}: {failed:?}", registered.kind, release.version);
+            from_archives.push(format!("{} {} {}", registered.kind, release.version, upstream.kubeflow));
         }
     }
-    templated.sort();
-    assert_eq!(templated, ["istio 1.24.3", "katib v0.10.0", "katib v0.11.0", "pipelines 1.0.4", "pipelines 1.5.0"]);
+    from_archives.sort();
+    assert_eq!(from_archives, ["istio 1.24.3 v1.10.0", "katib v0.11.0 v1.3.0", "pipelines 1.5.0 v1.3.0"]);
     let katib = registry.iter().find(|r| r.kind == ComponentKind::Katib).unwrap();
     let unknown = serde_json::json!({"version": "v0.18.0", "sources": [{"application": "katib-db"}]});
-    let refused = (katib.render_packages)("kubeflow".into(), "kubeflow".into(), unknown, mirrored(true)).await.unwrap().unwrap_err();
+    let refused = (katib.render_packages)("kubeflow".into(), "kubeflow".into(), unknown, mirrored(false)).await.unwrap().unwrap_err();
     assert_eq!(refused.field, "spec.sources[0].application");
     assert!(refused.message.contains("known: katib"), "{}", refused.message);
+}
+
+/// `examples/components.yaml`, the standalone resources the README applies, installs Kubeflow
+/// 1.11.0's releases from its archive (here the local copy, through a mirror, with the remote
+/// bases its Pipelines names): every application renders, every object carries the resource's
+/// version, and the typed fields the example sets are where upstream's package keeps them.
+#[tokio::test]
+async fn the_example_components_install_their_releases_from_upstreams_archive() {
+    let _one = ONE_INSTALL.lock().await;
+    let remote_bases = kubeflow_manifests::fixtures::upstream_remote_bases_mirror().await;
+    let remote_bases = remote_bases.url("gh/");
+    let archive = kubeflow_manifests::fixtures::upstream_releases().join("manifests-1.11.0.tar.gz");
+    let mirrors = vec![
+        kubeflow_manifests::remote_bases::Mirror { prefix: kubeflow_manifests::example::upstream_archive("v1.11.0"), uri: archive.display().to_string() },
+        kubeflow_manifests::remote_bases::Mirror { prefix: "https://github.com/".into(), uri: remote_bases },
+    ];
+    let fetch = FetchOptions { allow_local: true, address_fence: false, remote_base_mirrors: mirrors, ..Default::default() };
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/components.yaml")).unwrap();
+    let examples: Vec<Value> = text.split("\n---\n").map(|doc| serde_yaml_ng::from_str(doc).unwrap()).collect();
+    let registry = kubeflow_component_registry::all();
+    let mut installed = Vec::new();
+    let mut objects = Vec::new();
+    for example in &examples {
+        let registered = registry.iter().find(|r| r.kind.kind() == example["kind"]).unwrap();
+        let (name, namespace) = (example["metadata"]["name"].as_str().unwrap(), example["metadata"]["namespace"].as_str().unwrap());
+        let rendered = (registered.render_packages)(name.into(), namespace.into(), example["spec"].clone(), fetch.clone()).await.unwrap_or_else(|| panic!("{}: not from packages", registered.kind)).unwrap();
+        assert!(rendered.failed.is_empty(), "{}: {:?}", registered.kind, rendered.failed);
+        let ours = (registered.render)(name, namespace, &example["spec"], Some(rendered)).unwrap();
+        let version = example["spec"]["version"].as_str().unwrap();
+        let labelled: std::collections::BTreeSet<&str> = ours.iter().filter_map(|o| o["metadata"]["labels"]["components.kubeflow.org/version"].as_str()).collect();
+        assert_eq!(labelled, [version].into(), "{}", registered.kind);
+        installed.push(format!("{} {version}", registered.kind));
+        objects.extend(ours);
+    }
+    assert_eq!(installed, ["istio 1.28.0", "dex v2.44.0", "kfserving v0.15.2", "katib v0.19.0", "pipelines 2.15.0"]);
+    let gateway = find(&objects, "Service", "istio-ingressgateway").unwrap();
+    assert_eq!(gateway["spec"]["type"], "NodePort");
+    assert_eq!(find(&objects, "Deployment", "katib-ui").unwrap()["spec"]["replicas"], 2);
+    let dex = find(&objects, "ConfigMap", "dex").unwrap()["data"]["config.yaml"].as_str().unwrap().to_string();
+    assert!(dex.contains("ldap.example.com:636"), "{dex}");
 }
 
 /// A Kubeflow release later than every one the built-ins know by name (v1.12.0 here: Kubeflow

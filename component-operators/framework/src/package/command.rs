@@ -30,12 +30,13 @@ pub struct FetchArgs {
     /// `spec.remoteBaseMirrors`.
     #[arg(long, env = "KFOP_REMOTE_BASE_MIRROR", value_name = "PREFIX=URI", value_delimiter = ',', value_parser = parse_mirror)]
     remote_base_mirror: Vec<kubeflow_manifests::remote_bases::Mirror>,
-    /// A resource that names no repository renders its release as upstream ships it: the
-    /// component's packages in the Kubeflow release's archive on github.com (rewritten by
-    /// --remote-base-mirror, e.g. https://github.com/=https://mirror.example.com/github/), instead
-    /// of the operator's built-in template. Releases with no known archive keep the template.
-    #[arg(long, env = "KFOP_RELEASE_ARCHIVES")]
-    release_archives: bool,
+    /// A resource that names no repository installs the operator's built-in template of its
+    /// release, an approximation of upstream's objects to be removed, instead of the release as
+    /// upstream ships it: the component's packages in the Kubeflow release's archive on github.com
+    /// (the default; rewritten by --remote-base-mirror on a cluster that reaches a mirror, e.g.
+    /// https://github.com/kubeflow/manifests/archive/=https://mirror.example.com/kubeflow/).
+    #[arg(long, env = "KFOP_BUILT_IN_TEMPLATES")]
+    built_in_templates: bool,
 }
 
 fn parse_mirror(text: &str) -> Result<kubeflow_manifests::remote_bases::Mirror, String> {
@@ -163,7 +164,7 @@ pub fn configure(matches: &clap::ArgMatches) -> Result<(), String> {
         tracing::warn!(allowed = ?allowed, "repository fetches may reach these destinations despite the fence");
     }
     let max_cache_bytes = fetch.cache_quota();
-    let options = FetchOptions { allow_fetch_from: fetch.allow_fetch_from, max_cache_bytes, remote_base_mirrors: fetch.remote_base_mirror, release_archives: fetch.release_archives, ..FetchOptions::default() };
+    let options = FetchOptions { allow_fetch_from: fetch.allow_fetch_from, max_cache_bytes, remote_base_mirrors: fetch.remote_base_mirror, built_in_templates: fetch.built_in_templates, ..FetchOptions::default() };
     super::set_fetch_options(options).map_err(|_| "the fetch options are already set".to_string())?;
     remote_renderer_from_secret()
 }
@@ -215,8 +216,8 @@ mod tests {
         let prefixes: Vec<&str> = mirrored.remote_base_mirror.iter().map(|m| m.prefix.as_str()).collect();
         assert_eq!(prefixes, ["https://github.com/argoproj/", "https://github.com/"]);
         assert!(defaults.remote_base_mirror.is_empty());
-        assert!(!defaults.release_archives, "the built-in templates unless asked");
-        assert!(FetchArgs::from_arg_matches(&command().try_get_matches_from(["kustomize-operator", "--release-archives"]).unwrap()).unwrap().release_archives);
+        assert!(!defaults.built_in_templates, "the release archives unless asked");
+        assert!(FetchArgs::from_arg_matches(&command().try_get_matches_from(["kustomize-operator", "--built-in-templates"]).unwrap()).unwrap().built_in_templates);
         let bad = command().try_get_matches_from(["kustomize-operator", "--remote-base-mirror", "github.com"]).unwrap_err().to_string();
         assert!(bad.contains("PREFIX=URI"), "{bad}");
     }

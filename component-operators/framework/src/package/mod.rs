@@ -299,8 +299,8 @@ pub fn names_packages<K: ComponentResource>(resource: &K) -> bool {
 
 /// What component `C` renders from packages for `resource`, if anything: the spec's packages when
 /// the component renders packages and the spec names them (always, for a component without
-/// releases); else, with `fetch.release_archives`, the packages of its release in the Kubeflow
-/// release's archive ([`release_sources`]); after refusing a component-specific field they would
+/// releases); else the packages of its release in the Kubeflow release's archive
+/// ([`release_sources`]) unless `fetch.built_in_templates`; after refusing a component-specific field they would
 /// not apply ([`check_fields`]). `None`: the built-in release. The operators
 /// ([`Component::render_external`]) and `kfop` (the registry) both decide here.
 pub async fn render_for<C: Component + ?Sized>(resource: &C::Resource, discovery: Discovery<'_>, fetch: FetchOptions) -> Option<Result<Rendered, InvalidSpec>> {
@@ -312,7 +312,7 @@ pub async fn render_for<C: Component + ?Sized>(resource: &C::Resource, discovery
         resource
     } else if resource.core().version_from_package {
         return Some(Err(crate::build::package_required()));
-    } else if fetch.release_archives {
+    } else if !fetch.built_in_templates {
         match release_sources::<C>(resource, &fetch.remote_base_mirrors)? {
             Ok(with_sources) => {
                 defaulted = with_sources;
@@ -386,7 +386,7 @@ pub fn check_fields<C: Component + ?Sized>(resource: &C::Resource) -> Result<(),
         }
         return Err(InvalidSpec::new(
             format!("spec.{field}"),
-            "applies to the component's built-in release only, not to the packages spec.sources names: set it in the package (its params.env or a patch there), or leave spec.sources empty to install the built-in release",
+            "applies to the operator's built-in template only (--built-in-templates), not to upstream's packages, which the resource installs: set it in the package (its params.env or a patch there), or leave it unset",
         ));
     }
     Ok(())
