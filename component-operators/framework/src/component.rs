@@ -210,6 +210,12 @@ pub trait Component: Send + Sync + 'static {
     /// healed and granted to the operator.
     const MANAGES_ANY_KIND: bool = false;
 
+    /// Kinds of [`crate::kinds::KINDS`] that upstream's packages of the component's releases
+    /// install (`registry/tests/upstream.rs` holds this to the renders of every release archive
+    /// kept in `../shared/manifests`): watched, healed and readable by the operator, besides the
+    /// kinds of its built-in templates.
+    const INSTALLED_KINDS: &'static [&'static str] = &[];
+
     /// Component-specific spec fields (top-level names) that [`Component::customize`] applies to
     /// the objects of packages too, as edits where upstream's package keeps the setting
     /// ([`crate::package::patch`]). Any other one a resource that names packages sets is refused,

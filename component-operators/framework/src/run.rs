@@ -34,8 +34,9 @@ pub enum RunError {
     LeaderElection(#[from] operator_runtime::leader::LeaderElectionError),
 }
 
-/// Kinds that appear in any built-in release of `C` (every built-in kind when it manages any
-/// kind) and are watched (shared kinds are not).
+/// Kinds that appear in any built-in release of `C`, its templates' or upstream's packages'
+/// ([`Component::INSTALLED_KINDS`]) (every built-in kind when it manages any kind), and are
+/// watched (shared kinds are not).
 pub fn watched_kinds<C: Component>() -> Vec<&'static KindInfo> {
     // No operator reads Secrets cluster-wide: those it installs are read, when needed, as the
     // account that installs them.
@@ -43,11 +44,12 @@ pub fn watched_kinds<C: Component>() -> Vec<&'static KindInfo> {
     if C::MANAGES_ANY_KIND {
         return kinds::KINDS.iter().filter(watched).collect();
     }
-    let seen: BTreeSet<&str> = crate::component::shipped_objects::<C>()
+    let mut seen: BTreeSet<&str> = crate::component::shipped_objects::<C>()
         .iter()
         .filter_map(|object| kinds::lookup(object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()))
         .map(|info| info.kind)
         .collect();
+    seen.extend(C::INSTALLED_KINDS);
     kinds::KINDS.iter().filter(|k| seen.contains(k.kind)).filter(watched).collect()
 }
 

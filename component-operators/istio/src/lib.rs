@@ -232,6 +232,8 @@ impl Component for IstioComponent {
     const INSTALLS: &'static str = "the Istio control plane and ingress gateways Kubeflow routes through";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    /// The kinds upstream's packages of these releases install.
+    const INSTALLED_KINDS: &'static [&'static str] = &["ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "DaemonSet", "Deployment", "HorizontalPodAutoscaler", "Job", "MutatingWebhookConfiguration", "Namespace", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingWebhookConfiguration"];
     /// The releases' packages in Kubeflow's archives (paths as kfctl's v1.2.0 `kfctl_istio_dex`
     /// KfDef, v1.3.1's and later releases' `example/kustomization.yaml` list them).
     const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[

@@ -134,6 +134,8 @@ impl Component for KatibComponent {
     const INSTALLS: &'static str = "Katib, hyperparameter tuning and neural architecture search (Experiment, Trial, Suggestion)";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    /// The kinds upstream's packages of these releases install.
+    const INSTALLED_KINDS: &'static [&'static str] = &["ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "MutatingWebhookConfiguration", "Namespace", "PersistentVolumeClaim", "Secret", "Service", "ServiceAccount", "ValidatingWebhookConfiguration"];
     /// The releases' packages in Kubeflow's archives (paths as their `example/kustomization.yaml`
     /// lists them; Kubeflow 1.2's are in kfctl's `kubeflow-apps` stack).
     const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[

@@ -216,6 +216,8 @@ impl Component for KFServingComponent {
         "KFServing and its successor KServe, serverless model inference (InferenceService) with its controller, webhooks and model servers";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    /// The kinds upstream's packages of these releases install.
+    const INSTALLED_KINDS: &'static [&'static str] = &["ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "MutatingWebhookConfiguration", "Namespace", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "StatefulSet", "ValidatingWebhookConfiguration"];
     /// The releases' packages in Kubeflow's archives (paths as kfctl's v1.2.0 `kfctl_istio_dex`
     /// KfDef, v1.3.1's and later releases' `example/kustomization.yaml` list them).
     const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[

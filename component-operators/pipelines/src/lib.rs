@@ -305,6 +305,8 @@ impl Component for PipelinesComponent {
     const INSTALLS: &'static str = "Kubeflow Pipelines: API server, UI, persistence agent, scheduled workflows, MySQL and object storage";
     /// A resource made from a KfDef renders the KfDef's packages, upstream's objects.
     const RENDERS_PACKAGES: bool = true;
+    /// The kinds upstream's packages of these releases install.
+    const INSTALLED_KINDS: &'static [&'static str] = &["ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "MutatingWebhookConfiguration", "Namespace", "NetworkPolicy", "PersistentVolumeClaim", "PriorityClass", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "StatefulSet"];
     /// The releases' packages in Kubeflow's archives (paths as their KfDefs and
     /// `example/kustomization.yaml` list them; Kubeflow 1.2's are in kfctl's `kubeflow-apps` stack).
     const UPSTREAM_RELEASES: &'static [component_framework::UpstreamRelease] = &[

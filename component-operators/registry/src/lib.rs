@@ -45,6 +45,8 @@ pub struct RegisteredComponent {
     pub version_images: &'static [&'static str],
     /// [`Component::RENDERS_PACKAGES`]: deploy/all runs a renderer beside the operator.
     pub renders_packages: bool,
+    /// [`Component::INSTALLED_KINDS`]: the kinds upstream's packages of its releases install.
+    pub installed_kinds: &'static [&'static str],
     /// [`Component::UPSTREAM_RELEASES`]: where upstream ships each release.
     pub upstream_releases: &'static [component_framework::UpstreamRelease],
     /// The objects the operator applies for a resource `name` in `namespace` with `spec`: from
@@ -120,6 +122,7 @@ where
         endpoints: C::ENDPOINTS,
         renders_packages: C::RENDERS_PACKAGES,
         upstream_releases: C::UPSTREAM_RELEASES,
+        installed_kinds: C::INSTALLED_KINDS,
         render: render::<C>,
         render_packages: render_packages::<C>,
         version_images: C::VERSION_IMAGES,
@@ -197,6 +200,23 @@ mod tests {
                 assert!(release.kubeflow.iter().all(|k| shipped[0].kubeflow.trim_start_matches('v').starts_with(k.as_str())), "{} {}: shipped in {}, announced for {:?}", component.kind, release.version, shipped[0].kubeflow, release.kubeflow);
             }
         }
+    }
+
+    /// What upstream's packages install is watched (healed) and readable, not only what the
+    /// templates hold: e.g. Istio's HorizontalPodAutoscalers and PodDisruptionBudgets, Pipelines'
+    /// NetworkPolicies and PriorityClass.
+    #[test]
+    fn each_operator_watches_the_kinds_upstreams_packages_install() {
+        for component in all() {
+            let watched: Vec<&str> = component.watched_kinds.iter().map(|k| k.kind).collect();
+            for kind in component.installed_kinds {
+                let info = component_framework::kinds::KINDS.iter().find(|k| k.kind == *kind).unwrap_or_else(|| panic!("{}: {kind} is not a built-in kind", component.kind));
+                // Shared kinds (namespaces, CRDs) and Secrets are never watched (run::watched_kinds).
+                assert_eq!(watched.contains(kind), !info.is_shared() && *kind != "Secret", "{} {kind}", component.kind);
+            }
+        }
+        let pipelines = all().into_iter().find(|c| c.kind == ComponentKind::Pipelines).unwrap();
+        assert!(pipelines.rules.iter().any(|r| r.resources.as_ref().is_some_and(|r| r.iter().any(|p| p == "networkpolicies"))), "{:?}", pipelines.rules);
     }
 
     #[test]

@@ -204,6 +204,13 @@ async fn standalone_resources_render_their_release_from_upstreams_archive() {
     mirrors.push(kubeflow_manifests::remote_bases::Mirror { prefix: "https://github.com/".into(), uri: remote_bases.clone() });
     let mirrored = |built_in_templates: bool| FetchOptions { allow_local: true, address_fence: false, built_in_templates, remote_base_mirrors: mirrors.clone(), ..Default::default() };
     let mut compared = Vec::new();
+    // Per component, the kinds of the framework's list its releases' packages install.
+    let mut installed_kinds: BTreeMap<ComponentKind, std::collections::BTreeSet<String>> = BTreeMap::new();
+    let mut note_kinds = |component: ComponentKind, objects: &[Value]| {
+        let builtin = |info: &&component_framework::kinds::KindInfo| component_framework::kinds::KINDS.iter().any(|k| k.kind == info.kind && k.group == info.group);
+        let kinds = objects.iter().filter_map(|o| component_framework::kinds::lookup(o["apiVersion"].as_str()?, o["kind"].as_str()?)).filter(builtin).map(|info| info.kind.to_string());
+        installed_kinds.entry(component).or_default().extend(kinds);
+    };
     for (tag, (_, plan)) in &releases {
         for (component, planned) in plan.components.iter().filter(|(c, _)| **c != ComponentKind::GENERIC && **c != ComponentKind::ProfileController) {
             let registered = registry.iter().find(|r| r.kind == *component).unwrap();
@@ -221,6 +228,7 @@ async fn standalone_resources_render_their_release_from_upstreams_archive() {
                 assert!(!own.is_empty() && own.iter().all(at_version), "{tag} {component}: {own:?}");
             }
             let ours = (registered.render)("kubeflow", "kubeflow", &standalone, Some(rendered)).unwrap();
+            note_kinds(*component, &ours);
             let from_kfdef = objects_of(*component, &planned.spec).await;
             assert_eq!(ours.iter().map(identity).collect::<Vec<_>>(), from_kfdef.iter().map(identity).collect::<Vec<_>>(), "{tag} {component} {standalone}: not the KfDef's objects");
             for (object, expected) in ours.iter().zip(&from_kfdef) {
@@ -260,10 +268,15 @@ async fn standalone_resources_render_their_release_from_upstreams_archive() {
         let own: Vec<&str> = component_framework::package::own_images(registered.version_images, &rendered.objects).into_iter().map(|(_, image)| image).collect();
         assert_eq!(own, own_images, "{kind} {version}");
         let ours = (registered.render)("kubeflow", "kubeflow", &standalone, Some(rendered)).unwrap();
+        note_kinds(kind, &ours);
         let mut made: Vec<String> = ours.iter().filter(|o| ["CustomResourceDefinition", "Deployment", "StatefulSet"].contains(&o["kind"].as_str().unwrap())).map(|o| format!("{} {}", o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap())).collect();
         made.sort();
         assert_eq!(made, workloads_and_crds, "{kind} {version}");
     }
+    // What the operators watch and may read of them: exactly these kinds.
+    let declared: BTreeMap<ComponentKind, std::collections::BTreeSet<String>> =
+        installed_kinds.keys().map(|c| (*c, registry.iter().find(|r| r.kind == *c).unwrap().installed_kinds.iter().map(|k| k.to_string()).collect())).collect();
+    assert_eq!(declared, installed_kinds, "INSTALLED_KINDS");
     // The releases whose Kubeflow release has no archive here (1.3.0's, 1.10.0's): fetched from
     // upstream's archive of that tag, here through the mirror of github.com, which lacks it.
     let mut from_archives = Vec::new();
