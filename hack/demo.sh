@@ -182,7 +182,7 @@ generic kustomize-operator from their packages, the rest by their components' op
 Try:
   source $ENV_FILE
   kubectl -n kubeflow get $kfdefs kubeflow -o yaml                       # conditions, components, applications
-  kubectl -n kubeflow delete deployments.apps katib-ui                    # healed in milliseconds
+  kubectl -n kubeflow delete deployments.apps katib-controller            # healed in milliseconds
   kubectl -n kubeflow delete deployments.apps jupyter-web-app             # a generic application heals too
   kubectl -n kubeflow patch $kfdefs kubeflow --type merge -p '{"spec":{"version":"v1.3.0"}}'
   curl -H "Authorization: Bearer \$(cat $token_file)" http://127.0.0.1:18081/metrics   # the scrape token
