@@ -406,7 +406,6 @@ impl OperatorProcess {
         Self::spawn(binary, command, metrics_port)
     }
 
-
     /// `binary` with exactly `args`, serving its `/metrics` on `port` (as its args say).
     pub fn command(binary: &str, args: &[&str], port: u16) -> Self {
         let mut command = std::process::Command::new(bin_dir().join(binary));

@@ -181,6 +181,16 @@ fn release_of(tag: &str, remote_bases: &str) -> (std::path::PathBuf, meta_operat
     (archive, plan)
 }
 
+/// Every release archive kept here as the mirror of its URL on github.com, and `remote_bases` as
+/// the mirror of the rest of github.com: an air-gapped cluster's mirrors.
+fn archive_mirrors(remote_bases: &str) -> Vec<kubeflow_manifests::remote_bases::Mirror> {
+    use kubeflow_manifests::remote_bases::Mirror;
+    let dir = kubeflow_manifests::fixtures::upstream_releases();
+    let mut mirrors: Vec<Mirror> = RELEASES.iter().map(|(tag, _, archive)| Mirror { prefix: kubeflow_manifests::example::upstream_archive(tag), uri: dir.join(archive).display().to_string() }).collect();
+    mirrors.push(Mirror { prefix: "https://github.com/".into(), uri: remote_bases.to_string() });
+    mirrors
+}
+
 /// A standalone resource (no `spec.sources`) of a release upstream ships, on an operator run as
 /// shipped (no `--built-in-templates`): it renders the component's packages in the Kubeflow release's archive,
 /// fetched through the mirror, exactly as the resource the release's KfDef's plan makes for the
@@ -198,10 +208,8 @@ async fn standalone_resources_render_their_release_from_upstreams_archive() {
     let remote_bases = remote_bases.url("gh/");
     let releases: Vec<_> = RELEASES.iter().map(|(tag, _, _)| (*tag, release_of(tag, &remote_bases))).collect();
     let registry = kubeflow_component_registry::all();
-    // The archives on github.com served from the local copies (an air-gapped cluster's mirror),
-    // and the remote bases from a loopback server.
-    let mut mirrors: Vec<_> = releases.iter().map(|(tag, (archive, _))| kubeflow_manifests::remote_bases::Mirror { prefix: kubeflow_manifests::example::upstream_archive(tag), uri: archive.display().to_string() }).collect();
-    mirrors.push(kubeflow_manifests::remote_bases::Mirror { prefix: "https://github.com/".into(), uri: remote_bases.clone() });
+    // The archives on github.com served from the local copies, the remote bases from loopback.
+    let mirrors = archive_mirrors(&remote_bases);
     let mirrored = |built_in_templates: bool| FetchOptions { allow_local: true, address_fence: false, built_in_templates, remote_base_mirrors: mirrors.clone(), ..Default::default() };
     let mut compared = Vec::new();
     // Per component, the kinds of the framework's list its releases' packages install.
@@ -311,12 +319,7 @@ async fn the_example_components_install_their_releases_from_upstreams_archive() 
     let _one = ONE_INSTALL.lock().await;
     let remote_bases = kubeflow_manifests::fixtures::upstream_remote_bases_mirror().await;
     let remote_bases = remote_bases.url("gh/");
-    let archive = kubeflow_manifests::fixtures::upstream_releases().join("manifests-1.11.0.tar.gz");
-    let mirrors = vec![
-        kubeflow_manifests::remote_bases::Mirror { prefix: kubeflow_manifests::example::upstream_archive("v1.11.0"), uri: archive.display().to_string() },
-        kubeflow_manifests::remote_bases::Mirror { prefix: "https://github.com/".into(), uri: remote_bases },
-    ];
-    let fetch = FetchOptions { allow_local: true, address_fence: false, remote_base_mirrors: mirrors, ..Default::default() };
+    let fetch = FetchOptions { allow_local: true, address_fence: false, remote_base_mirrors: archive_mirrors(&remote_bases), ..Default::default() };
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/components.yaml")).unwrap();
     let examples: Vec<Value> = text.split("\n---\n").map(|doc| serde_yaml_ng::from_str(doc).unwrap()).collect();
     let registry = kubeflow_component_registry::all();
