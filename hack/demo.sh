@@ -96,10 +96,13 @@ repo=${KFOP_DEMO_REPO:-}
 if [[ -z $repo ]]; then
   pidfile=$STATE_DIR/pids/stand-in-manifests
   if ! { [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }; then
+    # The log exists before the server starts: the child opens it only once forked, and reading
+    # a file that is not there yet would end this script (set -e) without a word.
+    : >"$STATE_DIR/logs/stand-in-manifests.log"
     setsid "$BIN_DIR/stand-in-manifests" --kfdef "$KFDEF" >"$STATE_DIR/logs/stand-in-manifests.log" 2>&1 </dev/null &
     echo $! >"$pidfile"
   fi
-  for _ in $(seq 50); do repo=$(head -1 "$STATE_DIR/logs/stand-in-manifests.log" 2>/dev/null); [[ $repo == http* ]] && break; sleep 0.1; done
+  for _ in $(seq 100); do repo=$(head -1 "$STATE_DIR/logs/stand-in-manifests.log" 2>/dev/null || true); [[ $repo == http* ]] && break; sleep 0.1; done
   [[ $repo == http* ]] || { echo "the stand-in manifests server did not start; see $STATE_DIR/logs/stand-in-manifests.log" >&2; exit 1; }
   echo "    stand-in manifests repository: $repo" >&2
 fi
