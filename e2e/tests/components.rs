@@ -14,11 +14,10 @@ use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_e2e::*;
 use serde_json::json;
 
-/// The API of an inventory entry's kind, as the cluster serves it (upstream's packages install
-/// kinds beyond the framework's list, e.g. Istio's EnvoyFilters).
-async fn dynamic_api(client: &Client, entry: &InventoryEntry) -> Api<DynamicObject> {
+fn dynamic_api(client: &Client, entry: &InventoryEntry) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(&entry.group, &entry.version, &entry.kind);
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap_or_else(|e| panic!("the cluster serves no {gvk:?}: {e}"));
+    let info = component_framework::kinds::lookup(&gvk.api_version(), &entry.kind).expect("known kind");
+    let resource: ApiResource = info.api_resource();
     match &entry.namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
@@ -31,7 +30,7 @@ async fn dynamic_api(client: &Client, entry: &InventoryEntry) -> Api<DynamicObje
 async fn snapshot(client: &Client, inventory: &[InventoryEntry]) -> BTreeMap<String, (String, Option<i64>, Option<String>)> {
     let mut out = BTreeMap::new();
     for entry in inventory {
-        let object = dynamic_api(client, entry).await.get(&entry.name).await.unwrap_or_else(|e| panic!("{entry:?}: {e}"));
+        let object = dynamic_api(client, entry).get(&entry.name).await.unwrap_or_else(|e| panic!("{entry:?}: {e}"));
         let hash = object.annotations().get(component_framework::build::HASH_ANNOTATION).cloned();
         out.insert(format!("{}/{:?}/{}", entry.kind, entry.namespace, entry.name), (object.uid().unwrap(), object.metadata.generation, hash));
     }
@@ -54,41 +53,25 @@ fn ready_at<K: ComponentResource>(version: &str) -> impl Fn(&K) -> bool + '_ {
     }
 }
 
-/// Kinds the components' upstream packages use and another application serves: cert-manager's,
-/// and Istio's for every component but Istio (whose operator takes its own over).
-const PREREQUISITE_KINDS: [(&str, &str, &str, &[&str]); 5] = [
-    ("cert-manager.io", "Certificate", "certificates", &["v1"]),
-    ("cert-manager.io", "Issuer", "issuers", &["v1"]),
-    ("networking.istio.io", "VirtualService", "virtualservices", &["v1", "v1beta1", "v1alpha3"]),
-    ("networking.istio.io", "DestinationRule", "destinationrules", &["v1", "v1beta1", "v1alpha3"]),
-    ("security.istio.io", "AuthorizationPolicy", "authorizationpolicies", &["v1", "v1beta1"]),
-];
-
-/// The whole lifecycle of component `C` (operator binary `<component>-operator`, run as shipped),
-/// its resource created with the component's test fixture spec (`Component::test_spec`) at the
-/// component's two newest releases: upstream's packages from their Kubeflow releases' archives
-/// (github.com, mirrored on loopback), their objects where upstream puts them.
+/// The whole lifecycle of component `C` (operator binary `<component>-operator`), its resource
+/// created with the component's test fixture spec (`Component::test_spec`).
 async fn lifecycle<C: Component>() {
-    let _one = ONE_LIFECYCLE.lock().await;
     let binary = &format!("{}-operator", C::Resource::COMPONENT.name());
     let spec = C::test_spec();
     let client = client().await;
     install_crds(&client).await;
-    // The kinds upstream's packages use that other applications install (cert-manager's, Istio's).
-    for (group, kind, plural, versions) in PREREQUISITE_KINDS {
-        serve_kind(&client, group, kind, plural, versions).await;
-    }
     let ns = TestNamespace::create(&client, &format!("e2e-{}", C::Resource::COMPONENT.name())).await;
     // Installed the way a platform engineer would (kubectl apply -k deploy/<component>); the
     // operator process runs on the host with the package's ServiceAccount token.
     let kubeconfig = install_package(&client, C::Resource::COMPONENT.name()).await;
-    let operator = OperatorProcess::start(binary, &["--namespace", &ns.name], &[&[("KUBECONFIG", kubeconfig.to_str().unwrap())][..], &as_shipped()].concat());
+    let operator = OperatorProcess::start(binary, &["--namespace", &ns.name], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
     operator.wait_ready().await;
 
     let releases = C::releases();
-    let [.., first, second] = releases else { panic!("{binary}: fewer than two releases") };
-    let (first, second) = (first.version, second.version);
-    let mut full_spec = json!({"version": first});
+    let (first, second) = (releases[0].version, releases[1].version);
+    // The component's objects go to a namespace that does not exist yet: the operator creates it.
+    let target = TestNamespace::adopt(format!("{}-t", ns.name));
+    let mut full_spec = json!({"version": first, "targetNamespace": target.name});
     full_spec.as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
     let resource: C::Resource = serde_json::from_value(json!({
         "apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()),
@@ -104,7 +87,7 @@ async fn lifecycle<C: Component>() {
     let workloads: Vec<&InventoryEntry> = inventory.iter().filter(|e| e.kind == "Deployment" || e.kind == "StatefulSet").collect();
     assert!(!workloads.is_empty(), "no workloads installed: {inventory:?}");
     for entry in &workloads {
-        let live = serde_json::to_value(dynamic_api(&client, entry).await.get(&entry.name).await.unwrap()).unwrap();
+        let live = serde_json::to_value(dynamic_api(&client, entry).get(&entry.name).await.unwrap()).unwrap();
         let wanted = live["spec"]["replicas"].as_i64().unwrap_or(1);
         let ready = match entry.kind.as_str() {
             "Deployment" => live["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Available" && c["status"] == "True"),
@@ -117,10 +100,9 @@ async fn lifecycle<C: Component>() {
 
     // Heal: delete one namespaced and one cluster-scoped object.
     let namespaced = workloads[0].clone();
-    // (Not a Namespace: upstream's are shared by the components' installs.)
-    let cluster = inventory.iter().find(|e| e.namespace.is_none() && !["CustomResourceDefinition", "Namespace"].contains(&e.kind.as_str())).expect("a cluster-scoped object").clone();
+    let cluster = inventory.iter().find(|e| e.namespace.is_none() && e.kind != "CustomResourceDefinition").expect("a cluster-scoped object").clone();
     for entry in [&namespaced, &cluster] {
-        let api = dynamic_api(&client, entry).await;
+        let api = dynamic_api(&client, entry);
         let old_uid = api.get(&entry.name).await.unwrap().uid();
         api.delete(&entry.name, &DeleteParams::background()).await.unwrap();
         eventually(&format!("{} {} recreated", entry.kind, entry.name), || async {
@@ -132,22 +114,19 @@ async fn lifecycle<C: Component>() {
         .await;
     }
 
-    // Drift: change a workload's image by hand; the operator puts the package's back. (Not its
-    // replicas: upstream's packages leave some to an HPA, or to whoever scales them.)
-    let workload_api = dynamic_api(&client, &namespaced).await;
-    let image_of = |workload: DynamicObject| workload.data["spec"]["template"]["spec"]["containers"][0]["image"].clone();
-    let desired_image = image_of(workload_api.get(&namespaced.name).await.unwrap());
-    let drift = json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "e2e.example/drifted:1"}]);
-    workload_api.patch(&namespaced.name, &PatchParams::default(), &Patch::<()>::Json(serde_json::from_value(drift).unwrap())).await.unwrap();
-    eventually("edited image reverted", || async {
-        let image = image_of(workload_api.get(&namespaced.name).await.map_err(|e| e.to_string())?);
-        if image == desired_image { Ok(()) } else { Err(format!("image {image}")) }
+    // Drift: scale a workload by hand; the operator puts the desired count back.
+    let workload_api = dynamic_api(&client, &namespaced);
+    let desired_replicas = workload_api.get(&namespaced.name).await.unwrap().data["spec"]["replicas"].clone();
+    workload_api.patch(&namespaced.name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 7}}))).await.unwrap();
+    eventually("edited replicas reverted", || async {
+        let replicas = workload_api.get(&namespaced.name).await.map_err(|e| e.to_string())?.data["spec"]["replicas"].clone();
+        if replicas == desired_replicas { Ok(()) } else { Err(format!("replicas {replicas}")) }
     })
     .await;
     // Let Kubernetes finish the heal (extra replicas gone, statuses current) so the world is still
     // when the no-op reconcile below runs: a workload status still moving is a real change.
     for entry in &workloads {
-        let api = dynamic_api(&client, entry).await;
+        let api = dynamic_api(&client, entry);
         eventually(&format!("{} {} settled", entry.kind, entry.name), || async {
             let live = serde_json::to_value(api.get(&entry.name).await.map_err(|e| e.to_string())?).unwrap();
             let wanted = live["spec"]["replicas"].as_i64().unwrap_or(1);
@@ -176,7 +155,7 @@ async fn lifecycle<C: Component>() {
     let upgraded = wait_phase(&api, "e2e", &format!("{second} Ready"), ready_at::<C::Resource>(second)).await;
     let inventory = upgraded.component_status().unwrap().inventory.clone();
     for entry in inventory.iter().filter(|e| e.kind == "Deployment" || e.kind == "StatefulSet") {
-        let live = dynamic_api(&client, entry).await.get(&entry.name).await.unwrap();
+        let live = dynamic_api(&client, entry).get(&entry.name).await.unwrap();
         assert_eq!(live.labels().get("components.kubeflow.org/version").map(String::as_str), Some(second), "{}", entry.name);
     }
 
@@ -208,14 +187,10 @@ async fn lifecycle<C: Component>() {
             assert!(crds.get_opt(&entry.name).await.unwrap().is_some(), "CRD {} was removed", entry.name);
         } else {
             // Gone, not merely terminating.
-            gone(&dynamic_api(&client, entry).await, &entry.name).await;
+            gone(&dynamic_api(&client, entry), &entry.name).await;
         }
     }
 }
-
-/// The lifecycles run one at a time: upstream's packages share namespaces (Katib's, KServe's and
-/// Pipelines' `kubeflow`), which each lifecycle expects gone when its resource is deleted.
-static ONE_LIFECYCLE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test]
 async fn istio_lifecycle() {
@@ -558,8 +533,8 @@ async fn a_shared_object_stays_while_an_install_uses_it_and_goes_with_the_last()
     const USERS: &str = component_framework::build::USER_ANNOTATION_PREFIX;
     let client = client().await;
     install_crds(&client).await;
-    serve_kind(&client, "cert-manager.io", "Issuer", "issuers", &["v1"]).await;
-    serve_kind(&client, "cert-manager.io", "Certificate", "certificates", &["v1"]).await;
+    serve_kind(&client, "cert-manager.io", "Issuer", "issuers", "v1").await;
+    serve_kind(&client, "cert-manager.io", "Certificate", "certificates", "v1").await;
     let kubeconfig = install_package(&client, "kfserving").await;
     let version = "v0.15.2";
     let mut installs = Vec::new();

@@ -293,7 +293,9 @@ pub fn desired_objects<C: Component>(resource: &C::Resource, inputs: &Inputs) ->
             let name = object["metadata"]["name"].as_str().unwrap_or_default();
             InvalidSpec::new("spec.version", format!("manifest of {version} has {} {name} of an unsupported kind (apiVersion {})", object["kind"], object["apiVersion"]))
         })?;
-        place(object, info, &namespace);
+        if !info.cluster_scoped && object["metadata"]["namespace"].is_null() {
+            object["metadata"]["namespace"] = json!(namespace);
+        }
         drop_unwritten(object);
         if !info.is_shared() {
             object["metadata"]["labels"][PART_OF_LABEL] = json!(C::Resource::COMPONENT.name());
@@ -492,36 +494,9 @@ fn apply_replica_overrides<R: ComponentResource>(resource: &R, objects: &mut [Va
     }
 }
 
-/// Puts `object` where it lives: a namespaced one without a namespace in `namespace`; a
-/// cluster-scoped one in none. kustomize's `namespace:` also lands on cluster-scoped objects of
-/// kinds it does not know (Pipelines' metacontroller DecoratorController): the API server ignores
-/// it, and the inventory must name where the object is.
-fn place(object: &mut Value, info: &kinds::KindInfo, namespace: &str) {
-    if info.cluster_scoped {
-        if let Some(metadata) = object["metadata"].as_object_mut() {
-            metadata.remove("namespace");
-        }
-    } else if object["metadata"]["namespace"].is_null() {
-        object["metadata"]["namespace"] = json!(namespace);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn objects_are_placed_where_their_kinds_live() {
-        let decorator = kinds::KindInfo { group: "metacontroller.k8s.io", version: "v1alpha1", kind: "DecoratorController", plural: "decoratorcontrollers", cluster_scoped: true, ..*kinds::lookup("v1", "ConfigMap").unwrap() };
-        let mut rendered = json!({"kind": "DecoratorController", "metadata": {"name": "d", "namespace": "kubeflow"}});
-        place(&mut rendered, &decorator, "team");
-        assert_eq!(rendered["metadata"], json!({"name": "d"}));
-        let config_map = kinds::lookup("v1", "ConfigMap").unwrap();
-        let (mut bare, mut placed) = (json!({"metadata": {"name": "c"}}), json!({"metadata": {"name": "c", "namespace": "kubeflow"}}));
-        place(&mut bare, config_map, "team");
-        place(&mut placed, config_map, "team");
-        assert_eq!((bare["metadata"]["namespace"].as_str(), placed["metadata"]["namespace"].as_str()), (Some("team"), Some("kubeflow")));
-    }
 
     #[test]
     fn a_namespace_a_profile_made_is_a_tenants() {

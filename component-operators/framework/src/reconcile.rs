@@ -481,7 +481,7 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                     }
                     Err(e) => return Err(e),
                 };
-                let previous: Vec<InventoryEntry> = resource.component_status().map(|s| s.inventory.iter().map(|e| located(C::Resource::COMPONENT.name(), &owner, e.clone())).collect()).unwrap_or_default();
+                let previous = resource.component_status().map(|s| s.inventory.clone()).unwrap_or_default();
                 let Outcome::Applied { inventory, failed, .. } = &mut outcome else { unreachable!() };
                 let keep: BTreeSet<InventoryEntry> = inventory.iter().cloned().collect();
                 // Objects of an application that did not render or apply stay as they are, and listed.
@@ -694,17 +694,6 @@ fn entry_of(object: &Value, info: &KindInfo) -> InventoryEntry {
         namespace: object["metadata"]["namespace"].as_str().map(String::from),
         name: object["metadata"]["name"].as_str().unwrap_or_default().into(),
     }
-}
-
-/// `entry` as inventories name it now: those written before a cluster-scoped object lost its
-/// rendered namespace (kustomize's `namespace:` on a kind it does not know) name one, and the
-/// object they list is the one applied now, not one to prune.
-fn located(component: &str, owner: &str, mut entry: InventoryEntry) -> InventoryEntry {
-    let api_version = if entry.group.is_empty() { entry.version.clone() } else { format!("{}/{}", entry.group, entry.version) };
-    if kinds::lookup_for(component, owner, &api_version, &entry.kind).is_some_and(|k| k.cluster_scoped) {
-        entry.namespace = None;
-    }
-    entry
 }
 
 /// `Kind namespace/name` (or `Kind name`) for messages.
@@ -1418,13 +1407,6 @@ mod stored_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_inventory_that_gave_a_cluster_scoped_object_a_namespace_names_the_object_applied_now() {
-        let entry = |kind: &str, group: &str, namespace: Option<&str>| InventoryEntry { group: group.into(), version: "v1".into(), kind: kind.into(), namespace: namespace.map(String::from), name: "x".into() };
-        assert_eq!(located("pipelines", "kubeflow/pipelines", entry("ClusterRole", "rbac.authorization.k8s.io", Some("kubeflow"))), entry("ClusterRole", "rbac.authorization.k8s.io", None));
-        assert_eq!(located("pipelines", "kubeflow/pipelines", entry("ConfigMap", "", Some("kubeflow"))), entry("ConfigMap", "", Some("kubeflow")));
-    }
 
     #[test]
     fn a_selector_that_drops_a_label_is_a_change_of_an_immutable_field() {

@@ -135,12 +135,6 @@ async fn built_in_components_install_upstreams_objects_with_only_their_labels_an
                     if namespaced {
                         o["metadata"]["namespace"] = "kubeflow".into();
                     }
-                    // kustomize's `namespace:` on a cluster-scoped kind it does not know
-                    // (metacontroller's DecoratorController): the API server stores none.
-                    let cluster_scoped = ours.contains_key(&(identity(&o).0, String::new(), identity(&o).2)) && !o["metadata"]["namespace"].is_null();
-                    if cluster_scoped {
-                        o["metadata"].as_object_mut().unwrap().remove("namespace");
-                    }
                     (identity(&o), without_others_fields(stored(o)))
                 })
                 .collect();
