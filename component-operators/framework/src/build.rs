@@ -163,7 +163,8 @@ pub enum Claim {
     /// Made by the resource asking ([`made_by`]), or shared by every install (namespaces).
     Ours,
     /// Made by someone else and handed over: the resource sets `spec.adoptExisting`, or the object
-    /// is annotated [`ADOPT_ANNOTATION`] with the resource.
+    /// is annotated [`ADOPT_ANNOTATION`] with the resource; or made by nobody
+    /// ([`aggregation_leftover`]).
     HandedOver,
     /// Labelled for another component, or for another resource of this one.
     OtherResource,
@@ -177,11 +178,33 @@ pub fn claim(live: &Value, info: &kinds::KindInfo, component: &str, owner: &str,
         Claim::Ours
     } else if live["metadata"]["labels"][PART_OF_LABEL].is_string() {
         Claim::OtherResource
-    } else if adopt_existing || live["metadata"]["annotations"][ADOPT_ANNOTATION] == owner {
+    } else if adopt_existing || live["metadata"]["annotations"][ADOPT_ANNOTATION] == owner || aggregation_leftover(live, info) {
         Claim::HandedOver
     } else {
         Claim::NotOurs
     }
+}
+
+/// The field manager of Kubernetes' ClusterRole aggregation controller.
+const AGGREGATION_CONTROLLER: &str = "clusterrole-aggregation-controller";
+
+/// Whether `live` is a ClusterRole nobody made: no labels, no annotations, no aggregation rule, and
+/// every field written by Kubernetes' aggregation controller. That controller applies an
+/// aggregated role's rules from its cache, and an apply creates what is missing: when its cache
+/// still held a role an uninstall had just deleted, it re-created the role bare. Such a role is no
+/// one's, so the next install that renders its name takes it over instead of stopping on it. (Only
+/// someone who may create ClusterRoles could forge one, and taking it over grants them nothing.)
+pub fn aggregation_leftover(live: &Value, info: &kinds::KindInfo) -> bool {
+    let metadata = &live["metadata"];
+    let empty = |field: &Value| field.as_object().is_none_or(|map| map.is_empty());
+    let managers = metadata["managedFields"].as_array().map(Vec::as_slice).unwrap_or_default();
+    info.group == "rbac.authorization.k8s.io"
+        && info.kind == "ClusterRole"
+        && live["aggregationRule"].is_null()
+        && empty(&metadata["labels"])
+        && empty(&metadata["annotations"])
+        && !managers.is_empty()
+        && managers.iter().all(|entry| entry["manager"] == AGGREGATION_CONTROLLER)
 }
 
 /// Whether `object` is shared by every install of its component: a CRD, or marked
@@ -656,6 +679,39 @@ mod tests {
         // Namespaces are shared: only ever created, never changed.
         let namespace = kinds::lookup("v1", "Namespace").unwrap();
         assert_eq!(claim(&json!({"metadata": {"name": "kube-system"}}), namespace, "kustomize", "team/apps", false), Claim::Ours);
+    }
+
+    /// What Kubernetes' aggregation controller leaves when it re-applies the rules of a role just
+    /// deleted (seen live: `kubeflow-view` after a KfDef's uninstall).
+    #[test]
+    fn a_cluster_role_only_the_aggregation_controller_wrote_is_taken_over() {
+        let role = kinds::lookup("rbac.authorization.k8s.io/v1", "ClusterRole").unwrap();
+        let written_by = |managers: &[&str]| -> Value {
+            let entries: Vec<Value> = managers.iter().map(|m| json!({"manager": m, "operation": "Apply", "fieldsV1": {"f:rules": {}}})).collect();
+            json!({"kind": "ClusterRole", "metadata": {"name": "kubeflow-view", "managedFields": entries}, "rules": [{"verbs": ["get"]}]})
+        };
+        let claim_of = |live: &Value| claim(live, role, "kustomize", "kubeflow/apps", false);
+        let husk = written_by(&["clusterrole-aggregation-controller"]);
+        assert!(aggregation_leftover(&husk, role));
+        assert_eq!(claim_of(&husk), Claim::HandedOver);
+        // Anything else anyone wrote makes it theirs.
+        assert_eq!(claim_of(&written_by(&["clusterrole-aggregation-controller", "kubectl"])), Claim::NotOurs, "another manager");
+        assert_eq!(claim_of(&written_by(&[])), Claim::NotOurs, "no record of who wrote it");
+        let mut labelled = husk.clone();
+        labelled["metadata"]["labels"] = json!({"team": "a"});
+        assert_eq!(claim_of(&labelled), Claim::NotOurs, "labelled");
+        let mut annotated = husk.clone();
+        annotated["metadata"]["annotations"] = json!({"note": "mine"});
+        assert_eq!(claim_of(&annotated), Claim::NotOurs, "annotated");
+        let mut aggregating = husk.clone();
+        aggregating["aggregationRule"] = json!({"clusterRoleSelectors": [{"matchLabels": {"a": "b"}}]});
+        assert_eq!(claim_of(&aggregating), Claim::NotOurs, "an aggregated role someone keeps");
+        let mut labelled_for_other = husk.clone();
+        labelled_for_other["metadata"]["labels"] = json!({PART_OF_LABEL: "katib"});
+        assert_eq!(claim_of(&labelled_for_other), Claim::OtherResource);
+        // Only ClusterRoles.
+        let role_binding = kinds::lookup("rbac.authorization.k8s.io/v1", "ClusterRoleBinding").unwrap();
+        assert_eq!(claim(&husk, role_binding, "kustomize", "kubeflow/apps", false), Claim::NotOurs);
     }
 
     /// Kubeflow's `kubeflow-namespace` application renders Namespace `kubeflow` labelled for

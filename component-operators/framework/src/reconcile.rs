@@ -1138,7 +1138,9 @@ async fn delete_entries<C: Component>(resource: &C::Resource, ctx: &Context<C>, 
         if build::shared_by_installs(info, &live) && policy != CrdRemovalPolicy::Delete {
             continue;
         }
-        if !build::made_by(&live, info, component, &owner) {
+        // A role of this name Kubernetes' aggregation controller re-created bare after an earlier
+        // delete of ours is nobody's: it goes too.
+        if !build::made_by(&live, info, component, &owner) && !build::aggregation_leftover(&live, info) {
             warn!(object = %what, "listed in the inventory but not made by this resource; kept");
             kept.push(what);
             continue;
