@@ -376,6 +376,33 @@ pub struct OperatorProcess {
 /// `--built-in-templates` as the environment gives it.
 pub const BUILT_IN_TEMPLATES_ENV: &str = "KFOP_BUILT_IN_TEMPLATES";
 
+/// A loopback copy of what github.com serves of Kubeflow here (`fixtures::upstream_github`: the
+/// release archives and the remote bases), shared by every test of the process, as
+/// `--remote-base-mirror` takes it: `https://github.com/=<its URL>`. It runs on a thread of its
+/// own, so it outlives the test that started it.
+pub fn github_mirror() -> &'static str {
+    static MIRROR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MIRROR.get_or_init(|| {
+        let (url, receive) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let server = kubeflow_manifests::fixtures::Server::start(kubeflow_manifests::fixtures::upstream_github()).await;
+                url.send(server.url("")).unwrap();
+                std::future::pending::<()>().await;
+            });
+        });
+        format!("https://github.com/={}", receive.recv().expect("the github.com mirror started"))
+    })
+}
+
+/// The environment of an operator run as shipped (no `--built-in-templates`: a resource that
+/// names no repository installs its release from upstream's archive on github.com), with
+/// github.com mirrored on loopback ([`github_mirror`]), which the fetch fence then allows.
+pub fn as_shipped() -> [(&'static str, &'static str); 3] {
+    [(BUILT_IN_TEMPLATES_ENV, "false"), ("KFOP_REMOTE_BASE_MIRROR", github_mirror()), ("KFOP_ALLOW_FETCH_FROM", "127.0.0.1")]
+}
+
 impl OperatorProcess {
     /// Starts operator `binary` on `nats` as `identity`, with `args` after `--nats-url` and extra
     /// environment `env` (e.g. `KUBECONFIG`).
@@ -1125,8 +1152,9 @@ pub async fn warning_events(client: &Client, namespace: &str, name: &str, reason
 }
 
 /// A CRD the cluster serves before an application uses its kind (as an installed Istio would
-/// serve its own): schemaless, namespaced.
-pub async fn serve_kind(client: &Client, group: &str, kind: &str, plural: &str, version: &str) {
+/// serve its own): schemaless, namespaced, at `versions` (the first stored). A CRD of that name
+/// already there gets the versions it lacks.
+pub async fn serve_kind(client: &Client, group: &str, kind: &str, plural: &str, versions: &[&str]) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = format!("{plural}.{group}");
     // Labelled as the component that ships this CRD would label it (e.g. the Istio operator),
@@ -1140,12 +1168,24 @@ pub async fn serve_kind(client: &Client, group: &str, kind: &str, plural: &str, 
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": name, "labels": shipped_by.unwrap_or_default(), "annotations": {"api-approved.kubernetes.io": "unapproved, community CRD"}},
         "spec": {"group": group, "scope": "Namespaced", "names": {"kind": kind, "plural": plural},
-                 "versions": [{"name": version, "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+                 "versions": []},
     }))
     .unwrap();
+    let version = |name: &str, storage: bool| -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionVersion {
+        serde_json::from_value(serde_json::json!({"name": name, "served": true, "storage": storage, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}})).unwrap()
+    };
+    let mut crd = crd;
+    crd.spec.versions = versions.iter().enumerate().map(|(i, v)| version(v, i == 0)).collect();
     match crds.create(&PostParams::default(), &crd).await {
         Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let mut live = crds.get(&name).await.unwrap();
+            let missing: Vec<&&str> = versions.iter().filter(|v| !live.spec.versions.iter().any(|l| l.name == **v)).collect();
+            if !missing.is_empty() {
+                live.spec.versions.extend(missing.into_iter().map(|v| version(v, false)));
+                crds.replace(&name, &PostParams::default(), &live).await.unwrap_or_else(|e| panic!("add versions to CRD {name}: {e}"));
+            }
+        }
         Err(e) => panic!("create CRD {name}: {e}"),
     }
     within(&format!("{name} established"), await_condition(crds, &name, conditions::is_crd_established())).await.unwrap();
@@ -1159,8 +1199,8 @@ pub async fn serve_kind(client: &Client, group: &str, kind: &str, plural: &str, 
 /// this run's Tenant before its own webhook exists.
 pub async fn prepare_manifests_fixture(client: &Client) {
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-    serve_kind(client, "app.k8s.io", "Application", "applications", "v1beta1").await;
-    serve_kind(client, "networking.istio.io", "VirtualService", "virtualservices", "v1alpha3").await;
+    serve_kind(client, "app.k8s.io", "Application", "applications", &["v1beta1"]).await;
+    serve_kind(client, "networking.istio.io", "VirtualService", "virtualservices", &["v1alpha3"]).await;
     let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> = Api::all(client.clone());
     if webhooks.get_opt("tenant-defaulter").await.unwrap().is_some() {
         webhooks.delete("tenant-defaulter", &DeleteParams::default()).await.unwrap();

@@ -14,10 +14,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 use kubeflow_e2e::*;
 use serde_json::json;
 
-fn dynamic_api(client: &Client, entry: &InventoryEntry) -> Api<DynamicObject> {
+/// The API of an inventory entry's kind, as the cluster serves it (upstream's packages install
+/// kinds beyond the framework's list, e.g. Istio's EnvoyFilters).
+async fn dynamic_api(client: &Client, entry: &InventoryEntry) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(&entry.group, &entry.version, &entry.kind);
-    let info = component_framework::kinds::lookup(&gvk.api_version(), &entry.kind).expect("known kind");
-    let resource: ApiResource = info.api_resource();
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap_or_else(|e| panic!("the cluster serves no {gvk:?}: {e}"));
     match &entry.namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
@@ -30,7 +31,7 @@ fn dynamic_api(client: &Client, entry: &InventoryEntry) -> Api<DynamicObject> {
 async fn snapshot(client: &Client, inventory: &[InventoryEntry]) -> BTreeMap<String, (String, Option<i64>, Option<String>)> {
     let mut out = BTreeMap::new();
     for entry in inventory {
-        let object = dynamic_api(client, entry).get(&entry.name).await.unwrap_or_else(|e| panic!("{entry:?}: {e}"));
+        let object = dynamic_api(client, entry).await.get(&entry.name).await.unwrap_or_else(|e| panic!("{entry:?}: {e}"));
         let hash = object.annotations().get(component_framework::build::HASH_ANNOTATION).cloned();
         out.insert(format!("{}/{:?}/{}", entry.kind, entry.namespace, entry.name), (object.uid().unwrap(), object.metadata.generation, hash));
     }
@@ -53,25 +54,41 @@ fn ready_at<K: ComponentResource>(version: &str) -> impl Fn(&K) -> bool + '_ {
     }
 }
 
-/// The whole lifecycle of component `C` (operator binary `<component>-operator`), its resource
-/// created with the component's test fixture spec (`Component::test_spec`).
+/// Kinds the components' upstream packages use and another application serves: cert-manager's,
+/// and Istio's for every component but Istio (whose operator takes its own over).
+const PREREQUISITE_KINDS: [(&str, &str, &str, &[&str]); 5] = [
+    ("cert-manager.io", "Certificate", "certificates", &["v1"]),
+    ("cert-manager.io", "Issuer", "issuers", &["v1"]),
+    ("networking.istio.io", "VirtualService", "virtualservices", &["v1", "v1beta1", "v1alpha3"]),
+    ("networking.istio.io", "DestinationRule", "destinationrules", &["v1", "v1beta1", "v1alpha3"]),
+    ("security.istio.io", "AuthorizationPolicy", "authorizationpolicies", &["v1", "v1beta1"]),
+];
+
+/// The whole lifecycle of component `C` (operator binary `<component>-operator`, run as shipped),
+/// its resource created with the component's test fixture spec (`Component::test_spec`) at the
+/// component's two newest releases: upstream's packages from their Kubeflow releases' archives
+/// (github.com, mirrored on loopback), their objects where upstream puts them.
 async fn lifecycle<C: Component>() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let binary = &format!("{}-operator", C::Resource::COMPONENT.name());
     let spec = C::test_spec();
     let client = client().await;
     install_crds(&client).await;
+    // The kinds upstream's packages use that other applications install (cert-manager's, Istio's).
+    for (group, kind, plural, versions) in PREREQUISITE_KINDS {
+        serve_kind(&client, group, kind, plural, versions).await;
+    }
     let ns = TestNamespace::create(&client, &format!("e2e-{}", C::Resource::COMPONENT.name())).await;
     // Installed the way a platform engineer would (kubectl apply -k deploy/<component>); the
     // operator process runs on the host with the package's ServiceAccount token.
     let kubeconfig = install_package(&client, C::Resource::COMPONENT.name()).await;
-    let operator = OperatorProcess::start(binary, &["--namespace", &ns.name], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    let operator = OperatorProcess::start(binary, &["--namespace", &ns.name], &[&[("KUBECONFIG", kubeconfig.to_str().unwrap())][..], &as_shipped()].concat());
     operator.wait_ready().await;
 
     let releases = C::releases();
-    let (first, second) = (releases[0].version, releases[1].version);
-    // The component's objects go to a namespace that does not exist yet: the operator creates it.
-    let target = TestNamespace::adopt(format!("{}-t", ns.name));
-    let mut full_spec = json!({"version": first, "targetNamespace": target.name});
+    let [.., first, second] = releases else { panic!("{binary}: fewer than two releases") };
+    let (first, second) = (first.version, second.version);
+    let mut full_spec = json!({"version": first});
     full_spec.as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
     let resource: C::Resource = serde_json::from_value(json!({
         "apiVersion": C::Resource::api_version(&()), "kind": C::Resource::kind(&()),
@@ -87,7 +104,7 @@ async fn lifecycle<C: Component>() {
     let workloads: Vec<&InventoryEntry> = inventory.iter().filter(|e| e.kind == "Deployment" || e.kind == "StatefulSet").collect();
     assert!(!workloads.is_empty(), "no workloads installed: {inventory:?}");
     for entry in &workloads {
-        let live = serde_json::to_value(dynamic_api(&client, entry).get(&entry.name).await.unwrap()).unwrap();
+        let live = serde_json::to_value(dynamic_api(&client, entry).await.get(&entry.name).await.unwrap()).unwrap();
         let wanted = live["spec"]["replicas"].as_i64().unwrap_or(1);
         let ready = match entry.kind.as_str() {
             "Deployment" => live["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Available" && c["status"] == "True"),
@@ -100,9 +117,10 @@ async fn lifecycle<C: Component>() {
 
     // Heal: delete one namespaced and one cluster-scoped object.
     let namespaced = workloads[0].clone();
-    let cluster = inventory.iter().find(|e| e.namespace.is_none() && e.kind != "CustomResourceDefinition").expect("a cluster-scoped object").clone();
+    // (Not a Namespace: upstream's are shared by the components' installs.)
+    let cluster = inventory.iter().find(|e| e.namespace.is_none() && !["CustomResourceDefinition", "Namespace"].contains(&e.kind.as_str())).expect("a cluster-scoped object").clone();
     for entry in [&namespaced, &cluster] {
-        let api = dynamic_api(&client, entry);
+        let api = dynamic_api(&client, entry).await;
         let old_uid = api.get(&entry.name).await.unwrap().uid();
         api.delete(&entry.name, &DeleteParams::background()).await.unwrap();
         eventually(&format!("{} {} recreated", entry.kind, entry.name), || async {
@@ -114,19 +132,22 @@ async fn lifecycle<C: Component>() {
         .await;
     }
 
-    // Drift: scale a workload by hand; the operator puts the desired count back.
-    let workload_api = dynamic_api(&client, &namespaced);
-    let desired_replicas = workload_api.get(&namespaced.name).await.unwrap().data["spec"]["replicas"].clone();
-    workload_api.patch(&namespaced.name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 7}}))).await.unwrap();
-    eventually("edited replicas reverted", || async {
-        let replicas = workload_api.get(&namespaced.name).await.map_err(|e| e.to_string())?.data["spec"]["replicas"].clone();
-        if replicas == desired_replicas { Ok(()) } else { Err(format!("replicas {replicas}")) }
+    // Drift: change a workload's image by hand; the operator puts the package's back. (Not its
+    // replicas: upstream's packages leave some to an HPA, or to whoever scales them.)
+    let workload_api = dynamic_api(&client, &namespaced).await;
+    let image_of = |workload: DynamicObject| workload.data["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+    let desired_image = image_of(workload_api.get(&namespaced.name).await.unwrap());
+    let drift = json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "e2e.example/drifted:1"}]);
+    workload_api.patch(&namespaced.name, &PatchParams::default(), &Patch::<()>::Json(serde_json::from_value(drift).unwrap())).await.unwrap();
+    eventually("edited image reverted", || async {
+        let image = image_of(workload_api.get(&namespaced.name).await.map_err(|e| e.to_string())?);
+        if image == desired_image { Ok(()) } else { Err(format!("image {image}")) }
     })
     .await;
     // Let Kubernetes finish the heal (extra replicas gone, statuses current) so the world is still
     // when the no-op reconcile below runs: a workload status still moving is a real change.
     for entry in &workloads {
-        let api = dynamic_api(&client, entry);
+        let api = dynamic_api(&client, entry).await;
         eventually(&format!("{} {} settled", entry.kind, entry.name), || async {
             let live = serde_json::to_value(api.get(&entry.name).await.map_err(|e| e.to_string())?).unwrap();
             let wanted = live["spec"]["replicas"].as_i64().unwrap_or(1);
@@ -155,7 +176,7 @@ async fn lifecycle<C: Component>() {
     let upgraded = wait_phase(&api, "e2e", &format!("{second} Ready"), ready_at::<C::Resource>(second)).await;
     let inventory = upgraded.component_status().unwrap().inventory.clone();
     for entry in inventory.iter().filter(|e| e.kind == "Deployment" || e.kind == "StatefulSet") {
-        let live = dynamic_api(&client, entry).get(&entry.name).await.unwrap();
+        let live = dynamic_api(&client, entry).await.get(&entry.name).await.unwrap();
         assert_eq!(live.labels().get("components.kubeflow.org/version").map(String::as_str), Some(second), "{}", entry.name);
     }
 
@@ -187,23 +208,24 @@ async fn lifecycle<C: Component>() {
             assert!(crds.get_opt(&entry.name).await.unwrap().is_some(), "CRD {} was removed", entry.name);
         } else {
             // Gone, not merely terminating.
-            gone(&dynamic_api(&client, entry), &entry.name).await;
+            gone(&dynamic_api(&client, entry).await, &entry.name).await;
         }
     }
 }
+
+/// The tests of this file run one at a time: upstream's packages share namespaces (Katib's,
+/// KServe's and Pipelines' `kubeflow`), which each lifecycle expects gone when its resource is
+/// deleted, and cluster-scoped names (KServe's ClusterServingRuntimes, Katib's and Dex's roles and
+/// CRDs), whose makers, users and events the other tests check.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test]
 async fn istio_lifecycle() {
     lifecycle::<istio_operator::IstioComponent>().await;
 }
 
-/// The Dex tests run one at a time: each one's expectations about Dex's cluster-scoped CRDs (their
-/// release, their events) are simplest to state with no other Dex install moving them.
-static DEX: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 #[tokio::test]
 async fn dex_lifecycle() {
-    let _dex = DEX.lock().await;
     lifecycle::<dex_operator::DexComponent>().await;
 }
 
@@ -226,7 +248,7 @@ async fn katib_lifecycle() {
 /// Secret appears the component installs without any edit.
 #[tokio::test]
 async fn dex_reports_a_missing_secret_and_recovers_when_it_appears() {
-    let _dex = DEX.lock().await;
+    let _one = ONE_AT_A_TIME.lock().await;
     use component_framework::api::Dex;
     let client = client().await;
     install_crds(&client).await;
@@ -261,7 +283,7 @@ async fn dex_reports_a_missing_secret_and_recovers_when_it_appears() {
 /// ReplicaSet go.
 #[tokio::test]
 async fn a_deployment_whose_selector_changed_is_replaced_while_its_pods_keep_serving() {
-    let _dex = DEX.lock().await;
+    let _one = ONE_AT_A_TIME.lock().await;
     use component_framework::api::Dex;
     use component_framework::handover::{RETIRED_LABEL, RETIRING_ANNOTATION};
     use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -395,6 +417,7 @@ async fn add_to_inventory(api: &Api<component_framework::api::Katib>, name: &str
 /// a Warning Event names them.
 #[tokio::test]
 async fn objects_listed_in_the_inventory_but_not_made_by_the_resource_are_never_deleted() {
+    let _one = ONE_AT_A_TIME.lock().await;
     use component_framework::api::Katib;
     use component_framework::build::{OWNER_ANNOTATION, PART_OF_LABEL};
     use k8s_openapi::api::apps::v1::Deployment;
@@ -464,11 +487,68 @@ async fn objects_listed_in_the_inventory_but_not_made_by_the_resource_are_never_
     roles.delete(&role_name, &DeleteParams::default()).await.unwrap();
 }
 
+/// Kubernetes' aggregation controller applies an aggregated role's rules from its cache, and an
+/// apply creates what is missing: a role deleted while its cache still held it comes back bare,
+/// written by that controller alone. Such a role is nobody's: an install that renders its name
+/// takes it over (the same object, now labelled), and one that lists it in its inventory prunes
+/// it. A role anyone else wrote stays (see the test above).
+#[tokio::test]
+async fn a_role_the_aggregation_controller_left_bare_is_taken_over_or_pruned() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    use component_framework::api::Katib;
+    use component_framework::build::PART_OF_LABEL;
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let client = client().await;
+    install_crds(&client).await;
+    let ns = TestNamespace::create(&client, "e2e-bare-role").await;
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let as_the_aggregation_controller = PatchParams::apply("clusterrole-aggregation-controller").force();
+    let leave_bare = |name: String| {
+        let roles = roles.clone();
+        let params = as_the_aggregation_controller.clone();
+        async move {
+            let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]});
+            roles.patch(&name, &params, &Patch::Apply(&role)).await.unwrap().uid()
+        }
+    };
+    // Katib's template renders `katib-ui-<namespace>`.
+    let rendered = format!("katib-ui-{}", ns.name);
+    let rendered_uid = leave_bare(rendered.clone()).await;
+    let kubeconfig = install_package(&client, "katib").await;
+    let env = [("KUBECONFIG", kubeconfig.to_str().unwrap())];
+    let operator = OperatorProcess::start("katib-operator", &["--namespace", &ns.name], &env);
+    operator.wait_ready().await;
+    let api: Api<Katib> = Api::namespaced(client.clone(), &ns.name);
+    let katib: Katib = serde_json::from_value(json!({
+        "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib", "metadata": {"name": "katib"},
+        "spec": {"version": "v0.10.0", "targetNamespace": ns.name},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &katib).await.unwrap();
+    wait_phase(&api, "katib", "v0.10.0 Ready", ready_at::<Katib>("v0.10.0")).await;
+    let taken = roles.get(&rendered).await.unwrap();
+    assert_eq!(taken.uid(), rendered_uid, "taken over, not re-created");
+    assert_eq!(taken.labels().get(PART_OF_LABEL).map(String::as_str), Some("katib"));
+
+    // Listed in the inventory, not rendered: pruned with the version switch.
+    let listed = format!("{}-bare", ns.name);
+    leave_bare(listed.clone()).await;
+    let entry = InventoryEntry { group: "rbac.authorization.k8s.io".into(), version: "v1".into(), kind: "ClusterRole".into(), namespace: None, name: listed.clone() };
+    add_to_inventory(&api, "katib", &[entry]).await;
+    api.patch("katib", &PatchParams::default(), &Patch::Merge(json!({"spec": {"version": "v0.11.0"}}))).await.unwrap();
+    wait_phase(&api, "katib", "v0.11.0 Ready", ready_at::<Katib>("v0.11.0")).await;
+    gone(&roles, &listed).await;
+
+    api.delete("katib", &DeleteParams::default()).await.unwrap();
+    gone(&api, "katib").await;
+    gone(&roles, &rendered).await;
+}
+
 /// Two installs of Dex at different releases share its CRDs: the newest release's schema wins and
 /// is never moved back, so once both are Ready neither operator writes when it reconciles.
 #[tokio::test]
 async fn installs_at_two_releases_converge_on_the_newest_crds_and_then_write_nothing() {
-    let _dex = DEX.lock().await;
+    let _one = ONE_AT_A_TIME.lock().await;
     use component_framework::api::Dex;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let client = client().await;
@@ -529,12 +609,13 @@ async fn installs_at_two_releases_converge_on_the_newest_crds_and_then_write_not
 /// deletes them. The CRDs stay.
 #[tokio::test]
 async fn a_shared_object_stays_while_an_install_uses_it_and_goes_with_the_last() {
+    let _one = ONE_AT_A_TIME.lock().await;
     use component_framework::api::KFServing;
     const USERS: &str = component_framework::build::USER_ANNOTATION_PREFIX;
     let client = client().await;
     install_crds(&client).await;
-    serve_kind(&client, "cert-manager.io", "Issuer", "issuers", "v1").await;
-    serve_kind(&client, "cert-manager.io", "Certificate", "certificates", "v1").await;
+    serve_kind(&client, "cert-manager.io", "Issuer", "issuers", &["v1"]).await;
+    serve_kind(&client, "cert-manager.io", "Certificate", "certificates", &["v1"]).await;
     let kubeconfig = install_package(&client, "kfserving").await;
     let version = "v0.15.2";
     let mut installs = Vec::new();

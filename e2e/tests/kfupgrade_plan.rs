@@ -74,8 +74,8 @@ async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_da
     prepare_manifests_fixture(&client).await;
     reset_modern_example(&client).await;
     // KServe's webhook certificate comes from cert-manager, which a Kubeflow 1.10 install has.
-    serve_kind(&client, "cert-manager.io", "Issuer", "issuers", "v1").await;
-    serve_kind(&client, "cert-manager.io", "Certificate", "certificates", "v1").await;
+    serve_kind(&client, "cert-manager.io", "Issuer", "issuers", &["v1"]).await;
+    serve_kind(&client, "cert-manager.io", "Certificate", "certificates", &["v1"]).await;
     let never_healthy = ("apps/web/upstream/base/deployment.yaml", "    spec: {containers:", "    spec: {nodeSelector: {demo.kubeflow.org/no-such-node: \"true\"}, containers:");
     let v1111: Vec<_> = fixtures::MODERN_1_11_EDITS.iter().copied().chain([never_healthy]).collect();
     let server = fixtures::Server::start(BTreeMap::from([

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 
 /// Istio's AuthorizationPolicy API, as an installed Istio (1.4+) would serve it.
 async fn ensure_authorization_policy_crd(client: &Client) {
-    serve_kind(client, "security.istio.io", "AuthorizationPolicy", "authorizationpolicies", "v1beta1").await;
+    serve_kind(client, "security.istio.io", "AuthorizationPolicy", "authorizationpolicies", &["v1beta1"]).await;
 }
 
 fn authorization_policies(client: &Client, namespace: &str) -> Api<DynamicObject> {

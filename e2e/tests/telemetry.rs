@@ -263,8 +263,8 @@ async fn the_meta_operator_makes_the_monitoring_objects_where_the_prometheus_ope
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
     let _serial = SERIAL.lock().await;
     let client = client().await;
-    serve_kind(&client, "monitoring.coreos.com", "PodMonitor", "podmonitors", "v1").await;
-    serve_kind(&client, "monitoring.coreos.com", "PrometheusRule", "prometheusrules", "v1").await;
+    serve_kind(&client, "monitoring.coreos.com", "PodMonitor", "podmonitors", &["v1"]).await;
+    serve_kind(&client, "monitoring.coreos.com", "PrometheusRule", "prometheusrules", &["v1"]).await;
     let ns = TestNamespace::create(&client, "e2e-monitoring-objects").await;
     // A dashboard ConfigMap someone else made first: theirs, not taken over.
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);

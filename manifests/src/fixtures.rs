@@ -666,6 +666,24 @@ pub fn upstream_remote_bases() -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
+/// The kubeflow/manifests releases kept here, by tag, and their archives in [`upstream_releases`].
+pub const UPSTREAM_RELEASE_ARCHIVES: [(&str, &str); 4] =
+    [("v1.2.0", "manifests-1.2.0.tar.gz"), ("v1.3.1", "manifests-1.3.1.tar.gz"), ("v1.10.2", "manifests-1.10.2.tar.gz"), ("v1.11.0", "manifests-1.11.0.tar.gz")];
+
+/// What github.com serves of Kubeflow here: every release archive kept here at its path on
+/// github.com (`kubeflow/manifests/archive/<tag>.tar.gz`) and the remote bases 1.11 names
+/// ([`upstream_remote_bases`]). Served under a prefix, with `https://github.com/` mapped to it, it
+/// is an air-gapped cluster's mirror of github.com.
+pub fn upstream_github() -> BTreeMap<String, Vec<u8>> {
+    let dir = upstream_releases();
+    let mut files = upstream_remote_bases();
+    for (tag, archive) in UPSTREAM_RELEASE_ARCHIVES {
+        let path = crate::example::upstream_archive(tag).trim_start_matches("https://github.com/").to_string();
+        files.insert(path, std::fs::read(dir.join(archive)).unwrap_or_else(|e| panic!("{archive}: {e}")));
+    }
+    files
+}
+
 /// [`upstream_remote_bases`] under `gh/`: map `https://github.com/` to [`Server::url`]`("gh/")`.
 pub async fn upstream_remote_bases_mirror() -> Server {
     Server::start(upstream_remote_bases().into_iter().map(|(path, bytes)| (format!("gh/{path}"), bytes)).collect()).await

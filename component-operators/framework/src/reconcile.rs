@@ -481,7 +481,7 @@ async fn apply<C: Component>(resource: &C::Resource, ctx: &Context<C>) -> Result
                     }
                     Err(e) => return Err(e),
                 };
-                let previous = resource.component_status().map(|s| s.inventory.clone()).unwrap_or_default();
+                let previous: Vec<InventoryEntry> = resource.component_status().map(|s| s.inventory.iter().map(|e| located(C::Resource::COMPONENT.name(), &owner, e.clone())).collect()).unwrap_or_default();
                 let Outcome::Applied { inventory, failed, .. } = &mut outcome else { unreachable!() };
                 let keep: BTreeSet<InventoryEntry> = inventory.iter().cloned().collect();
                 // Objects of an application that did not render or apply stay as they are, and listed.
@@ -686,14 +686,28 @@ async fn preview_plan<C: Component>(resource: &C::Resource, ctx: &Context<C>) ->
     Ok(Some(plan))
 }
 
+/// The inventory entry of the rendered `object`: where the object lives, which for a
+/// cluster-scoped kind is no namespace, even where kustomize's `namespace:` gave one to a kind it
+/// does not know (Pipelines' metacontroller `DecoratorController`; the API server ignores it).
 fn entry_of(object: &Value, info: &KindInfo) -> InventoryEntry {
     InventoryEntry {
         group: info.group.into(),
         version: info.version.into(),
         kind: info.kind.into(),
-        namespace: object["metadata"]["namespace"].as_str().map(String::from),
+        namespace: if info.cluster_scoped { None } else { object["metadata"]["namespace"].as_str().map(String::from) },
         name: object["metadata"]["name"].as_str().unwrap_or_default().into(),
     }
+}
+
+/// `entry` as inventories name it now ([`entry_of`]): those written before named a cluster-scoped
+/// object with the namespace kustomize rendered on it, and the object they list is the one
+/// applied now, not one to prune.
+fn located(component: &str, owner: &str, mut entry: InventoryEntry) -> InventoryEntry {
+    let api_version = if entry.group.is_empty() { entry.version.clone() } else { format!("{}/{}", entry.group, entry.version) };
+    if kinds::lookup_for(component, owner, &api_version, &entry.kind).is_some_and(|k| k.cluster_scoped) {
+        entry.namespace = None;
+    }
+    entry
 }
 
 /// `Kind namespace/name` (or `Kind name`) for messages.
@@ -1409,6 +1423,22 @@ mod stored_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_scoped_object_is_listed_without_the_namespace_kustomize_gave_it() {
+        let decorator = KindInfo { group: "metacontroller.k8s.io", version: "v1alpha1", kind: "DecoratorController", plural: "decoratorcontrollers", cluster_scoped: true, ..*kinds::lookup("v1", "ConfigMap").unwrap() };
+        let rendered = json!({"kind": "DecoratorController", "metadata": {"name": "kubeflow-pipelines-profile-controller", "namespace": "kubeflow"}});
+        assert_eq!(entry_of(&rendered, &decorator).namespace, None);
+        let config_map = kinds::lookup("v1", "ConfigMap").unwrap();
+        assert_eq!(entry_of(&json!({"metadata": {"name": "c", "namespace": "kubeflow"}}), config_map).namespace.as_deref(), Some("kubeflow"));
+    }
+
+    #[test]
+    fn an_inventory_that_gave_a_cluster_scoped_object_a_namespace_names_the_object_applied_now() {
+        let entry = |kind: &str, group: &str, namespace: Option<&str>| InventoryEntry { group: group.into(), version: "v1".into(), kind: kind.into(), namespace: namespace.map(String::from), name: "x".into() };
+        assert_eq!(located("pipelines", "kubeflow/pipelines", entry("ClusterRole", "rbac.authorization.k8s.io", Some("kubeflow"))), entry("ClusterRole", "rbac.authorization.k8s.io", None));
+        assert_eq!(located("pipelines", "kubeflow/pipelines", entry("ConfigMap", "", Some("kubeflow"))), entry("ConfigMap", "", Some("kubeflow")));
+    }
 
     #[test]
     fn a_selector_that_drops_a_label_is_a_change_of_an_immutable_field() {

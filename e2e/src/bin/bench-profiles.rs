@@ -838,7 +838,7 @@ async fn bench_main() {
 
     // The operator as tests/profiles.rs runs it, through the counting proxy.
     install_crds(&client).await;
-    serve_kind(&client, "security.istio.io", "AuthorizationPolicy", "authorizationpolicies", "v1beta1").await;
+    serve_kind(&client, "security.istio.io", "AuthorizationPolicy", "authorizationpolicies", &["v1beta1"]).await;
     let ns = TestNamespace::create(&client, "bench-profiles").await;
     let target = TestNamespace::adopt(format!("{}-kf", ns.name));
     let service_account = install_package(&client, "profiles").await;
