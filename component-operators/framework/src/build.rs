@@ -157,6 +157,13 @@ pub fn identity(object: &Value) -> (String, String, String, String) {
     (group, text(&object["kind"]), text(&object["metadata"]["namespace"]), text(&object["metadata"]["name"]))
 }
 
+/// The namespace the rendered `object` of kind `info` lives in: none for a cluster-scoped kind,
+/// even where kustomize's `namespace:` gave one to a kind it does not know (Pipelines'
+/// metacontroller `DecoratorController`, Spark's ClusterRoles; the API server ignores it).
+pub fn location(object: &Value, info: &kinds::KindInfo) -> Option<String> {
+    if info.cluster_scoped { None } else { object["metadata"]["namespace"].as_str().map(String::from) }
+}
+
 /// Whose a live object is, as far as its labels and annotations say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {

@@ -61,13 +61,16 @@ pub async fn compute(client: &Client, component: ComponentKind, owner: &str, ado
     let params = PatchParams::apply(&crate::run::field_manager(component)).force().dry_run();
     let mut rendered = BTreeSet::new();
     for object in objects {
-        rendered.insert(identity(object));
         let what = describe(object);
         let application = object["metadata"]["annotations"][APPLICATION_ANNOTATION].as_str();
         let Some(info) = kinds::lookup_for(component.name(), owner, object["apiVersion"].as_str().unwrap_or_default(), object["kind"].as_str().unwrap_or_default()) else {
+            rendered.insert(identity(object));
             plan.record(application, PlanList::Add, format!("{what} (a kind the cluster does not serve yet)"));
             continue;
         };
+        // Where it lives, as the inventory names it.
+        let (group, kind, _, name) = identity(object);
+        rendered.insert((group, kind, crate::build::location(object, info).unwrap_or_default(), name));
         let api = info.api(client, object["metadata"]["namespace"].as_str());
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let live = match api.get_opt(name).await {
@@ -139,10 +142,13 @@ pub async fn compute(client: &Client, component: ComponentKind, owner: &str, ado
         }
     }
     for entry in inventory {
-        if rendered.contains(&(entry.group.clone(), entry.kind.clone(), entry.namespace.clone().unwrap_or_default(), entry.name.clone())) {
+        let Some(info) = kinds::lookup_for(component.name(), owner, &entry.api_version(), &entry.kind) else { continue };
+        // Inventories written before named a cluster-scoped object with the namespace kustomize
+        // rendered on it.
+        let namespace = if info.cluster_scoped { String::new() } else { entry.namespace.clone().unwrap_or_default() };
+        if rendered.contains(&(entry.group.clone(), entry.kind.clone(), namespace, entry.name.clone())) {
             continue;
         }
-        let Some(info) = kinds::lookup_for(component.name(), owner, &entry.api_version(), &entry.kind) else { continue };
         let live = match info.api(client, entry.namespace.as_deref()).get_opt(&entry.name).await {
             Ok(live) => live.map(|l| serde_json::to_value(l).expect("objects serialise")),
             Err(e) if refusal(&e).is_some() => continue,

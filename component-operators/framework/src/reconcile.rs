@@ -686,15 +686,13 @@ async fn preview_plan<C: Component>(resource: &C::Resource, ctx: &Context<C>) ->
     Ok(Some(plan))
 }
 
-/// The inventory entry of the rendered `object`: where the object lives, which for a
-/// cluster-scoped kind is no namespace, even where kustomize's `namespace:` gave one to a kind it
-/// does not know (Pipelines' metacontroller `DecoratorController`; the API server ignores it).
+/// The inventory entry of the rendered `object`, named where it lives ([`build::location`]).
 fn entry_of(object: &Value, info: &KindInfo) -> InventoryEntry {
     InventoryEntry {
         group: info.group.into(),
         version: info.version.into(),
         kind: info.kind.into(),
-        namespace: if info.cluster_scoped { None } else { object["metadata"]["namespace"].as_str().map(String::from) },
+        namespace: build::location(object, info),
         name: object["metadata"]["name"].as_str().unwrap_or_default().into(),
     }
 }
