@@ -373,9 +373,6 @@ pub struct OperatorProcess {
     pub log: std::path::PathBuf,
 }
 
-/// `--built-in-templates` as the environment gives it.
-pub const BUILT_IN_TEMPLATES_ENV: &str = "KFOP_BUILT_IN_TEMPLATES";
-
 /// A loopback copy of what github.com serves of Kubeflow here (`fixtures::upstream_github`: the
 /// release archives and the remote bases), shared by every test of the process, as
 /// `--remote-base-mirror` takes it: `https://github.com/=<its URL>`. It runs on a thread of its
@@ -396,11 +393,28 @@ pub fn github_mirror() -> &'static str {
     })
 }
 
-/// The environment of an operator run as shipped (no `--built-in-templates`: a resource that
-/// names no repository installs its release from upstream's archive on github.com), with
-/// github.com mirrored on loopback ([`github_mirror`]), which the fetch fence then allows.
-pub fn as_shipped() -> [(&'static str, &'static str); 3] {
-    [(BUILT_IN_TEMPLATES_ENV, "false"), ("KFOP_REMOTE_BASE_MIRROR", github_mirror()), ("KFOP_ALLOW_FETCH_FROM", "127.0.0.1")]
+/// What every operator started here runs with besides what deploy/ gives it: github.com
+/// mirrored on loopback ([`github_mirror`]), which the fetch fence then allows, as an air-gapped
+/// cluster's operators run. A resource that names no repository installs its release from
+/// upstream's archive there.
+fn air_gapped() -> [(&'static str, &'static str); 2] {
+    [("KFOP_REMOTE_BASE_MIRROR", github_mirror()), ("KFOP_ALLOW_FETCH_FROM", "127.0.0.1")]
+}
+
+/// `--built-in-templates` as an operator's environment gives it.
+pub const BUILT_IN_TEMPLATES_ENV: &str = "KFOP_BUILT_IN_TEMPLATES";
+
+/// Whether operators this test process starts install a resource that names no repository from
+/// their hand-written template (`--built-in-templates`) rather than from upstream's archive
+/// ([`still_on_built_in_templates`]).
+static BUILT_IN_TEMPLATES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Operators this test process starts from now on install a resource that names no repository
+/// from their hand-written template instead of upstream's archive. For the test files whose
+/// fixtures assume the templates (per-install names of cluster-scoped objects, objects in the
+/// KfDef's namespace); it goes with the templates.
+pub fn still_on_built_in_templates() {
+    BUILT_IN_TEMPLATES.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
 impl OperatorProcess {
@@ -426,9 +440,8 @@ impl OperatorProcess {
             // As deploy/ runs every operator: resources naming no installer account use this one.
             .env("DEFAULT_SERVICE_ACCOUNT", kubeflow_crds::kfdef::DEFAULT_INSTALLER)
             .env("KFOP_METRICS_TOKEN_FILE", scrape_token_file())
-            // A resource that names no repository installs the built-in template here unless a test
-            // sets this to "false": this machine reaches no release archive but the tests' mirrors.
-            .env(BUILT_IN_TEMPLATES_ENV, "true")
+            .envs(air_gapped())
+            .env(BUILT_IN_TEMPLATES_ENV, BUILT_IN_TEMPLATES.load(std::sync::atomic::Ordering::SeqCst).to_string())
             .envs(env.iter().copied());
         Self::spawn(binary, command, metrics_port)
     }
@@ -1149,6 +1162,26 @@ pub async fn warning_events(client: &Client, namespace: &str, name: &str, reason
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning") && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
         .collect()
+}
+
+/// Kinds the components' upstream packages use and another application serves: cert-manager's
+/// (`v1alpha2` for Kubeflow 1.3), Istio's for every component but Istio (whose operator takes its
+/// own over), and kfctl's Application (Kubeflow 1.2's packages describe each application with one).
+pub const PREREQUISITE_KINDS: [(&str, &str, &str, &[&str]); 6] = [
+    ("cert-manager.io", "Certificate", "certificates", &["v1", "v1alpha2"]),
+    ("cert-manager.io", "Issuer", "issuers", &["v1", "v1alpha2"]),
+    ("app.k8s.io", "Application", "applications", &["v1beta1"]),
+    ("networking.istio.io", "VirtualService", "virtualservices", &["v1", "v1beta1", "v1alpha3"]),
+    ("networking.istio.io", "DestinationRule", "destinationrules", &["v1", "v1beta1", "v1alpha3"]),
+    ("security.istio.io", "AuthorizationPolicy", "authorizationpolicies", &["v1", "v1beta1"]),
+];
+
+/// Serves [`PREREQUISITE_KINDS`] ([`serve_kind`]): what a component's upstream packages use that
+/// the applications installed before it (cert-manager, Istio) would serve.
+pub async fn serve_prerequisite_kinds(client: &Client) {
+    for (group, kind, plural, versions) in PREREQUISITE_KINDS {
+        serve_kind(client, group, kind, plural, versions).await;
+    }
 }
 
 /// A CRD the cluster serves before an application uses its kind (as an installed Istio would

@@ -193,6 +193,7 @@ async fn reported_when(status: &async_nats::jetstream::kv::Store, key: &str, wha
 #[tokio::test]
 async fn a_refusal_is_withdrawn_when_the_applied_value_is_put_back() {
     let client = client().await;
+    serve_prerequisite_kinds(&client).await;
     let ns = TestNamespace::create(&client, "e2e-bus-withdrawn").await;
     let n = ns.name.as_str();
     let (server, katib) = confined_katib_operator(&client, n).await;
@@ -201,7 +202,7 @@ async fn a_refusal_is_withdrawn_when_the_applied_value_is_put_back() {
     let kfdef: KfDef = serde_json::from_value(json!({"apiVersion": "kfdef.apps.kubeflow.org/v1", "kind": "KfDef", "metadata": {"name": "kubeflow"}, "spec": {}})).unwrap();
     let uid = Api::<KfDef>::namespaced(client.clone(), n).create(&PostParams::default(), &kfdef).await.unwrap().uid().unwrap();
     let key = bus::key(ComponentKind::Katib, n, "kubeflow");
-    let value = serde_json::to_vec(&json!({"kfdef": {"namespace": n, "name": "kubeflow", "uid": uid, "generation": 1}, "component": "katib", "specHash": "h-1", "spec": {"version": "v0.11.0", "targetNamespace": n}})).unwrap();
+    let value = serde_json::to_vec(&json!({"kfdef": {"namespace": n, "name": "kubeflow", "uid": uid, "generation": 1}, "component": "katib", "specHash": "h-1", "spec": {"version": "v0.10.0", "targetNamespace": n}})).unwrap();
     let healthy = |r: &StatusReport| r.spec_hash == "h-1" && r.ready && !r.degraded;
 
     desired[&ComponentKind::Katib].put(&key, value.clone().into()).await.unwrap();
@@ -217,6 +218,10 @@ async fn a_refusal_is_withdrawn_when_the_applied_value_is_put_back() {
     desired[&ComponentKind::Katib].put(&key, value.into()).await.unwrap();
     reported_when(&status, &key, "the refusal withdrawn once the applied value is back", healthy).await;
     assert_eq!(katibs.get("kubeflow").await.unwrap().metadata.generation, generation, "putting the value back changed the resource");
+    // Uninstalled while the operator runs: Kubeflow 1.2's Katib lives in the shared namespace
+    // `kubeflow`, where later tests install theirs.
+    desired[&ComponentKind::Katib].delete(&key).await.unwrap();
+    gone(&katibs, "kubeflow").await;
 }
 
 /// The material of Secret `name`, key `key`.

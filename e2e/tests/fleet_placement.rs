@@ -42,6 +42,8 @@ async fn wait_kfdef(api: &Api<KfDef>, name: &str, what: &str, check: impl Fn(&Kf
 /// uninstalled from the spokes.
 #[tokio::test]
 async fn a_kfdef_placed_on_two_clusters_converges_on_both_and_the_hub_sums_them_up() {
+    // The spokes' control planes serve none of the kinds upstream's Dex needs (Istio's).
+    still_on_built_in_templates();
     let hub = client().await;
     install_crds(&hub).await;
     // The meta-operator with its own account of deploy/all: its RBAC covers the registrations.

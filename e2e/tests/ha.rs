@@ -59,6 +59,8 @@ async fn converged(client: &Client, ns: &str, edit: u32, why: &str) -> Katib {
 
 #[tokio::test]
 async fn a_nats_node_stopped_during_kfdef_edits_loses_no_edit_and_applies_none_twice() {
+    // Kubeflow 1.3.0's Katib (the fixture's KfDef) has no archive here.
+    still_on_built_in_templates();
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, "e2e-ha-nats").await;
@@ -132,6 +134,8 @@ fn replicas(binary: &str, prefix: &str, nats: &NatsServer, identity: Identity, n
 
 #[tokio::test]
 async fn killing_the_leading_replica_hands_the_change_to_the_standby() {
+    // Kubeflow 1.3.0's Katib (the fixture's KfDef) has no archive here.
+    still_on_built_in_templates();
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, "e2e-ha-lease").await;
@@ -175,6 +179,8 @@ async fn killing_the_leading_replica_hands_the_change_to_the_standby() {
 /// Available again.
 #[tokio::test]
 async fn a_status_report_written_over_by_a_deposed_leader_is_put_back() {
+    // Kubeflow 1.3.0's Katib (the fixture's KfDef) has no archive here.
+    still_on_built_in_templates();
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, "e2e-ha-report").await;

@@ -70,6 +70,8 @@ fn changes_field(changes: &[String], what: &str, field: &str) -> bool {
 
 #[tokio::test]
 async fn an_upgrade_from_1_10_to_1_11_shows_its_plan_waits_for_approval_keeps_data_and_rolls_back_a_failing_release() {
+    // Kubeflow 1.10.0's Istio (1.24.3) has no archive here.
+    still_on_built_in_templates();
     let client: Client = client().await;
     prepare_manifests_fixture(&client).await;
     reset_modern_example(&client).await;

@@ -1,11 +1,12 @@
-//! Management states and the CRD removal opt-in, on Katib. A separate test binary, so deleting
-//! Katib's CRDs (the opt-in) never races the lifecycle tests, which check that CRDs are kept.
+//! Management states and the CRD removal opt-in, on Katib as Kubeflow 1.11.0 ships it (its objects
+//! where upstream puts them). A separate test binary, so deleting Katib's CRDs (the opt-in) never
+//! races the lifecycle tests, which check that CRDs are kept.
 
 use component_framework::api::Katib;
 use component_framework::api::component::ComponentPhase;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use kubeflow_e2e::*;
 use serde_json::json;
@@ -23,18 +24,19 @@ async fn phase(api: &Api<Katib>, wanted: ComponentPhase) -> Katib {
 async fn unmanaged_leaves_objects_removed_uninstalls_and_crd_deletion_is_opt_in() {
     let client = client().await;
     install_crds(&client).await;
+    serve_prerequisite_kinds(&client).await;
     let ns = TestNamespace::create(&client, "e2e-mgmt").await;
     let operator = OperatorProcess::start("katib-operator", &["--namespace", &ns.name], &[]);
     operator.wait_ready().await;
     let api: Api<Katib> = Api::namespaced(client.clone(), &ns.name);
     let katib: Katib = serde_json::from_value(json!({
         "apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib", "metadata": {"name": "katib"},
-        "spec": {"version": "v0.11.0", "targetNamespace": ns.name},
+        "spec": {"version": "v0.19.0"},
     }))
     .unwrap();
     api.create(&PostParams::default(), &katib).await.unwrap();
     phase(&api, ComponentPhase::Ready).await;
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "kubeflow");
     let set = |state: &'static str| {
         let api = api.clone();
         async move { api.patch("katib", &PatchParams::default(), &Patch::Merge(json!({"spec": {"managementState": state}}))).await.unwrap() }
@@ -63,7 +65,8 @@ async fn unmanaged_leaves_objects_removed_uninstalls_and_crd_deletion_is_opt_in(
     let removed = phase(&api, ComponentPhase::Removed).await;
     assert!(removed.status.unwrap().inventory.is_empty());
     // Gone, not merely terminating.
-    for deployment in deployments.list(&Default::default()).await.unwrap().items {
+    let katib_deployments = ListParams::default().labels(&format!("{}=katib", component_framework::build::PART_OF_LABEL));
+    for deployment in deployments.list(&katib_deployments).await.unwrap().items {
         gone(&deployments, &deployment.name_any()).await;
     }
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());

@@ -314,7 +314,8 @@ async fn component_operator_package_installs_alone_with_olm_and_upgrades_along_t
     // the component moved to the newer release's.
     let ns = subscribed.namespace.name.clone();
     let kubeconfig = service_account_kubeconfig(&client, &ns, "istio-operator").await;
-    let operator = OperatorProcess::start("istio-operator", &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap())]);
+    // On its hand-written template: Istio 1.3.1's own CRDs serve no v1, which earlier tests stored.
+    let operator = OperatorProcess::start("istio-operator", &[], &[("KUBECONFIG", kubeconfig.to_str().unwrap()), (BUILT_IN_TEMPLATES_ENV, "true")]);
     let istios: Api<Istio> = Api::namespaced(client.clone(), &ns);
     let mut istio: Istio = serde_json::from_value(examples[0].clone()).unwrap();
     istio.metadata.namespace = Some(ns.clone());

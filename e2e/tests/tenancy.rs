@@ -189,7 +189,9 @@ async fn an_install_whose_writes_are_refused_keeps_what_it_has() {
     let client = client().await;
     install_crds(&client).await;
     let ns = TestNamespace::create(&client, "e2e-refused").await;
-    let operator = OperatorProcess::start("katib-operator", &["--namespace", &ns.name], &[]);
+    // On its hand-written template: an install into the tenant's own namespace, which upstream's
+    // package (all of it in `kubeflow`) is not.
+    let operator = OperatorProcess::start("katib-operator", &["--namespace", &ns.name], &[(BUILT_IN_TEMPLATES_ENV, "true")]);
     operator.wait_ready().await;
     let katibs: Api<Katib> = Api::namespaced(client.clone(), &ns.name);
     let katib: Katib = serde_json::from_value(json!({
@@ -343,7 +345,8 @@ async fn a_platform_install_into_a_profiles_namespace_is_refused() {
         .patch(&squatted.name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(json!({"metadata": {"labels": {"app.kubernetes.io/part-of": "kubeflow-profile"}}})))
         .await
         .unwrap();
-    let operator = OperatorProcess::start("katib-operator", &["--namespace", &platform.name], &[]);
+    // On its hand-written template, whose objects go where spec.targetNamespace says.
+    let operator = OperatorProcess::start("katib-operator", &["--namespace", &platform.name], &[(BUILT_IN_TEMPLATES_ENV, "true")]);
     operator.wait_ready().await;
     let katibs: Api<Katib> = Api::namespaced(client.clone(), &platform.name);
     let katib: Katib = serde_json::from_value(json!({

@@ -540,7 +540,7 @@ async fn a_standalone_resource_installs_its_release_from_upstreams_archive_throu
     let kubeconfig = install_package(&client, "istio").await;
     let cache = tempfile_dir("istio-cache");
     let args = ["--namespace", &ns.name, "--allow-fetch-from", "127.0.0.1", "--remote-base-mirror", &mirror];
-    let operator = OperatorProcess::start("istio-operator", &args, &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap()), (BUILT_IN_TEMPLATES_ENV, "false")]);
+    let operator = OperatorProcess::start("istio-operator", &args, &[("KUBECONFIG", kubeconfig.to_str().unwrap()), ("KFOP_MANIFESTS_CACHE", cache.to_str().unwrap())]);
     operator.wait_ready().await;
 
     let api: Api<kubeflow_crds::component::Istio> = Api::namespaced(client.clone(), &ns.name);

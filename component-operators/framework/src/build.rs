@@ -164,6 +164,13 @@ pub fn location(object: &Value, info: &kinds::KindInfo) -> Option<String> {
     if info.cluster_scoped { None } else { object["metadata"]["namespace"].as_str().map(String::from) }
 }
 
+/// The namespace the object inventory `entry` (of kind `info`) lists lives in, by the same rule as
+/// [`location`]: inventories written before named a cluster-scoped object with the namespace
+/// kustomize rendered on it.
+pub fn entry_location(entry: &kubeflow_crds::component::InventoryEntry, info: &kinds::KindInfo) -> Option<String> {
+    if info.cluster_scoped { None } else { entry.namespace.clone() }
+}
+
 /// Whose a live object is, as far as its labels and annotations say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {

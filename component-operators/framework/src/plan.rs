@@ -143,9 +143,7 @@ pub async fn compute(client: &Client, component: ComponentKind, owner: &str, ado
     }
     for entry in inventory {
         let Some(info) = kinds::lookup_for(component.name(), owner, &entry.api_version(), &entry.kind) else { continue };
-        // Inventories written before named a cluster-scoped object with the namespace kustomize
-        // rendered on it.
-        let namespace = if info.cluster_scoped { String::new() } else { entry.namespace.clone().unwrap_or_default() };
+        let namespace = crate::build::entry_location(&entry, info).unwrap_or_default();
         if rendered.contains(&(entry.group.clone(), entry.kind.clone(), namespace, entry.name.clone())) {
             continue;
         }

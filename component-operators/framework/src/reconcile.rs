@@ -701,9 +701,8 @@ fn entry_of(object: &Value, info: &KindInfo) -> InventoryEntry {
 /// object with the namespace kustomize rendered on it, and the object they list is the one
 /// applied now, not one to prune.
 fn located(component: &str, owner: &str, mut entry: InventoryEntry) -> InventoryEntry {
-    let api_version = if entry.group.is_empty() { entry.version.clone() } else { format!("{}/{}", entry.group, entry.version) };
-    if kinds::lookup_for(component, owner, &api_version, &entry.kind).is_some_and(|k| k.cluster_scoped) {
-        entry.namespace = None;
+    if let Some(info) = kinds::lookup_for(component, owner, &entry.api_version(), &entry.kind) {
+        entry.namespace = crate::build::entry_location(&entry, info);
     }
     entry
 }

@@ -377,6 +377,26 @@ mod tests {
     }
 
     #[test]
+    fn applications_named_without_a_package_install_the_release_as_upstream_ships_it() {
+        let katib = |version: &str, applications: &[&str]| -> Katib {
+            serde_json::from_value(json!({"apiVersion": "components.kubeflow.org/v1alpha1", "kind": "Katib", "metadata": {"name": "kubeflow", "namespace": "kubeflow"},
+                "spec": {"version": version, "sources": applications.iter().map(|a| json!({"application": a})).collect::<Vec<_>>()}}))
+            .unwrap()
+        };
+        let sources = |resource: Katib| -> Vec<(String, String, String)> {
+            let with = component_framework::package::release_sources::<KatibComponent>(&resource, &[]).expect("an upstream release").expect("sources");
+            with.spec.core.sources.into_iter().map(|s| (s.application, s.repo_uri.unwrap(), s.path.unwrap())).collect()
+        };
+        let v0_10 = vec![("katib".to_string(), "https://github.com/kubeflow/manifests/archive/v1.2.0.tar.gz".to_string(), "katib/installs/katib-standalone".to_string())];
+        // A kfctl-era KfDef's names for Katib: Katib once, as Kubeflow 1.2.0 ships it.
+        assert_eq!(sources(katib("v0.10.0", &["katib-crds", "katib-controller"])), v0_10);
+        assert_eq!(sources(katib("v0.10.0", &[])), v0_10);
+        assert_eq!(sources(katib("v0.10.0", &["katib"])), v0_10);
+        assert_eq!(sources(katib("v0.10.0", &["katib", "katib-ui"])), v0_10, "a name the release does not use: the release, once");
+        assert_eq!(sources(katib("v0.19.0", &["katib"]))[0].2, "applications/katib/upstream/installs/katib-with-kubeflow");
+    }
+
+    #[test]
     fn releases_are_oldest_first_with_their_upgrade_edges_and_kubeflow_releases() {
         let releases: Vec<(&str, &[&str], &[&str])> = KatibComponent::releases().iter().map(|r| (r.version, r.upgrades_from, r.kubeflow)).collect();
         let expected: Vec<(&str, &[&str], &[&str])> = vec![

@@ -92,6 +92,8 @@ async fn recreated(changes: &mut futures::stream::BoxStream<'static, Deployment>
 
 #[tokio::main]
 async fn main() {
+    // Measured on the operators' hand-written templates until the figures move to upstream's packages.
+    kubeflow_e2e::still_on_built_in_templates();
     let heals: usize = std::env::var("BENCH_HEALS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
     let touches: u32 = std::env::var("BENCH_TOUCHES").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
     let client = client().await;

@@ -19,6 +19,8 @@ use serde_json::json;
 
 #[tokio::main]
 async fn main() {
+    // Measured on the operators' hand-written templates until the figures move to upstream's packages.
+    kubeflow_e2e::still_on_built_in_templates();
     let edits: usize = std::env::var("BENCH_EDITS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let quiet = Duration::from_secs(std::env::var("BENCH_STEADY_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(180));
     let client = client().await;

@@ -70,6 +70,8 @@ struct Availability {
 
 #[tokio::main]
 async fn main() {
+    // Measured on the operators' hand-written templates until the figures move to upstream's packages.
+    kubeflow_e2e::still_on_built_in_templates();
     let client = client().await;
     let ns = TestNamespace::create(&client, "bench-upgrade").await;
     let stack = OperatorStack::start_ready_in(&client, &ns.name).await;

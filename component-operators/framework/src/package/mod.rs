@@ -330,10 +330,13 @@ pub async fn render_for<C: Component + ?Sized>(resource: &C::Resource, discovery
 }
 
 /// `resource` (which names no repository) with the sources of its release as upstream ships it
-/// ([`Component::UPSTREAM_RELEASES`]): every application of that release, or those `spec.sources`
-/// names, each at its path in the Kubeflow release's archive, rewritten by the resource's then the
-/// operator's mirrors (`operator_mirrors`). `None` when the operator knows no archive for the
-/// version: it installs its built-in release.
+/// ([`Component::UPSTREAM_RELEASES`]), each at its path in the Kubeflow release's archive,
+/// rewritten by the resource's then the operator's mirrors (`operator_mirrors`): those
+/// `spec.sources` names when each is an application of the release, else every application of it.
+/// A name the release does not use (`katib-controller` of a kfctl-era KfDef listing applications
+/// by name only) stands for the component, and what upstream ships of it is installed once, however
+/// many such names the KfDef lists. `None` when the operator knows no archive for the version: it
+/// installs its built-in release.
 pub fn release_sources<C: Component + ?Sized>(resource: &C::Resource, operator_mirrors: &[Mirror]) -> Option<Result<C::Resource, InvalidSpec>> {
     let spec = resource.core();
     let upstream = C::UPSTREAM_RELEASES.iter().find(|u| u.version == spec.version)?;
@@ -347,18 +350,12 @@ pub fn release_sources<C: Component + ?Sized>(resource: &C::Resource, operator_m
             repo_kustomize: named.and_then(|n| n.repo_kustomize).or(upstream.kustomize()),
             ..named.cloned().unwrap_or_default()
         };
-        let sources: Vec<KustomizeSource> = if spec.sources.is_empty() {
-            upstream.applications.iter().map(|(application, path)| source(application, path, None)).collect()
+        let path_of = |name: &str| upstream.applications.iter().find(|(application, _)| *application == name).map(|(_, path)| *path);
+        let selected = !spec.sources.is_empty() && spec.sources.iter().all(|named| path_of(&named.application).is_some());
+        let sources: Vec<KustomizeSource> = if selected {
+            spec.sources.iter().map(|named| source(&named.application, path_of(&named.application).expect("selected"), Some(named))).collect()
         } else {
-            let known: Vec<&str> = upstream.applications.iter().map(|(application, _)| *application).collect();
-            spec.sources
-                .iter()
-                .enumerate()
-                .map(|(index, named)| match upstream.applications.iter().find(|(application, _)| *application == named.application) {
-                    Some((application, path)) => Ok(source(application, path, Some(named))),
-                    None => Err(InvalidSpec::new(field(index, "application"), format!("{:?} is not an application of release {} as Kubeflow ships it; known: {}", named.application, upstream.version, known.join(", ")))),
-                })
-                .collect::<Result<_, _>>()?
+            upstream.applications.iter().map(|(application, path)| source(application, path, None)).collect()
         };
         let mut value = serde_json::to_value(resource).expect("resources serialise");
         value["spec"]["sources"] = serde_json::to_value(&sources).expect("sources serialise");
