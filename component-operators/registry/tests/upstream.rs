@@ -200,7 +200,8 @@ fn archive_mirrors(remote_bases: &str) -> Vec<kubeflow_manifests::remote_bases::
 /// application runs the version the plan gives it (its own images carry that tag), or it is
 /// refused. Kubeflow 1.2's Katib and Pipelines render kfctl's paths in v1.2.0's archive on their own,
 /// 1.3.0's and 1.10.0's releases upstream's archives of those tags (not served here); never a
-/// template unless asked. An application the release lacks is refused.
+/// template unless asked. Applications named without a repository that the release does not
+/// have (a kfctl-era KfDef's) install the release once, as upstream ships it.
 #[tokio::test]
 async fn standalone_resources_render_their_release_from_upstreams_archive() {
     let _one = ONE_INSTALL.lock().await;
@@ -303,11 +304,14 @@ async fn standalone_resources_render_their_release_from_upstreams_archive() {
     }
     from_archives.sort();
     assert_eq!(from_archives, ["istio 1.24.3 v1.10.0", "katib v0.11.0 v1.3.0", "pipelines 1.5.0 v1.3.0"]);
+    // Names the release does not use (a kfctl-era KfDef's, listing applications without a
+    // repository) stand for the component: its release is installed once, as upstream ships it.
     let katib = registry.iter().find(|r| r.kind == ComponentKind::Katib).unwrap();
-    let unknown = serde_json::json!({"version": "v0.18.0", "sources": [{"application": "katib-db"}]});
-    let refused = (katib.render_packages)("kubeflow".into(), "kubeflow".into(), unknown, mirrored(false)).await.unwrap().unwrap_err();
-    assert_eq!(refused.field, "spec.sources[0].application");
-    assert!(refused.message.contains("known: katib"), "{}", refused.message);
+    let kfctl_names = serde_json::json!({"version": "v0.18.0", "sources": [{"application": "katib-crds"}, {"application": "katib-controller"}]});
+    let rendered = (katib.render_packages)("kubeflow".into(), "kubeflow".into(), kfctl_names, mirrored(false)).await.unwrap().unwrap();
+    assert_eq!(rendered.applications, ["katib"]);
+    assert!(rendered.failed.is_empty(), "{:?}", rendered.failed);
+    assert!(rendered.objects.iter().any(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "katib-controller"));
 }
 
 /// `examples/components.yaml`, the standalone resources the README applies, installs Kubeflow
